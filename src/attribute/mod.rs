@@ -1,0 +1,1 @@
+//! Who owns each GPU process: a pure cgroup parser and the pod view.

@@ -1,0 +1,1 @@
+//! The OOM guard: pure policy and trend, and the enforcer shell.

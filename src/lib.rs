@@ -1,0 +1,13 @@
+//! gpu-warden: a per-node GPU agent.
+//!
+//! The data flows one way: [`sample`] produces a [`snapshot::Snapshot`] per poll,
+//! [`attribute`] says which pod owns each GPU process, and [`publish`] (metrics,
+//! annotations) and [`guard`] (eviction decisions) read it. The pure modules
+//! (`snapshot`, `clock`, `publish::metrics`, …) do no I/O; the shells live in
+//! `sample::nvml`, `publish::http` and the binary's wiring.
+
+pub mod clock;
+pub mod snapshot;
+pub mod pod;
+pub mod attribute;
+pub mod guard;

@@ -1,0 +1,72 @@
+//! What the agent knows of a pod on its node: the plain-data view that attribution,
+//! the guard and the events need, taken from the pod watch. No I/O here.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// One container of a pod and its current runtime container ID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerInfo {
+    /// Container name from the pod spec.
+    pub name: String,
+    /// Runtime container ID without its `containerd://`, `cri-o://` or `docker://` scheme;
+    /// `None` until the container has started.
+    pub container_id: Option<String>,
+}
+
+/// A pod scheduled on this node, reduced to what gpu-warden uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodInfo {
+    /// `metadata.uid`, with dashes (`0b1c…-…`).
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.priority` (0 when unset, as the admission controller would default it).
+    pub priority: i32,
+    /// `spec.priorityClassName`, if any.
+    pub priority_class: Option<String>,
+    /// Kind of the controlling owner reference (`DaemonSet`, `Job`, `ReplicaSet`, …).
+    pub owner_kind: Option<String>,
+    /// A static pod's mirror on the API server (annotation `kubernetes.io/config.mirror`).
+    pub is_mirror: bool,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// `metadata.creationTimestamp`.
+    #[serde(skip)]
+    pub created_at: Option<SystemTime>,
+    /// `metadata.deletionTimestamp` is set: the pod is already going away.
+    pub terminating: bool,
+    /// Regular, init and ephemeral containers with their current IDs.
+    pub containers: Vec<ContainerInfo>,
+}
+
+impl PodInfo {
+    /// The container whose runtime ID is `container_id`.
+    pub fn container_by_id(&self, container_id: &str) -> Option<&ContainerInfo> {
+        self.containers
+            .iter()
+            .find(|c| c.container_id.as_deref() == Some(container_id))
+    }
+}
+
+/// Strips the runtime scheme from a `status.containerStatuses[].containerID`.
+pub fn strip_runtime_scheme(id: &str) -> &str {
+    match id.split_once("://") {
+        Some((_, rest)) => rest,
+        None => id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_known_schemes() {
+        assert_eq!(strip_runtime_scheme("containerd://abc"), "abc");
+        assert_eq!(strip_runtime_scheme("cri-o://abc"), "abc");
+        assert_eq!(strip_runtime_scheme("docker://abc"), "abc");
+        assert_eq!(strip_runtime_scheme("abc"), "abc");
+    }
+}
