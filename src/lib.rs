@@ -6,8 +6,13 @@
 //! (`snapshot`, `clock`, `publish::metrics`, …) do no I/O; the shells live in
 //! `sample::nvml`, `publish::http` and the binary's wiring.
 
-pub mod clock;
-pub mod snapshot;
-pub mod pod;
+pub mod agent;
 pub mod attribute;
+pub mod clock;
+pub mod config;
 pub mod guard;
+pub mod pipeline;
+pub mod pod;
+pub mod publish;
+pub mod sample;
+pub mod snapshot;

@@ -1,0 +1,201 @@
+//! Flags and environment (`GPU_WARDEN_*`), validated at start. A bad value ends the
+//! program with a message naming the flag and what it accepts (clap's own errors), never
+//! a panic.
+
+use crate::publish::metrics::HostnameLabel;
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which GPU source to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// NVML when it loads; outside Kubernetes, fall back to the simulator.
+    Auto,
+    /// Real GPUs through NVML (`libnvidia-ml.so.1`).
+    Nvml,
+    /// The simulator playing `--scenario` (or the built-in A10G demo scenario).
+    Sim,
+}
+
+/// The hostname label's name on device families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostnameLabelArg {
+    /// `Hostname`, as dcgm-exporter up to 4.8.2 and dashboard 12239 use.
+    #[value(name = "Hostname")]
+    Hostname,
+    /// `hostname`, as dcgm-exporter 4.8.3 and later use.
+    #[value(name = "hostname")]
+    Lower,
+    /// No hostname label.
+    #[value(name = "none")]
+    Off,
+}
+
+impl From<HostnameLabelArg> for HostnameLabel {
+    fn from(a: HostnameLabelArg) -> Self {
+        match a {
+            HostnameLabelArg::Hostname => HostnameLabel::Hostname,
+            HostnameLabelArg::Lower => HostnameLabel::Lower,
+            HostnameLabelArg::Off => HostnameLabel::Off,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Parses a duration flag: `1s`, `250ms`, `2m`. Zero and sub-millisecond values are
+/// refused because every interval here paces a loop.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; write e.g. 500ms, 1s, 2m"))?;
+    if d < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    if d > Duration::from_secs(3600) {
+        return Err("must be at most 1h".into());
+    }
+    Ok(d)
+}
+
+/// gpu-warden: GPU metrics, free-VRAM node annotations and an OOM guard for Kubernetes nodes.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "gpu-warden", version, about, long_about = None)]
+pub struct Cli {
+    /// GPU source.
+    #[arg(long, value_enum, default_value = "auto", env = "GPU_WARDEN_BACKEND")]
+    pub backend: Backend,
+
+    /// Scenario file for the simulator (see docs/scenarios.md). Without it the simulator
+    /// plays the built-in examples/a10g-timesliced.yaml.
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_SCENARIO")]
+    pub scenario: Option<PathBuf>,
+
+    /// Address to serve /metrics, /healthz, /readyz and /state on.
+    #[arg(long, default_value = "0.0.0.0:9400", env = "GPU_WARDEN_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// Full poll interval.
+    #[arg(long, default_value = "1s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_POLL_INTERVAL")]
+    pub poll_interval: Duration,
+
+    /// How often per-process SM utilization is read (about 1.8 ms per H200 per read).
+    #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_PROCESS_UTIL_INTERVAL")]
+    pub process_util_interval: Duration,
+
+    /// Name of the hostname label on DCGM families.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "Hostname",
+        env = "GPU_WARDEN_HOSTNAME_LABEL"
+    )]
+    pub hostname_label: HostnameLabelArg,
+
+    /// This node's name (Downward API `spec.nodeName`); defaults to the host name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// Also export gpu_warden_process_gpu_memory_used_bytes per process (one series per pid).
+    #[arg(long, env = "GPU_WARDEN_PER_PROCESS_METRICS")]
+    pub per_process_metrics: bool,
+
+    /// Log format.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "GPU_WARDEN_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter (tracing EnvFilter syntax, e.g. `info` or `gpu_warden=debug`).
+    #[arg(long, default_value = "info", env = "GPU_WARDEN_LOG")]
+    pub log: String,
+}
+
+impl Cli {
+    /// Cross-flag checks clap cannot express.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.scenario.is_some() && self.backend == Backend::Nvml {
+            return Err("--scenario only applies to --backend sim (or auto without a GPU)".into());
+        }
+        if self.process_util_interval < self.poll_interval {
+            return Err(format!(
+                "--process-util-interval ({}) must not be shorter than --poll-interval ({})",
+                humantime::format_duration(self.process_util_interval),
+                humantime::format_duration(self.poll_interval)
+            ));
+        }
+        if let Some(n) = &self.node_name {
+            if n.is_empty() || n.len() > 253 {
+                return Err("--node-name / NODE_NAME must be 1..253 characters".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host's name, for when no node name is given.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpu-warden").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.backend, Backend::Auto);
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9400");
+        assert_eq!(c.poll_interval, Duration::from_secs(1));
+        assert_eq!(c.hostname_label, HostnameLabelArg::Hostname);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_allowed_values() {
+        let e = parse(&["--backend", "cuda"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--backend") && e.contains("nvml") && e.contains("sim"),
+            "{e}"
+        );
+        let e = parse(&["--poll-interval", "fast"]).unwrap_err().to_string();
+        assert!(e.contains("--poll-interval"), "{e}");
+        let e = parse(&["--poll-interval", "0s"]).unwrap_err().to_string();
+        assert!(e.contains("at least 1ms"), "{e}");
+        let e = parse(&["--hostname-label", "host"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Hostname") && e.contains("none"), "{e}");
+        let e = parse(&["--listen", "nowhere"]).unwrap_err().to_string();
+        assert!(e.contains("--listen"), "{e}");
+    }
+
+    #[test]
+    fn cross_flag_checks() {
+        let c = parse(&["--backend", "nvml", "--scenario", "x.yaml"]).unwrap();
+        assert!(c.validate().unwrap_err().contains("--scenario"));
+        let c = parse(&["--poll-interval", "10s", "--process-util-interval", "1s"]).unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("--process-util-interval"));
+    }
+}

@@ -1,0 +1,193 @@
+//! The HTTP shell: `/metrics`, `/healthz`, `/readyz`, `/state`. A scrape copies bytes
+//! rendered once per poll; it never calls NVML. Connections are bounded in number, header
+//! size and time, so a slow or hostile client cannot starve Prometheus.
+
+use super::state::Published;
+use crate::clock::Clock;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Limits of the HTTP server.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Connections served at once; further ones wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Time allowed for a client to send its request headers.
+    pub header_timeout: Duration,
+    /// Lifetime of one connection (keep-alive included).
+    pub connection_timeout: Duration,
+    /// Largest request head accepted (request line plus headers), bytes; at least 8 KiB.
+    pub max_header_bytes: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            max_connections: 256,
+            header_timeout: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(60),
+            max_header_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The latest publication (None until the first poll is done).
+    pub published: watch::Receiver<Option<Arc<Published>>>,
+    pub clock: Arc<dyn Clock>,
+    /// The full poll interval: `/healthz` fails after three without a new snapshot.
+    pub poll_interval: Duration,
+}
+
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn reply(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn plain(status: StatusCode, msg: String) -> Response<Full<Bytes>> {
+    reply(status, "text/plain; charset=utf-8", Bytes::from(msg))
+}
+
+/// Answers one request. Public so tests and benches can call it without a socket.
+pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
+        r.headers_mut()
+            .insert("allow", HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let published = state.published.borrow().clone();
+    match path {
+        "/metrics" => match published {
+            Some(p) => reply(StatusCode::OK, TEXT_FORMAT, p.metrics.clone()),
+            None => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no snapshot yet: the first poll has not finished\n".into(),
+            ),
+        },
+        "/healthz" => match published {
+            None => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no poll has finished yet\n".into(),
+            ),
+            Some(p) => {
+                let age = state.clock.mono().saturating_sub(p.published_at);
+                let limit = state.poll_interval * 3;
+                if age <= limit {
+                    plain(StatusCode::OK, "ok\n".into())
+                } else {
+                    plain(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "stale: the last poll finished {:.1}s ago (limit {:.1}s, 3 poll intervals); the sampler may be stuck in an NVML call\n",
+                            age.as_secs_f64(),
+                            limit.as_secs_f64()
+                        ),
+                    )
+                }
+            }
+        },
+        "/readyz" => match published {
+            Some(_) => plain(StatusCode::OK, "ready\n".into()),
+            None => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: waiting for the first snapshot\n".into(),
+            ),
+        },
+        "/state" => match published {
+            Some(p) => reply(
+                StatusCode::OK,
+                "application/json",
+                Bytes::from(p.state_json()),
+            ),
+            None => plain(StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n".into()),
+        },
+        "/" => plain(
+            StatusCode::OK,
+            "gpu-warden: /metrics /healthz /readyz /state\n".into(),
+        ),
+        _ => plain(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// Serves until `shutdown` resolves, then lets open requests finish for up to 5 s.
+pub async fn serve(
+    listener: TcpListener,
+    state: HttpState,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_headers(64);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = &mut shutdown => break,
+        };
+        let (stream, _peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let st = state.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let resp = handle(&st, req.method(), req.uri().path());
+            let resp = if req.method() == Method::HEAD {
+                let (parts, _) = resp.into_parts();
+                Response::from_parts(parts, Full::new(Bytes::new()))
+            } else {
+                resp
+            };
+            std::future::ready(Ok::<_, Infallible>(resp))
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        let lifetime = limits.connection_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            // A connection that outlives its budget is dropped; Prometheus reconnects.
+            let _ = tokio::time::timeout(lifetime, conn).await;
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(5)) => {
+            tracing::warn!("HTTP connections still open after 5 s; closing them");
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Metric families from a snapshot: dcgm-exporter's device families (same names, types,
+//! help, units and label order) and gpu-warden's per-container families. Pure: builds
+//! `prometheus::proto` families that the crate's `TextEncoder` writes (and escapes) as given.
+//!
+//! A custom collector rather than `GaugeVec`s, because the vec types sort label pairs by
+//! name and dcgm-exporter's order (`gpu, UUID, pci_bus_id, device, modelName, Hostname,
+//! DCGM_FI_DRIVER_VERSION`) is part of the drop-in promise (DESIGN §4).
+
+use crate::snapshot::{GpuSample, Owner, ProcessSample, ProfSample, Snapshot, MIB};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use std::collections::BTreeMap;
+
+/// Which hostname label the device families carry. dcgm-exporter used `Hostname` up to
+/// 4.8.2 and `hostname` from 4.8.3; some users drop it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostnameLabel {
+    /// `Hostname` (dcgm-exporter ≤ 4.8.2, dashboard 12239).
+    #[default]
+    Hostname,
+    /// `hostname` (dcgm-exporter ≥ 4.8.3).
+    Lower,
+    /// No hostname label.
+    Off,
+}
+
+impl HostnameLabel {
+    /// The label name, if any.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            HostnameLabel::Hostname => Some("Hostname"),
+            HostnameLabel::Lower => Some("hostname"),
+            HostnameLabel::Off => None,
+        }
+    }
+}
+
+/// What the rendering needs beyond the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetricsConfig {
+    pub hostname_label: HostnameLabel,
+    /// The node's name (the `Hostname` label's value).
+    pub hostname: String,
+    /// Also export `gpu_warden_process_gpu_memory_used_bytes{…,pid}`.
+    pub per_process: bool,
+}
+
+/// How a family reads its value off a GPU sample.
+type Extract = fn(&GpuSample) -> Option<f64>;
+
+/// dcgm-exporter's device families: name, type, help, value.
+const DEVICE_FAMILIES: &[(&str, MetricType, &str, Extract)] = &[
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        MetricType::GAUGE,
+        "SM clock frequency (in MHz).",
+        |g| g.sm_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_MEM_CLOCK",
+        MetricType::GAUGE,
+        "Memory clock frequency (in MHz).",
+        |g| g.mem_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        MetricType::GAUGE,
+        "Memory temperature (in C).",
+        |g| g.memory_temp_c.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_GPU_TEMP",
+        MetricType::GAUGE,
+        "GPU temperature (in C).",
+        |g| g.gpu_temp_c.map(f64::from),
+    ),
+    // NVML reports milliwatts; DCGM exports watts with the fraction kept.
+    (
+        "DCGM_FI_DEV_POWER_USAGE",
+        MetricType::GAUGE,
+        "Power draw (in W).",
+        |g| g.power_mw.map(|mw| f64::from(mw) / 1000.0),
+    ),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        MetricType::COUNTER,
+        "Total energy consumption since boot (in mJ).",
+        |g| g.energy_mj.map(|v| v as f64),
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        MetricType::COUNTER,
+        "Total number of PCIe retries.",
+        |g| g.pcie_replays.map(|v| v as f64),
+    ),
+    (
+        "DCGM_FI_DEV_GPU_UTIL",
+        MetricType::GAUGE,
+        "GPU utilization (in %).",
+        |g| g.gpu_util_pct.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        MetricType::GAUGE,
+        "Memory utilization (in %).",
+        |g| g.mem_copy_util_pct.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_ENC_UTIL",
+        MetricType::GAUGE,
+        "Encoder utilization (in %).",
+        |g| g.enc_util_pct.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_DEC_UTIL",
+        MetricType::GAUGE,
+        "Decoder utilization (in %).",
+        |g| g.dec_util_pct.map(f64::from),
+    ),
+    // Like dcgm-exporter: 0 until the first XID on a GPU whose XIDs are watched; absent
+    // where the GPU cannot report XID events.
+    (
+        "DCGM_FI_DEV_XID_ERRORS",
+        MetricType::GAUGE,
+        "Value of the last XID error encountered.",
+        |g| g.last_xid.map(|v| v as f64),
+    ),
+    // Whole MiB, truncated as DCGM does (it divides bytes by 1 MiB in integer arithmetic).
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        MetricType::GAUGE,
+        "Framebuffer memory free (in MiB).",
+        |g| g.memory.map(|m| (m.free / MIB) as f64),
+    ),
+    (
+        "DCGM_FI_DEV_FB_USED",
+        MetricType::GAUGE,
+        "Framebuffer memory used (in MiB).",
+        |g| g.memory.map(|m| (m.used / MIB) as f64),
+    ),
+    (
+        "DCGM_FI_DEV_FB_RESERVED",
+        MetricType::GAUGE,
+        "Framebuffer memory reserved (in MiB).",
+        |g| g.memory.map(|m| (m.reserved / MIB) as f64),
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        MetricType::COUNTER,
+        "Number of remapped rows for uncorrectable errors",
+        |g| g.remapped_rows.map(|r| r.uncorrectable as f64),
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        MetricType::COUNTER,
+        "Number of remapped rows for correctable errors",
+        |g| g.remapped_rows.map(|r| r.correctable as f64),
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        MetricType::GAUGE,
+        "Whether remapping of rows has failed",
+        |g| g.remapped_rows.map(|r| if r.failure { 1.0 } else { 0.0 }),
+    ),
+];
+
+type ProfExtract = fn(&ProfSample) -> Option<f64>;
+
+/// dcgm-exporter's profiling families, from NVML GPM on Hopper and newer.
+const PROF_FAMILIES: &[(&str, &str, ProfExtract)] = &[
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", |p| p.gr_engine_active),
+    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", |p| p.sm_active),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", |p| p.sm_occupancy),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", |p| p.pipe_tensor_active),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", |p| p.dram_active),
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the fp64 pipes are active.", |p| p.pipe_fp64_active),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the fp32 pipes are active.", |p| p.pipe_fp32_active),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the fp16 pipes are active.", |p| p.pipe_fp16_active),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", |p| p.pcie_tx_bytes_per_second),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", |p| p.pcie_rx_bytes_per_second),
+];
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_string());
+    l.set_value(value.to_string());
+    l
+}
+
+/// A family with no metrics yet.
+pub fn family(name: &str, help: &str, kind: MetricType) -> MetricFamily {
+    let mut mf = MetricFamily::default();
+    mf.set_name(name.to_string());
+    mf.set_help(help.to_string());
+    mf.set_field_type(kind);
+    mf
+}
+
+/// Adds one sample with these labels (in this order) to `mf`.
+pub fn push(mf: &mut MetricFamily, labels: Vec<LabelPair>, value: f64) {
+    let mut m = Metric::default();
+    m.set_label(labels);
+    if mf.get_field_type() == MetricType::COUNTER {
+        let mut c = Counter::default();
+        c.set_value(value);
+        m.set_counter(c);
+    } else {
+        let mut g = Gauge::default();
+        g.set_value(value);
+        m.set_gauge(g);
+    }
+    mf.mut_metric().push(m);
+}
+
+/// dcgm-exporter's label set for one GPU, in its order.
+pub fn device_labels(g: &GpuSample, driver: &str, cfg: &MetricsConfig) -> Vec<LabelPair> {
+    let mut v = vec![
+        label("gpu", &g.id.index.to_string()),
+        label("UUID", &g.id.uuid),
+        label("pci_bus_id", &g.id.pci_bus_id),
+        label("device", &g.id.device),
+        label("modelName", &g.id.model),
+    ];
+    if let Some(name) = cfg.hostname_label.name() {
+        v.push(label(name, &cfg.hostname));
+    }
+    v.push(label("DCGM_FI_DRIVER_VERSION", driver));
+    v
+}
+
+/// Device families (DCGM names) for every GPU in the snapshot. Families with no value on
+/// any GPU are left out entirely (absent, not zero).
+pub fn device_families(snap: &Snapshot, cfg: &MetricsConfig) -> Vec<MetricFamily> {
+    let labels: Vec<Vec<LabelPair>> = snap
+        .gpus
+        .iter()
+        .map(|g| device_labels(g, &snap.driver_version, cfg))
+        .collect();
+    let mut out = Vec::with_capacity(DEVICE_FAMILIES.len() + PROF_FAMILIES.len());
+    for (name, kind, help, extract) in DEVICE_FAMILIES {
+        let mut mf = family(name, help, *kind);
+        for (g, l) in snap.gpus.iter().zip(&labels) {
+            if let Some(v) = extract(g) {
+                push(&mut mf, l.clone(), v);
+            }
+        }
+        if !mf.get_metric().is_empty() {
+            out.push(mf);
+        }
+    }
+    for (name, help, extract) in PROF_FAMILIES {
+        let mut mf = family(name, help, MetricType::GAUGE);
+        for (g, l) in snap.gpus.iter().zip(&labels) {
+            if let Some(v) = g.prof.as_ref().and_then(extract) {
+                push(&mut mf, l.clone(), v);
+            }
+        }
+        if !mf.get_metric().is_empty() {
+            out.push(mf);
+        }
+    }
+    out
+}
+
+/// The pod-label triple of a process: empty strings for processes outside any pod, so the
+/// per-GPU sum over containers equals the sum over processes.
+fn owner_labels(p: &ProcessSample) -> (&str, &str, &str) {
+    match &p.owner {
+        Owner::Pod(r) => (&r.namespace, &r.pod, &r.container),
+        _ => ("", "", ""),
+    }
+}
+
+/// gpu-warden's per-container families (and the optional per-process one).
+pub fn container_families(snap: &Snapshot, cfg: &MetricsConfig) -> Vec<MetricFamily> {
+    // (gpu index, namespace, pod, container) → (bytes, Option<util sum>)
+    let mut per: BTreeMap<(u32, &str, &str, &str), (u64, Option<f64>)> = BTreeMap::new();
+    for p in &snap.processes {
+        let (ns, pod, ctr) = owner_labels(p);
+        let e = per.entry((p.gpu, ns, pod, ctr)).or_insert((0, None));
+        e.0 += p.used_bytes.unwrap_or(0);
+        if let Some(u) = p.sm_util {
+            e.1 = Some(e.1.unwrap_or(0.0) + u);
+        }
+    }
+    let uuid_of = |gpu: u32| snap.gpu(gpu).map_or("", |g| g.id.uuid.as_str());
+    let base = |gpu: u32, ns: &str, pod: &str, ctr: &str| {
+        vec![
+            label("gpu", &gpu.to_string()),
+            label("UUID", uuid_of(gpu)),
+            label("namespace", ns),
+            label("pod", pod),
+            label("container", ctr),
+        ]
+    };
+    let mut mem = family(
+        "gpu_warden_container_gpu_memory_used_bytes",
+        "GPU memory held by the container's processes on this GPU, in bytes. Processes outside any pod have empty pod labels.",
+        MetricType::GAUGE,
+    );
+    let mut util = family(
+        "gpu_warden_container_gpu_sm_utilization_ratio",
+        "Share of the GPU's SM time used by the container's processes over the last sampling window (0..1).",
+        MetricType::GAUGE,
+    );
+    for ((gpu, ns, pod, ctr), (bytes, u)) in &per {
+        push(&mut mem, base(*gpu, ns, pod, ctr), *bytes as f64);
+        if let Some(u) = u {
+            push(&mut util, base(*gpu, ns, pod, ctr), u.min(1.0));
+        }
+    }
+    let mut out = Vec::new();
+    if cfg.per_process {
+        let mut pm = family(
+            "gpu_warden_process_gpu_memory_used_bytes",
+            "GPU memory held by one process on this GPU, in bytes.",
+            MetricType::GAUGE,
+        );
+        for p in &snap.processes {
+            let (ns, pod, ctr) = owner_labels(p);
+            if let Some(b) = p.used_bytes {
+                let mut l = base(p.gpu, ns, pod, ctr);
+                l.push(label("pid", &p.pid.to_string()));
+                l.push(label("process_name", &p.name));
+                push(&mut pm, l, b as f64);
+            }
+        }
+        if !pm.get_metric().is_empty() {
+            out.push(pm);
+        }
+    }
+    for mf in [mem, util] {
+        if !mf.get_metric().is_empty() {
+            out.push(mf);
+        }
+    }
+    out
+}
+
+/// `gpu_warden_gpu_memory_pressure{gpu,UUID}`: 0 none, 1 soft, 2 hard.
+pub fn pressure_family(
+    snap: &Snapshot,
+    pressure_of: impl Fn(u32) -> Option<u8>,
+) -> Option<MetricFamily> {
+    let mut mf = family(
+        "gpu_warden_gpu_memory_pressure",
+        "GPU memory pressure as the OOM guard sees it: 0 none, 1 soft (below the soft threshold), 2 hard.",
+        MetricType::GAUGE,
+    );
+    for g in &snap.gpus {
+        if let Some(p) = pressure_of(g.id.index) {
+            push(
+                &mut mf,
+                vec![
+                    label("gpu", &g.id.index.to_string()),
+                    label("UUID", &g.id.uuid),
+                ],
+                f64::from(p),
+            );
+        }
+    }
+    (!mf.get_metric().is_empty()).then_some(mf)
+}
+
+/// Writes families in the Prometheus text format 0.0.4 (the crate's encoder escapes
+/// label values, which carry hostile process and pod names).
+pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) -> Result<(), prometheus::Error> {
+    use prometheus::Encoder;
+    prometheus::TextEncoder::new().encode(families, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{GpuHealth, GpuIdentity, MemoryInfo, PodRef};
+    use std::time::{Duration, SystemTime};
+
+    fn gpu(index: u32) -> GpuSample {
+        let mut g = GpuSample::empty(
+            GpuIdentity {
+                index,
+                uuid: format!("GPU-{index}"),
+                pci_bus_id: format!("00000000:0{index}:00.0"),
+                device: format!("nvidia{index}"),
+                model: "NVIDIA H200".into(),
+            },
+            GpuHealth::Ok,
+        );
+        g.memory = Some(MemoryInfo {
+            total: 1000 * MIB,
+            used: 300 * MIB + 5,
+            free: 600 * MIB,
+            reserved: 100 * MIB,
+        });
+        g.power_mw = Some(123_456);
+        g
+    }
+
+    fn proc(pid: u32, gpu: u32, mib: u64, owner: Owner) -> ProcessSample {
+        ProcessSample {
+            pid,
+            gpu,
+            used_bytes: Some(mib * MIB),
+            sm_util: Some(0.25),
+            name: "py\"th\\on\n".into(),
+            owner,
+        }
+    }
+
+    fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
+        Snapshot {
+            seq: 1,
+            at: Duration::ZERO,
+            wall: SystemTime::UNIX_EPOCH,
+            driver_version: "580.1".into(),
+            gpus,
+            processes,
+            errors: vec![],
+        }
+    }
+
+    fn text(families: &[MetricFamily]) -> String {
+        let mut out = Vec::new();
+        encode(families, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn cfg() -> MetricsConfig {
+        MetricsConfig {
+            hostname: "node-1".into(),
+            ..MetricsConfig::default()
+        }
+    }
+
+    #[test]
+    fn device_labels_keep_dcgm_order_and_units() {
+        let t = text(&device_families(&snap(vec![gpu(0)], vec![]), &cfg()));
+        assert!(t.contains("DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:00:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H200\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"580.1\"} 300\n"), "{t}");
+        assert!(
+            t.contains("DCGM_FI_DEV_POWER_USAGE{") && t.contains("} 123.456\n"),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE DCGM_FI_DEV_FB_FREE gauge"));
+    }
+
+    #[test]
+    fn unsupported_fields_have_no_series() {
+        let t = text(&device_families(&snap(vec![gpu(0)], vec![]), &cfg()));
+        assert!(!t.contains("DCGM_FI_DEV_GPU_TEMP"), "{t}");
+        assert!(!t.contains("DCGM_FI_DEV_XID_ERRORS"), "{t}");
+    }
+
+    #[test]
+    fn hostname_label_is_configurable() {
+        let mut c = cfg();
+        c.hostname_label = HostnameLabel::Lower;
+        let t = text(&device_families(&snap(vec![gpu(0)], vec![]), &c));
+        assert!(t.contains(",hostname=\"node-1\","), "{t}");
+        c.hostname_label = HostnameLabel::Off;
+        let t = text(&device_families(&snap(vec![gpu(0)], vec![]), &c));
+        assert!(!t.to_lowercase().contains("hostname="), "{t}");
+    }
+
+    #[test]
+    fn containers_sum_processes_and_host_processes_have_empty_labels() {
+        let pod = |name: &str| {
+            Owner::Pod(PodRef {
+                namespace: "ci".into(),
+                pod: name.into(),
+                container: "build".into(),
+                uid: "u".into(),
+            })
+        };
+        let s = snap(
+            vec![gpu(0)],
+            vec![
+                proc(1, 0, 100, pod("a")),
+                proc(2, 0, 50, pod("a")),
+                proc(3, 0, 10, Owner::Host),
+            ],
+        );
+        let t = text(&container_families(&s, &cfg()));
+        assert!(t.contains("gpu_warden_container_gpu_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",namespace=\"ci\",pod=\"a\",container=\"build\"} 157286400\n"), "{t}");
+        assert!(t.contains("gpu_warden_container_gpu_memory_used_bytes{gpu=\"0\",UUID=\"GPU-0\",namespace=\"\",pod=\"\",container=\"\"} 10485760\n"), "{t}");
+        assert!(t.contains("gpu_warden_container_gpu_sm_utilization_ratio{gpu=\"0\",UUID=\"GPU-0\",namespace=\"ci\",pod=\"a\",container=\"build\"} 0.5\n"), "{t}");
+    }
+
+    #[test]
+    fn hostile_names_are_escaped() {
+        let mut c = cfg();
+        c.per_process = true;
+        let s = snap(vec![gpu(0)], vec![proc(7, 0, 1, Owner::Host)]);
+        let t = text(&container_families(&s, &c));
+        assert!(t.contains("process_name=\"py\\\"th\\\\on\\n\""), "{t}");
+        assert_eq!(t.lines().filter(|l| l.contains("pid=\"7\"")).count(), 1);
+    }
+
+    #[test]
+    fn pressure_family_skips_unknown_gpus() {
+        let s = snap(vec![gpu(0), gpu(1)], vec![]);
+        let mf = pressure_family(&s, |i| (i == 1).then_some(2)).unwrap();
+        let t = text(&[mf]);
+        assert!(
+            t.contains("gpu_warden_gpu_memory_pressure{gpu=\"1\",UUID=\"GPU-1\"} 2\n"),
+            "{t}"
+        );
+        assert!(!t.contains("gpu=\"0\""));
+        assert!(pressure_family(&s, |_| None).is_none());
+    }
+}

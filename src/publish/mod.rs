@@ -1,0 +1,7 @@
+//! Everything that leaves the agent: metric families and their exposition, the HTTP
+//! server, and (later) the Node annotations.
+
+pub mod http;
+pub mod metrics;
+pub mod self_metrics;
+pub mod state;

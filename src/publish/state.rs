@@ -1,0 +1,39 @@
+//! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
+//! from it, and the guard's view for `/state`.
+
+use crate::snapshot::Snapshot;
+use bytes::Bytes;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One publication, immutable once built; readers hold an `Arc` of it.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub snapshot: Arc<Snapshot>,
+    /// The Prometheus text exposition, rendered once for all scrapes of this poll.
+    pub metrics: Bytes,
+    /// Monotonic time at which it was published (for `/healthz`).
+    pub published_at: Duration,
+    /// The guard's per-GPU state and recent decisions (JSON), or `null` when it is off.
+    pub guard: serde_json::Value,
+}
+
+#[derive(Serialize)]
+struct StateView<'a> {
+    snapshot: &'a Snapshot,
+    guard: &'a serde_json::Value,
+}
+
+impl Published {
+    /// The `/state` document.
+    pub fn state_json(&self) -> Vec<u8> {
+        let view = StateView {
+            snapshot: &self.snapshot,
+            guard: &self.guard,
+        };
+        // Serialising plain data into a Vec cannot fail; an empty object is a safe answer
+        // should a future field ever refuse.
+        serde_json::to_vec_pretty(&view).unwrap_or_else(|_| b"{}".to_vec())
+    }
+}

@@ -1,0 +1,561 @@
+//! The simulated backend's scenario format: GPUs, processes whose VRAM follows a
+//! trajectory, and injected faults. Parsing and validation only; `sim.rs` plays it.
+//! The format is documented for users in `docs/scenarios.md`.
+
+use super::Field;
+use serde::{Deserialize, Deserializer};
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+/// A scenario file that could not be used, with the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Reported as the `DCGM_FI_DRIVER_VERSION` label.
+    #[serde(default = "default_driver_version")]
+    pub driver_version: String,
+    /// When set, process trajectories and lifetimes repeat with this period, so a demo
+    /// keeps showing its story; counters (energy) keep growing.
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub repeat_every: Option<Duration>,
+    pub gpus: Vec<GpuSpec>,
+    #[serde(default)]
+    pub processes: Vec<ProcessSpec>,
+    #[serde(default)]
+    pub faults: Vec<FaultSpec>,
+}
+
+fn default_driver_version() -> String {
+    "580.95.05".to_string()
+}
+
+/// One GPU model entry; `count` expands it to several identical GPUs.
+/// A reading left out is reported as unsupported by that GPU (no series).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    #[serde(default = "one")]
+    pub count: u32,
+    pub model: String,
+    /// Total framebuffer, MiB.
+    pub memory_mib: u64,
+    /// Held by driver and firmware, never allocatable, MiB.
+    #[serde(default)]
+    pub reserved_mib: u64,
+    /// Used outside any listed process (contexts, the display), MiB.
+    #[serde(default)]
+    pub base_used_mib: u64,
+    /// Only with `count: 1`; otherwise generated deterministically.
+    pub uuid: Option<String>,
+    /// Only with `count: 1`; otherwise `00000000:<0x10+index>:00.0`.
+    pub pci_bus_id: Option<String>,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub gpu_temp_c: Option<u32>,
+    pub memory_temp_c: Option<u32>,
+    pub power_w: Option<f64>,
+    /// Energy counter at time zero, mJ; it grows with `power_w`.
+    #[serde(default)]
+    pub energy_start_mj: u64,
+    /// When left out it is derived from the processes' `sm_util` (capped at 100).
+    pub gpu_util_pct: Option<u32>,
+    pub mem_copy_util_pct: Option<u32>,
+    pub enc_util_pct: Option<u32>,
+    pub dec_util_pct: Option<u32>,
+    pub pcie_replays: Option<u64>,
+    pub remapped_rows: Option<RemappedRowsSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Row-remapping counters of an HBM GPU.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RemappedRowsSpec {
+    #[serde(default)]
+    pub correctable: u64,
+    #[serde(default)]
+    pub uncorrectable: u64,
+    #[serde(default)]
+    pub pending: bool,
+    #[serde(default)]
+    pub failure: bool,
+}
+
+/// A process on one GPU.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSpec {
+    pub pid: u32,
+    /// Index of the GPU (after `count` expansion).
+    pub gpu: u32,
+    #[serde(default = "default_process_name")]
+    pub name: String,
+    pub memory: Trajectory,
+    /// Share of SM time, 0..1.
+    pub sm_util: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub start: Duration,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub stop: Option<Duration>,
+    /// The pod and container this process runs in (used by attribution tests and demos).
+    pub pod: Option<PodPlacement>,
+}
+
+fn default_process_name() -> String {
+    "python".to_string()
+}
+
+/// Where a simulated process lives in Kubernetes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PodPlacement {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default = "default_container")]
+    pub container: String,
+    /// Pod UID; generated from namespace/name when left out.
+    pub uid: Option<String>,
+    /// 64-hex container ID; generated when left out.
+    pub container_id: Option<String>,
+}
+
+fn default_container() -> String {
+    "main".to_string()
+}
+
+/// How a process's VRAM (MiB) moves over time since its start. Written as a map with
+/// exactly one key: `{constant: 4096}`, `{linear: {from, per_second, max}}` or `{steps: [...]}`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(try_from = "TrajectoryRepr")]
+pub enum Trajectory {
+    /// Holds this many MiB.
+    Constant(u64),
+    /// Starts at `from` MiB and grows `per_second` MiB/s up to `max` MiB.
+    Linear {
+        from: u64,
+        per_second: f64,
+        max: Option<u64>,
+    },
+    /// Jumps to `mib` at each `at` (time since the process started).
+    Steps(Vec<Step>),
+}
+
+/// The on-disk shape of a trajectory. YAML libraries spell enums as tags (`!constant 1`),
+/// which nobody writes by hand; a one-key map reads naturally and errors can name the key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrajectoryRepr {
+    constant: Option<u64>,
+    linear: Option<LinearRepr>,
+    steps: Option<Vec<Step>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinearRepr {
+    from: u64,
+    per_second: f64,
+    max: Option<u64>,
+}
+
+impl TryFrom<TrajectoryRepr> for Trajectory {
+    type Error = String;
+    fn try_from(r: TrajectoryRepr) -> Result<Self, String> {
+        match (r.constant, r.linear, r.steps) {
+            (Some(c), None, None) => Ok(Trajectory::Constant(c)),
+            (None, Some(l), None) => Ok(Trajectory::Linear {
+                from: l.from,
+                per_second: l.per_second,
+                max: l.max,
+            }),
+            (None, None, Some(s)) => Ok(Trajectory::Steps(s)),
+            _ => Err("memory needs exactly one of `constant`, `linear` or `steps`".into()),
+        }
+    }
+}
+
+/// One step of a stepped trajectory.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    #[serde(deserialize_with = "de_duration")]
+    pub at: Duration,
+    pub mib: u64,
+}
+
+impl Trajectory {
+    /// Desired MiB at `t` since the process started.
+    pub fn mib_at(&self, t: Duration) -> u64 {
+        match self {
+            Trajectory::Constant(m) => *m,
+            Trajectory::Linear {
+                from,
+                per_second,
+                max,
+            } => {
+                let grown = (*from as f64 + per_second * t.as_secs_f64()).max(0.0) as u64;
+                max.map_or(grown, |m| grown.min(m))
+            }
+            Trajectory::Steps(steps) => steps
+                .iter()
+                .take_while(|s| s.at <= t)
+                .last()
+                .map_or(0, |s| s.mib),
+        }
+    }
+}
+
+/// An injected fault.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FaultSpec {
+    /// The GPU answers `NotSupported` for this field, always.
+    Unsupported { gpu: u32, field: String },
+    /// Calls for this field fail from `from` until `until` (forever if left out).
+    Error {
+        gpu: u32,
+        field: String,
+        #[serde(default, deserialize_with = "de_duration")]
+        from: Duration,
+        #[serde(default, deserialize_with = "de_opt_duration")]
+        until: Option<Duration>,
+    },
+    /// The GPU falls off the bus at `at` and never comes back.
+    Lost {
+        gpu: u32,
+        #[serde(deserialize_with = "de_duration")]
+        at: Duration,
+    },
+    /// An XID error with this value is raised at `at`.
+    Xid {
+        gpu: u32,
+        #[serde(deserialize_with = "de_duration")]
+        at: Duration,
+        value: u64,
+    },
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) => parse_duration(&s)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parses a duration like `10s`, `250ms`, `2m`, or `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. \"500ms\", \"10s\", \"2m\""))
+}
+
+impl Scenario {
+    /// Reads, parses and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Scenario::parse(&text, &shown)
+    }
+
+    /// Parses and validates scenario text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
+        let sc: Scenario = serde_yaml_ng::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        sc.validate(path)?;
+        Ok(sc)
+    }
+
+    /// Number of GPUs after `count` expansion.
+    pub fn gpu_count(&self) -> u32 {
+        self.gpus.iter().map(|g| g.count).sum()
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ScenarioError> {
+        let bad = |field: String, message: String| ScenarioError::Invalid {
+            path: path.to_string(),
+            field,
+            message,
+        };
+        if self.gpus.is_empty() {
+            return Err(bad("gpus".into(), "at least one GPU is required".into()));
+        }
+        let total = self.gpu_count();
+        if total > 64 {
+            return Err(bad(
+                "gpus".into(),
+                format!("{total} GPUs; at most 64 are supported"),
+            ));
+        }
+        for (i, g) in self.gpus.iter().enumerate() {
+            let f = |name: &str| format!("gpus[{i}].{name}");
+            if g.count == 0 {
+                return Err(bad(f("count"), "must be at least 1".into()));
+            }
+            if g.count > 1 && (g.uuid.is_some() || g.pci_bus_id.is_some()) {
+                return Err(bad(
+                    f("uuid"),
+                    "uuid and pci_bus_id can only be given with count: 1".into(),
+                ));
+            }
+            if g.memory_mib == 0 {
+                return Err(bad(f("memory_mib"), "must be above 0".into()));
+            }
+            if g.reserved_mib + g.base_used_mib >= g.memory_mib {
+                return Err(bad(
+                    f("reserved_mib"),
+                    "reserved_mib + base_used_mib must be below memory_mib".into(),
+                ));
+            }
+            for (name, v) in [
+                ("gpu_util_pct", g.gpu_util_pct),
+                ("mem_copy_util_pct", g.mem_copy_util_pct),
+                ("enc_util_pct", g.enc_util_pct),
+                ("dec_util_pct", g.dec_util_pct),
+            ] {
+                if v.is_some_and(|v| v > 100) {
+                    return Err(bad(f(name), "a percentage must be 0..100".into()));
+                }
+            }
+            if g.power_w.is_some_and(|p| !(0.0..=10_000.0).contains(&p)) {
+                return Err(bad(f("power_w"), "must be 0..10000 W".into()));
+            }
+            if let Some(u) = &g.uuid {
+                if !u.starts_with("GPU-") {
+                    return Err(bad(f("uuid"), "must start with \"GPU-\"".into()));
+                }
+            }
+        }
+        let mut pids = HashSet::new();
+        for (i, p) in self.processes.iter().enumerate() {
+            let f = |name: &str| format!("processes[{i}].{name}");
+            if p.gpu >= total {
+                return Err(bad(
+                    f("gpu"),
+                    format!("GPU {} does not exist (the scenario has {total})", p.gpu),
+                ));
+            }
+            if p.pid == 0 {
+                return Err(bad(f("pid"), "must be above 0".into()));
+            }
+            if !pids.insert((p.pid, p.gpu)) {
+                return Err(bad(
+                    f("pid"),
+                    format!("pid {} is listed twice on GPU {}", p.pid, p.gpu),
+                ));
+            }
+            if p.sm_util.is_some_and(|u| !(0.0..=1.0).contains(&u)) {
+                return Err(bad(f("sm_util"), "must be a ratio 0..1".into()));
+            }
+            if p.stop.is_some_and(|s| s <= p.start) {
+                return Err(bad(f("stop"), "must be after start".into()));
+            }
+            match &p.memory {
+                Trajectory::Linear { per_second, .. } if !per_second.is_finite() => {
+                    return Err(bad(f("memory.linear.per_second"), "must be finite".into()));
+                }
+                Trajectory::Steps(steps) => {
+                    if steps.is_empty() {
+                        return Err(bad(f("memory.steps"), "needs at least one step".into()));
+                    }
+                    if steps.windows(2).any(|w| w[1].at < w[0].at) {
+                        return Err(bad(f("memory.steps"), "steps must be in time order".into()));
+                    }
+                }
+                _ => {}
+            }
+            if let Some(pod) = &p.pod {
+                if let Some(cid) = &pod.container_id {
+                    if cid.len() != 64 || !cid.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(bad(
+                            f("pod.container_id"),
+                            "must be 64 hex characters".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        for (i, fault) in self.faults.iter().enumerate() {
+            let (gpu, field) = match fault {
+                FaultSpec::Unsupported { gpu, field } | FaultSpec::Error { gpu, field, .. } => {
+                    (*gpu, Some(field))
+                }
+                FaultSpec::Lost { gpu, .. } | FaultSpec::Xid { gpu, .. } => (*gpu, None),
+            };
+            if gpu >= total {
+                return Err(bad(
+                    format!("faults[{i}].gpu"),
+                    format!("GPU {gpu} does not exist (the scenario has {total})"),
+                ));
+            }
+            if let Some(name) = field {
+                if Field::parse(name).is_none() {
+                    let allowed: Vec<&str> = Field::ALL.iter().map(|f| f.as_str()).collect();
+                    return Err(bad(
+                        format!("faults[{i}].field"),
+                        format!("unknown field {name:?}; one of {}", allowed.join(", ")),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "gpus:\n  - model: NVIDIA A10G\n    memory_mib: 23028\n";
+
+    fn err(text: &str) -> String {
+        match Scenario::parse(text, "t.yaml") {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn minimal_scenario_parses_with_defaults() {
+        let sc = Scenario::parse(MINIMAL, "t.yaml").unwrap();
+        assert_eq!(sc.gpu_count(), 1);
+        assert_eq!(sc.gpus[0].count, 1);
+        assert!(sc.processes.is_empty());
+        assert_eq!(sc.driver_version, "580.95.05");
+    }
+
+    #[test]
+    fn trajectories_evaluate() {
+        let lin = Trajectory::Linear {
+            from: 100,
+            per_second: 50.0,
+            max: Some(300),
+        };
+        assert_eq!(lin.mib_at(Duration::ZERO), 100);
+        assert_eq!(lin.mib_at(Duration::from_secs(2)), 200);
+        assert_eq!(lin.mib_at(Duration::from_secs(60)), 300);
+        let steps = Trajectory::Steps(vec![
+            Step {
+                at: Duration::from_secs(1),
+                mib: 10,
+            },
+            Step {
+                at: Duration::from_secs(5),
+                mib: 20,
+            },
+        ]);
+        assert_eq!(steps.mib_at(Duration::ZERO), 0);
+        assert_eq!(steps.mib_at(Duration::from_secs(1)), 10);
+        assert_eq!(steps.mib_at(Duration::from_secs(7)), 20);
+        assert_eq!(Trajectory::Constant(7).mib_at(Duration::from_secs(9)), 7);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = err("gpus:\n  - model: X\n    memory_mb: 10\n");
+        assert!(e.contains("memory_mb"), "{e}");
+        let e = err("gpu:\n  - model: X\n");
+        assert!(e.contains("gpu"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        let e = err("gpus:\n  - model: X\n    memory_mib: lots\n");
+        assert!(e.contains("memory_mib"), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_field() {
+        let cases = [
+            ("gpus: []\n", "gpus"),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    gpu_util_pct: 101\n",
+                "gpus[0].gpu_util_pct",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    count: 2\n    uuid: GPU-1\n",
+                "gpus[0].uuid",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 3\n    memory: {constant: 1}\n",
+                "processes[0].gpu",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 0\n    memory: {constant: 1}\n    sm_util: 2\n",
+                "processes[0].sm_util",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 0\n    memory: {constant: 1}\n    start: 5s\n    stop: 1s\n",
+                "processes[0].stop",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: unsupported, gpu: 0, field: warp_drive}\n",
+                "faults[0].field",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: lost, gpu: 4, at: 1s}\n",
+                "faults[0].gpu",
+            ),
+        ];
+        for (text, field) in cases {
+            let e = err(text);
+            assert!(e.contains(field), "{field} not in {e}");
+        }
+    }
+
+    #[test]
+    fn bad_durations_explain_the_format() {
+        let e = err("gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: lost, gpu: 0, at: soon}\n");
+        assert!(e.contains("invalid duration"), "{e}");
+    }
+
+    #[test]
+    fn shipped_examples_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "yaml") {
+                Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "expected the shipped example scenarios");
+    }
+}
