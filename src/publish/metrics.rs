@@ -270,10 +270,12 @@ fn owner_labels(p: &ProcessSample) -> (&str, &str, &str) {
     }
 }
 
+/// (gpu index, namespace, pod, container): one per-container series.
+type ContainerKey<'a> = (u32, &'a str, &'a str, &'a str);
+
 /// gpu-warden's per-container families (and the optional per-process one).
 pub fn container_families(snap: &Snapshot, cfg: &MetricsConfig) -> Vec<MetricFamily> {
-    // (gpu index, namespace, pod, container) → (bytes, Option<util sum>)
-    let mut per: BTreeMap<(u32, &str, &str, &str), (u64, Option<f64>)> = BTreeMap::new();
+    let mut per: BTreeMap<ContainerKey, (u64, Option<f64>)> = BTreeMap::new();
     for p in &snap.processes {
         let (ns, pod, ctr) = owner_labels(p);
         let e = per.entry((p.gpu, ns, pod, ctr)).or_insert((0, None));

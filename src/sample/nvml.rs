@@ -293,10 +293,10 @@ fn field_u64(samples: &[Result<FieldValueSample, NvmlError>], id: u32) -> Result
         Ok(SampleValue::F64(v)) if *v >= 0.0 => Ok(*v as u64),
         Ok(_) => Err(NvmlError::NotSupported),
         Err(NvmlError::NotSupported) => Err(NvmlError::NotSupported),
-        Err(e) => Err(NvmlError::Unknown).or_else(|_: NvmlError| {
+        Err(e) => {
             tracing::debug!(field = id, error = %e, "field value failed");
             Err(NvmlError::Unknown)
-        }),
+        }
     }
 }
 

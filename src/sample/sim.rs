@@ -215,7 +215,7 @@ impl SimSource {
         if t < p.start || p.stop.is_some_and(|s| t >= s) {
             return false;
         }
-        !self.handle.killed_at(p.pid).is_some_and(|k| now >= k)
+        self.handle.killed_at(p.pid).is_none_or(|k| now < k)
     }
 
     /// Processes alive on `gpu` with the MiB each holds. Memory goes to processes in the

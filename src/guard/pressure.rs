@@ -1,0 +1,209 @@
+//! Memory pressure of one GPU: the policy's thresholds resolved against that GPU's total,
+//! and the none/soft/hard classification that the metrics, the node annotation and the
+//! guard all share.
+
+use super::policy::Policy;
+use crate::snapshot::MIB;
+use serde::Serialize;
+use std::fmt;
+
+/// How close a GPU is to running out of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pressure {
+    /// Free memory is at or above the soft threshold (or unknown: no memory reading).
+    #[default]
+    None,
+    /// Free memory is below soft but at or above hard.
+    Soft,
+    /// Free memory is below hard.
+    Hard,
+}
+
+impl Pressure {
+    /// The value of `gpu_warden_gpu_memory_pressure`: 0 none, 1 soft, 2 hard.
+    pub fn as_metric(self) -> u8 {
+        match self {
+            Pressure::None => 0,
+            Pressure::Soft => 1,
+            Pressure::Hard => 2,
+        }
+    }
+
+    /// The spelling in the `gpu-warden.io/vram` annotation JSON and /state: `none|soft|hard`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pressure::None => "none",
+            Pressure::Soft => "soft",
+            Pressure::Hard => "hard",
+        }
+    }
+}
+
+impl fmt::Display for Pressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The policy's thresholds in bytes for one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Levels {
+    /// Free below this is hard pressure.
+    pub hard: u64,
+    /// Free below this is soft pressure. With mixed units it may resolve at or below
+    /// `hard`; the GPU then has no soft band.
+    pub soft: u64,
+    /// Free memory a decision aims to restore: `max(soft, hard) + reclaimMargin`.
+    pub target: u64,
+}
+
+impl Levels {
+    /// Resolves the policy against a GPU of `total` bytes. Fails when an absolute threshold
+    /// does not fit the GPU (e.g. `hard: 32Gi` on a 24 GiB A10G in a mixed node group):
+    /// such a GPU would be under pressure forever and lose every pod, so the guard reports
+    /// it instead of acting on it.
+    pub fn resolve(policy: &Policy, total: u64) -> Result<Levels, String> {
+        let hard = policy.hard.resolve(total);
+        let soft = policy.soft.resolve(total);
+        let target = hard
+            .max(soft)
+            .saturating_add(policy.reclaim_margin.resolve(total));
+        let gib = total as f64 / (1024.0 * MIB as f64);
+        if hard >= total {
+            return Err(format!(
+                "threshold `hard` ({}) is not below this GPU's total ({gib:.1} GiB)",
+                policy.hard
+            ));
+        }
+        if soft >= total {
+            return Err(format!(
+                "threshold `soft` ({}) is not below this GPU's total ({gib:.1} GiB)",
+                policy.soft
+            ));
+        }
+        if target >= total {
+            return Err(format!(
+                "`soft` ({}) plus `reclaimMargin` ({}) is not below this GPU's total ({gib:.1} GiB)",
+                policy.soft, policy.reclaim_margin
+            ));
+        }
+        Ok(Levels { hard, soft, target })
+    }
+
+    /// The pressure at this much free memory.
+    pub fn classify(&self, free: u64) -> Pressure {
+        if free < self.hard {
+            Pressure::Hard
+        } else if free < self.soft {
+            Pressure::Soft
+        } else {
+            Pressure::None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::policy::Threshold;
+
+    #[test]
+    fn spellings() {
+        let table = [
+            (Pressure::None, 0, "none"),
+            (Pressure::Soft, 1, "soft"),
+            (Pressure::Hard, 2, "hard"),
+        ];
+        for (p, m, s) in table {
+            assert_eq!(p.as_metric(), m);
+            assert_eq!(p.as_str(), s);
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{s}\""));
+        }
+        assert!(Pressure::Hard > Pressure::Soft && Pressure::Soft > Pressure::None);
+    }
+
+    /// Free MiB on a 10000 MiB GPU against the default 5% / 10% policy, and against MiB thresholds.
+    #[test]
+    fn classification_table() {
+        let total = 10_000 * MIB;
+        let pct = Levels::resolve(&Policy::default(), total).unwrap();
+        let mib = Levels::resolve(
+            &Policy {
+                hard: Threshold::mib(1024),
+                soft: Threshold::mib(2048),
+                reclaim_margin: Threshold::mib(256),
+                ..Policy::default()
+            },
+            total,
+        )
+        .unwrap();
+        assert_eq!(pct.target, 1200 * MIB);
+        assert_eq!(mib.target, 2304 * MIB);
+        let rows: &[(u64, Pressure, Pressure)] = &[
+            // free MiB, with %, with MiB
+            (5000, Pressure::None, Pressure::None),
+            (1000, Pressure::None, Pressure::Hard),
+            (999, Pressure::Soft, Pressure::Hard),
+            (2048, Pressure::None, Pressure::None),
+            (2047, Pressure::None, Pressure::Soft),
+            (1024, Pressure::None, Pressure::Soft),
+            (1023, Pressure::None, Pressure::Hard),
+            (500, Pressure::Soft, Pressure::Hard),
+            (499, Pressure::Hard, Pressure::Hard),
+            (0, Pressure::Hard, Pressure::Hard),
+        ];
+        for &(free, want_pct, want_mib) in rows {
+            assert_eq!(pct.classify(free * MIB), want_pct, "{free} MiB free, %");
+            assert_eq!(mib.classify(free * MIB), want_mib, "{free} MiB free, MiB");
+        }
+    }
+
+    #[test]
+    fn mixed_units_with_hard_above_soft_have_no_soft_band() {
+        let p = Policy {
+            hard: Threshold::mib(2048),
+            soft: Threshold::Percent(10.0),
+            ..Policy::default()
+        };
+        // 10% of 10000 MiB is 1000 MiB, below hard's 2048 MiB.
+        let l = Levels::resolve(&p, 10_000 * MIB).unwrap();
+        assert_eq!(l.classify(1500 * MIB), Pressure::Hard);
+        assert_eq!(l.classify(2048 * MIB), Pressure::None);
+        assert_eq!(l.target, 2248 * MIB);
+    }
+
+    #[test]
+    fn absolute_thresholds_that_do_not_fit_the_gpu_are_refused() {
+        let total = 24 * 1024 * MIB;
+        let cases = [
+            (
+                Threshold::mib(32 * 1024),
+                Threshold::mib(40 * 1024),
+                "`hard` (32Gi)",
+            ),
+            (
+                Threshold::Percent(5.0),
+                Threshold::mib(24 * 1024),
+                "`soft` (24Gi)",
+            ),
+        ];
+        for (hard, soft, needle) in cases {
+            let p = Policy {
+                hard,
+                soft,
+                ..Policy::default()
+            };
+            let e = Levels::resolve(&p, total).unwrap_err();
+            assert!(e.contains(needle) && e.contains("24.0 GiB"), "{e}");
+        }
+        let p = Policy {
+            soft: Threshold::mib(23 * 1024),
+            reclaim_margin: Threshold::mib(1024),
+            ..Policy::default()
+        };
+        assert!(Levels::resolve(&p, total)
+            .unwrap_err()
+            .contains("reclaimMargin"));
+    }
+}

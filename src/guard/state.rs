@@ -1,0 +1,1634 @@
+//! The guard's decision state machine: per GPU, pressure and its history, when to act,
+//! whom the plan takes, and the one-decision-at-a-time, cooldown and rate-limit rules of
+//! DESIGN §3.5. Pure: the shells hand it snapshots, pod views, fast memory readings,
+//! eviction outcomes and the injected clock's monotonic time, and act on the
+//! [`Decision`]s it returns.
+//!
+//! Per GPU the phases are:
+//! - `watching`: may decide as soon as a trigger fires;
+//! - `evicting` (enforce mode): a decision is out, outcomes are being recorded;
+//! - `cooldown`: the decision is done; no new one until every PID of the evicted (dry-run:
+//!   planned) victims has left the GPU's process list, or `cooldownTimeout` has passed;
+//! - `rate_limited`: the last decision was allowed no eviction; waits for budget.
+
+use super::policy::{Mode, Policy};
+use super::pressure::{Levels, Pressure};
+use super::rank::{self, fmt_bytes, Excluded, Victim};
+use super::trend::Trend;
+use crate::pod::PodInfo;
+use crate::snapshot::{GpuHealth, MemoryInfo, ProcessSample, Snapshot};
+use serde::{Serialize, Serializer};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+/// Which rule made the guard act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Free memory fell below `hard`.
+    Hard,
+    /// Free memory stayed below `soft` for the whole `grace` period.
+    SoftGrace,
+    /// Free memory is below `soft` and the trend projects the GPU full within `horizon`.
+    SoftTrend,
+}
+
+impl Trigger {
+    /// Spelling for logs and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Hard => "hard",
+            Trigger::SoftGrace => "soft_grace",
+            Trigger::SoftTrend => "soft_trend",
+        }
+    }
+}
+
+/// What became of one eviction attempt, as the enforcer reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", content = "detail", rename_all = "snake_case")]
+pub enum EvictionOutcome {
+    /// The Eviction API accepted it (201).
+    Evicted,
+    /// 404: the pod was already gone; its memory is going away all the same.
+    AlreadyGone,
+    /// 429: a PodDisruptionBudget forbids it now. The pod is skipped for `cooldownTimeout`.
+    Blocked(String),
+    /// Any other failure (500, timeout). The pod is skipped for `cooldownTimeout`.
+    Failed(String),
+}
+
+impl EvictionOutcome {
+    /// The `result` label of `gpu_warden_evictions_total`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EvictionOutcome::Evicted => "evicted",
+            EvictionOutcome::AlreadyGone => "already_gone",
+            EvictionOutcome::Blocked(_) => "blocked",
+            EvictionOutcome::Failed(_) => "failed",
+        }
+    }
+
+    /// Whether the pod is (or is about to be) gone, so its memory counts as reclaimed.
+    pub fn reclaims(&self) -> bool {
+        matches!(
+            self,
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
+        )
+    }
+}
+
+/// One decision to reclaim memory on one GPU.
+///
+/// The enforcer walks `candidates` in order, skipping any whose eviction is blocked or
+/// fails, and stops as soon as [`Decision::done`] says so: when the pods it has evicted
+/// reclaim `reclaim_target_bytes`, or when it has evicted `max_evictions` pods (the
+/// rate limit's allowance). Every attempt is reported with [`Guard::record_outcome`].
+/// In dry-run mode it evicts nothing and reports nothing; the plan is the first `planned`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Unique per guard, increasing.
+    pub id: u64,
+    /// NVML index of the GPU.
+    pub gpu: u32,
+    /// UUID of the GPU.
+    pub uuid: String,
+    /// Monotonic time of the decision (seconds in JSON).
+    #[serde(serialize_with = "ser_secs")]
+    pub at: Duration,
+    /// The mode it was made in (dry-run decisions are announced, never carried out).
+    pub mode: Mode,
+    /// The rule that fired.
+    pub trigger: Trigger,
+    /// Pressure at the time.
+    pub pressure: Pressure,
+    /// Framebuffer total, bytes.
+    pub total: u64,
+    /// Framebuffer used, bytes.
+    pub used: u64,
+    /// Framebuffer free, bytes (NVML v2 `free`, which excludes `reserved`).
+    pub free: u64,
+    /// The thresholds resolved for this GPU.
+    pub levels: Levels,
+    /// Trend projection of the GPU filling up, when the trend had one.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub time_to_full: Option<Duration>,
+    /// Bytes to reclaim to bring free back to `levels.target` (soft + reclaim margin).
+    pub reclaim_target_bytes: u64,
+    /// Every eligible pod on the GPU, first to evict first.
+    pub candidates: Vec<Victim>,
+    /// The minimum-reclaim plan: the first `planned` candidates are the smallest prefix
+    /// whose use covers `reclaim_target_bytes` (all of them if none does), cut to the
+    /// rate limit's allowance.
+    pub planned: usize,
+    /// Most pods the enforcer may evict for this decision: the rate limit's allowance,
+    /// reserved for this decision while it is in flight so the global limit holds.
+    pub max_evictions: usize,
+    /// The plan was cut (possibly to nothing) by the global rate limit.
+    pub rate_limited: bool,
+    /// Pods on the GPU that may not be evicted, with the reason (for logs and /state).
+    pub excluded: Vec<Excluded>,
+    /// Memory held by processes outside any known pod: part of the pressure, not evictable.
+    pub other_bytes: u64,
+}
+
+impl Decision {
+    /// The victims the minimum-reclaim plan takes.
+    pub fn planned_victims(&self) -> &[Victim] {
+        self.candidates
+            .get(..self.planned)
+            .unwrap_or(&self.candidates)
+    }
+
+    /// Whether the candidates with these UIDs (evicted, or already gone) reclaim the
+    /// target. Unknown or repeated UIDs count once or not at all.
+    pub fn reclaimed_enough(&self, evicted_uids: &[&str]) -> bool {
+        let reclaimed: u64 = self
+            .candidates
+            .iter()
+            .filter(|v| evicted_uids.contains(&v.uid.as_str()))
+            .map(|v| v.use_bytes)
+            .sum();
+        reclaimed >= self.reclaim_target_bytes
+    }
+
+    /// Whether the enforcer should stop: the target is reclaimed or the allowance used.
+    pub fn done(&self, evicted_uids: &[&str]) -> bool {
+        let evicted = self
+            .candidates
+            .iter()
+            .filter(|v| evicted_uids.contains(&v.uid.as_str()))
+            .count();
+        self.reclaimed_enough(evicted_uids) || evicted >= self.max_evictions
+    }
+
+    /// One line for logs and the Node Event.
+    pub fn summary(&self) -> String {
+        let limit = if self.rate_limited {
+            format!(" (cut by the rate limit to {})", self.planned)
+        } else {
+            String::new()
+        };
+        let names: Vec<String> = self
+            .planned_victims()
+            .iter()
+            .map(|v| format!("{}/{}", v.namespace, v.name))
+            .collect();
+        format!(
+            "GPU {} ({}): {} of {} used, {} free, {} pressure ({}); plan: evict {} of {} candidates{limit} [{}] to reclaim {}",
+            self.gpu,
+            self.uuid,
+            fmt_bytes(self.used),
+            fmt_bytes(self.total),
+            fmt_bytes(self.free),
+            self.pressure,
+            self.trigger.as_str(),
+            self.planned,
+            self.candidates.len(),
+            names.join(", "),
+            fmt_bytes(self.reclaim_target_bytes)
+        )
+    }
+}
+
+/// Where one GPU stands in the state machine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum GpuPhase {
+    /// May decide at the next trigger.
+    Watching,
+    /// A decision is out and its outcomes are arriving (enforce mode).
+    Evicting {
+        /// The decision in flight.
+        decision_id: u64,
+        /// Outcomes so far, by pod UID.
+        outcomes: BTreeMap<String, EvictionOutcome>,
+        /// When the decision was made or the last outcome arrived: if the enforcer goes
+        /// silent for `cooldownTimeout`, the decision is closed as it stands.
+        #[serde(serialize_with = "ser_secs")]
+        last_activity: Duration,
+    },
+    /// Waiting for the victims' processes to leave, or for `until`.
+    Cooldown {
+        /// The decision this cools down from.
+        decision_id: u64,
+        /// PIDs still expected to leave; empty means only the timeout ends it.
+        waiting_for_pids: Vec<u32>,
+        /// Monotonic deadline.
+        #[serde(serialize_with = "ser_secs")]
+        until: Duration,
+    },
+    /// The last decision was allowed no eviction; waits for rate-limit budget or for the
+    /// pressure to end.
+    RateLimited {
+        /// The rate-limited decision.
+        decision_id: u64,
+    },
+}
+
+/// The guard's view of one GPU, for /state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuGuardStatus {
+    /// NVML index.
+    pub index: u32,
+    /// GPU UUID.
+    pub uuid: String,
+    /// Current pressure.
+    pub pressure: Pressure,
+    /// Monotonic time the pressure took its current value.
+    #[serde(serialize_with = "ser_secs")]
+    pub pressure_since: Duration,
+    /// Monotonic time free memory went below soft, while it stays there.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub below_soft_since: Option<Duration>,
+    /// State-machine phase.
+    pub phase: GpuPhase,
+    /// Monotonic time the phase began.
+    #[serde(serialize_with = "ser_secs")]
+    pub phase_since: Duration,
+    /// Why the guard cannot decide for this GPU now, if it cannot.
+    pub inactive_reason: Option<String>,
+    /// Last memory figures.
+    pub memory: Option<MemoryInfo>,
+    /// Thresholds resolved for this GPU.
+    pub levels: Option<Levels>,
+    /// Memory growth, bytes per second, when the trend has a fit.
+    pub growth_bytes_per_second: Option<f64>,
+    /// Projected time until full at that growth.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub time_to_full: Option<Duration>,
+    /// The last decision made for this GPU.
+    pub last_decision: Option<Decision>,
+}
+
+/// A pod skipped because its eviction was refused or failed recently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusedPod {
+    /// Pod UID.
+    pub uid: String,
+    /// What the API server answered.
+    pub detail: String,
+    /// Monotonic time it becomes a candidate again.
+    #[serde(serialize_with = "ser_secs")]
+    pub until: Duration,
+}
+
+/// The guard's state for /state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GuardStatus {
+    /// The configured mode.
+    pub mode: Mode,
+    /// One entry per GPU of the last snapshot, by index.
+    pub gpus: Vec<GpuGuardStatus>,
+    /// Evictions recorded in the current rate-limit window.
+    pub evictions_in_window: usize,
+    /// Evictions a new decision could be allowed now.
+    pub evictions_allowed: usize,
+    /// Pods skipped after a refused or failed eviction.
+    pub refused: Vec<RefusedPod>,
+}
+
+#[derive(Debug, Clone)]
+struct GpuState {
+    uuid: String,
+    health: GpuHealth,
+    memory: Option<MemoryInfo>,
+    levels: Result<Levels, String>,
+    pressure: Pressure,
+    pressure_since: Duration,
+    below_soft_since: Option<Duration>,
+    trend: Trend,
+    phase: GpuPhase,
+    phase_since: Duration,
+    inactive_reason: Option<String>,
+    last_decision: Option<Decision>,
+}
+
+impl GpuState {
+    fn new(uuid: String, now: Duration) -> Self {
+        GpuState {
+            uuid,
+            health: GpuHealth::Ok,
+            memory: None,
+            levels: Err("no memory reading yet".into()),
+            pressure: Pressure::None,
+            pressure_since: now,
+            below_soft_since: None,
+            trend: Trend::default(),
+            phase: GpuPhase::Watching,
+            phase_since: now,
+            inactive_reason: None,
+            last_decision: None,
+        }
+    }
+
+    fn set_phase(&mut self, phase: GpuPhase, now: Duration) {
+        self.phase = phase;
+        self.phase_since = now;
+    }
+
+    /// Folds in a memory reading (or its absence) and recomputes pressure.
+    fn update_memory(&mut self, memory: Option<MemoryInfo>, policy: &Policy, now: Duration) {
+        self.memory = memory;
+        let pressure = match memory {
+            None => {
+                // Stale data: the trend would span a gap and grace continuity is unknown.
+                self.trend.clear();
+                self.levels = Err("no memory reading".into());
+                Pressure::None
+            }
+            Some(m) => {
+                self.trend.push(now, m.used);
+                self.levels = Levels::resolve(policy, m.total);
+                match &self.levels {
+                    // Free is NVML v2's `free`, which already excludes `reserved`:
+                    // total − used would overstate what CUDA can still allocate.
+                    Ok(l) => l.classify(m.free),
+                    Err(_) => Pressure::None,
+                }
+            }
+        };
+        if pressure != self.pressure {
+            self.pressure = pressure;
+            self.pressure_since = now;
+        }
+        if pressure == Pressure::None {
+            self.below_soft_since = None;
+        } else if self.below_soft_since.is_none() {
+            self.below_soft_since = Some(now);
+        }
+    }
+
+    fn reservation(&self) -> usize {
+        match (&self.phase, &self.last_decision) {
+            (
+                GpuPhase::Evicting {
+                    decision_id,
+                    outcomes,
+                    ..
+                },
+                Some(d),
+            ) if d.id == *decision_id => {
+                let evicted = outcomes.values().filter(|o| o.reclaims()).count();
+                d.max_evictions.saturating_sub(evicted)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The OOM guard's decision core. See the module documentation for the phases.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    policy: Policy,
+    gpus: BTreeMap<u32, GpuState>,
+    processes: Vec<ProcessSample>,
+    pods: HashMap<String, PodInfo>,
+    next_id: u64,
+    /// Times of recorded evictions inside the rate-limit window.
+    evictions: VecDeque<Duration>,
+    /// Pod UID → (monotonic expiry, API answer) for refused or failed evictions.
+    refused: HashMap<String, (Duration, String)>,
+}
+
+impl Guard {
+    /// A guard with no history. The policy is assumed valid ([`Policy::validate`]).
+    pub fn new(policy: Policy) -> Self {
+        Guard {
+            policy,
+            gpus: BTreeMap::new(),
+            processes: Vec::new(),
+            pods: HashMap::new(),
+            next_id: 1,
+            evictions: VecDeque::new(),
+            refused: HashMap::new(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Folds in a full poll (GPUs, processes) and the current pod view, and returns the
+    /// decisions it triggers (at most one per GPU).
+    pub fn observe(
+        &mut self,
+        snap: &Snapshot,
+        pods: &HashMap<String, PodInfo>,
+        now: Duration,
+    ) -> Vec<Decision> {
+        self.expire(now);
+        self.processes.clone_from(&snap.processes);
+        self.pods.clone_from(pods);
+        self.gpus
+            .retain(|index, _| snap.gpus.iter().any(|g| g.id.index == *index));
+        for g in &snap.gpus {
+            let st = self
+                .gpus
+                .entry(g.id.index)
+                .or_insert_with(|| GpuState::new(g.id.uuid.clone(), now));
+            st.uuid.clone_from(&g.id.uuid);
+            st.health = g.health.clone();
+            let memory = if g.health == GpuHealth::Ok {
+                g.memory
+            } else {
+                None
+            };
+            st.update_memory(memory, &self.policy, now);
+            // Only a full poll lists processes, so only it can end a cooldown early.
+            if let GpuPhase::Cooldown {
+                waiting_for_pids, ..
+            } = &st.phase
+            {
+                let present = snap
+                    .processes_on(g.id.index)
+                    .any(|p| waiting_for_pids.contains(&p.pid));
+                if !waiting_for_pids.is_empty() && !present {
+                    st.set_phase(GpuPhase::Watching, now);
+                }
+            }
+        }
+        self.decide_all(now)
+    }
+
+    /// Folds in fast memory-only readings `(gpu index, memory)` taken between full polls;
+    /// candidates come from the last full poll. Readings for GPUs the last full poll did
+    /// not report healthy are ignored.
+    pub fn observe_memory(
+        &mut self,
+        readings: &[(u32, MemoryInfo)],
+        now: Duration,
+    ) -> Vec<Decision> {
+        self.expire(now);
+        for (index, memory) in readings {
+            if let Some(st) = self.gpus.get_mut(index) {
+                if st.health == GpuHealth::Ok {
+                    st.update_memory(Some(*memory), &self.policy, now);
+                }
+            }
+        }
+        self.decide_all(now)
+    }
+
+    /// The GPU's current pressure; `None` for a GPU never seen or without a memory reading.
+    pub fn pressure(&self, gpu_index: u32) -> Pressure {
+        self.gpus
+            .get(&gpu_index)
+            .map(|s| s.pressure)
+            .unwrap_or_default()
+    }
+
+    /// Whether any GPU is below soft: the sampler then polls memory every `fastInterval`.
+    pub fn any_below_soft(&self) -> bool {
+        self.gpus.values().any(|s| s.pressure != Pressure::None)
+    }
+
+    /// Records what the enforcer got for one pod of a decision. Evictions count against
+    /// the rate limit even if the decision has since timed out; refused and failed pods
+    /// are skipped for `cooldownTimeout`.
+    pub fn record_outcome(
+        &mut self,
+        decision_id: u64,
+        pod_uid: &str,
+        outcome: EvictionOutcome,
+        now: Duration,
+    ) {
+        self.expire(now);
+        match &outcome {
+            EvictionOutcome::Evicted => self.evictions.push_back(now),
+            EvictionOutcome::Blocked(d) | EvictionOutcome::Failed(d) => {
+                self.refused.insert(
+                    pod_uid.to_string(),
+                    (now + self.policy.cooldown_timeout, d.clone()),
+                );
+            }
+            EvictionOutcome::AlreadyGone => {}
+        }
+        let timeout = self.policy.cooldown_timeout;
+        for st in self.gpus.values_mut() {
+            let GpuPhase::Evicting {
+                decision_id: id,
+                outcomes,
+                last_activity,
+            } = &mut st.phase
+            else {
+                continue;
+            };
+            if *id != decision_id {
+                continue;
+            }
+            outcomes.insert(pod_uid.to_string(), outcome);
+            *last_activity = now;
+            let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == decision_id) else {
+                st.set_phase(GpuPhase::Watching, now);
+                return;
+            };
+            let gone: Vec<&str> = outcomes
+                .iter()
+                .filter(|(_, o)| o.reclaims())
+                .map(|(uid, _)| uid.as_str())
+                .collect();
+            let all_tried = decision
+                .candidates
+                .iter()
+                .all(|v| outcomes.contains_key(&v.uid));
+            if decision.done(&gone) || all_tried {
+                let next = settle(decision, outcomes, now, timeout);
+                st.set_phase(next, now);
+            }
+            return;
+        }
+    }
+
+    /// The guard's state for /state.
+    pub fn status(&self) -> GuardStatus {
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|(&index, s)| GpuGuardStatus {
+                index,
+                uuid: s.uuid.clone(),
+                pressure: s.pressure,
+                pressure_since: s.pressure_since,
+                below_soft_since: s.below_soft_since,
+                phase: s.phase.clone(),
+                phase_since: s.phase_since,
+                inactive_reason: s.inactive_reason.clone(),
+                memory: s.memory,
+                levels: s.levels.as_ref().ok().copied(),
+                growth_bytes_per_second: s.trend.slope(),
+                time_to_full: s.memory.and_then(|m| s.trend.time_to_full(m.free)),
+                last_decision: s.last_decision.clone(),
+            })
+            .collect();
+        let mut refused: Vec<RefusedPod> = self
+            .refused
+            .iter()
+            .map(|(uid, (until, detail))| RefusedPod {
+                uid: uid.clone(),
+                detail: detail.clone(),
+                until: *until,
+            })
+            .collect();
+        refused.sort_by(|a, b| a.uid.cmp(&b.uid));
+        GuardStatus {
+            mode: self.policy.mode,
+            gpus,
+            evictions_in_window: self.evictions.len(),
+            evictions_allowed: self.allowance(None),
+            refused,
+        }
+    }
+
+    fn expire(&mut self, now: Duration) {
+        let per = self.policy.rate_limit.per;
+        while let Some(&t) = self.evictions.front() {
+            if now.saturating_sub(t) >= per {
+                self.evictions.pop_front();
+            } else {
+                break;
+            }
+        }
+        self.refused.retain(|_, (until, _)| *until > now);
+    }
+
+    /// Rate-limit budget reserved by in-flight decisions, other than `except`'s GPU.
+    fn reserved(&self, except: Option<u32>) -> usize {
+        self.gpus
+            .iter()
+            .filter(|(i, _)| Some(**i) != except)
+            .map(|(_, s)| s.reservation())
+            .sum()
+    }
+
+    fn allowance(&self, except: Option<u32>) -> usize {
+        (self.policy.rate_limit.max_evictions as usize)
+            .saturating_sub(self.evictions.len())
+            .saturating_sub(self.reserved(except))
+    }
+
+    fn decide_all(&mut self, now: Duration) -> Vec<Decision> {
+        let indices: Vec<u32> = self.gpus.keys().copied().collect();
+        indices
+            .into_iter()
+            .filter_map(|i| self.step(i, now))
+            .collect()
+    }
+
+    /// Advances one GPU's phase and decides for it if a trigger fires.
+    fn step(&mut self, index: u32, now: Duration) -> Option<Decision> {
+        let timeout = self.policy.cooldown_timeout;
+        let allowance_now = self.allowance(Some(index));
+        let st = self.gpus.get_mut(&index)?;
+
+        // Time- and budget-driven phase changes.
+        match &st.phase {
+            GpuPhase::Evicting {
+                outcomes,
+                last_activity,
+                ..
+            } if now.saturating_sub(*last_activity) >= timeout => {
+                let next = match &st.last_decision {
+                    Some(d) => settle(d, outcomes, now, timeout),
+                    None => GpuPhase::Watching,
+                };
+                st.set_phase(next, now);
+            }
+            GpuPhase::Cooldown { until, .. } if now >= *until => {
+                st.set_phase(GpuPhase::Watching, now);
+            }
+            GpuPhase::RateLimited { .. } if allowance_now > 0 || st.pressure == Pressure::None => {
+                st.set_phase(GpuPhase::Watching, now);
+            }
+            _ => {}
+        }
+
+        st.inactive_reason = match (&self.policy.mode, &st.health, &st.memory, &st.levels) {
+            (Mode::Off, ..) => Some("guard mode is off".into()),
+            (_, GpuHealth::Lost(r), ..) => Some(format!("GPU lost: {r}")),
+            (_, GpuHealth::Degraded(r), ..) => Some(format!("GPU degraded: {r}")),
+            (_, _, None, _) => Some("no memory reading".into()),
+            (_, _, _, Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        if st.inactive_reason.is_some() || st.phase != GpuPhase::Watching {
+            return None;
+        }
+        let (memory, levels) = match (st.memory, &st.levels) {
+            (Some(m), Ok(l)) => (m, *l),
+            _ => return None,
+        };
+
+        // Growth is fitted from the moment free went below soft (see `Trend::slope_since`).
+        let time_to_full = st
+            .below_soft_since
+            .and_then(|since| st.trend.time_to_full_since(memory.free, since));
+        let trigger = if memory.free < levels.hard {
+            Trigger::Hard
+        } else if memory.free < levels.soft {
+            let held = st
+                .below_soft_since
+                .is_some_and(|since| now.saturating_sub(since) >= self.policy.grace);
+            if held {
+                Trigger::SoftGrace
+            } else if time_to_full.is_some_and(|t| t <= self.policy.horizon) {
+                Trigger::SoftTrend
+            } else {
+                return None;
+            }
+        } else {
+            return None;
+        };
+
+        let refused: HashMap<String, String> = self
+            .refused
+            .iter()
+            .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
+            .collect();
+        let ranking = rank::rank(&self.policy, index, &self.processes, &self.pods, &refused);
+        let reclaim = levels.target.saturating_sub(memory.free);
+        let mut covered = 0u64;
+        let needed = ranking
+            .candidates
+            .iter()
+            .position(|v| {
+                covered = covered.saturating_add(v.use_bytes);
+                covered >= reclaim
+            })
+            .map_or(ranking.candidates.len(), |i| i + 1);
+
+        // One decision in flight at a time node-wide where budget is short: an in-flight
+        // decision holds its allowance until it settles (milliseconds with a no-retry
+        // eviction client), so two GPUs can never overspend the global limit together.
+        let reserved_elsewhere = self.reserved(Some(index));
+        let max = self.policy.rate_limit.max_evictions as usize;
+        if reserved_elsewhere > 0 && self.evictions.len() + reserved_elsewhere + needed > max {
+            if let Some(st) = self.gpus.get_mut(&index) {
+                st.inactive_reason = Some(format!(
+                    "waiting for another GPU's decision to settle: it holds {reserved_elsewhere} of the rate limit's {max} evictions"
+                ));
+            }
+            return None;
+        }
+        let allowance = max
+            .saturating_sub(self.evictions.len())
+            .saturating_sub(reserved_elsewhere);
+        let planned = needed.min(allowance);
+        let rate_limited = needed > allowance;
+        let max_evictions = allowance.min(ranking.candidates.len());
+
+        let id = self.next_id;
+        self.next_id += 1;
+        let st = self.gpus.get_mut(&index)?;
+        let decision = Decision {
+            id,
+            gpu: index,
+            uuid: st.uuid.clone(),
+            at: now,
+            mode: self.policy.mode,
+            trigger,
+            pressure: st.pressure,
+            total: memory.total,
+            used: memory.used,
+            free: memory.free,
+            levels,
+            time_to_full,
+            reclaim_target_bytes: reclaim,
+            candidates: ranking.candidates,
+            planned,
+            max_evictions,
+            rate_limited,
+            excluded: ranking.excluded,
+            other_bytes: ranking.other_bytes,
+        };
+        let next = if planned == 0 && rate_limited {
+            GpuPhase::RateLimited { decision_id: id }
+        } else if self.policy.mode == Mode::Enforce && planned > 0 {
+            GpuPhase::Evicting {
+                decision_id: id,
+                outcomes: BTreeMap::new(),
+                last_activity: now,
+            }
+        } else {
+            // Dry-run (wait for the planned victims to finish on their own), or nobody
+            // eligible (only the timeout ends it, so the Node Event is not repeated
+            // every poll).
+            GpuPhase::Cooldown {
+                decision_id: id,
+                waiting_for_pids: pids_of(decision.planned_victims().iter()),
+                until: now + timeout,
+            }
+        };
+        st.set_phase(next, now);
+        st.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+}
+
+/// Closes a decision: cool down on the reclaimed victims' PIDs, or, if nothing was
+/// reclaimed (every attempt refused or failed), go straight back to watching.
+fn settle(
+    decision: &Decision,
+    outcomes: &BTreeMap<String, EvictionOutcome>,
+    now: Duration,
+    timeout: Duration,
+) -> GpuPhase {
+    let gone = decision
+        .candidates
+        .iter()
+        .filter(|v| outcomes.get(&v.uid).is_some_and(EvictionOutcome::reclaims));
+    let pids = pids_of(gone);
+    if pids.is_empty() {
+        GpuPhase::Watching
+    } else {
+        GpuPhase::Cooldown {
+            decision_id: decision.id,
+            waiting_for_pids: pids,
+            until: now + timeout,
+        }
+    }
+}
+
+fn pids_of<'a>(victims: impl Iterator<Item = &'a Victim>) -> Vec<u32> {
+    let set: BTreeSet<u32> = victims.flat_map(|v| v.pids.iter().copied()).collect();
+    set.into_iter().collect()
+}
+
+fn ser_secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+fn ser_opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::fixtures::*;
+    use crate::guard::policy::{RateLimit, Threshold};
+    use crate::snapshot::MIB;
+
+    /// MiB of the test GPU: with the default policy hard is 500, soft 1000, target 1200 MiB.
+    const TOTAL: u64 = 10_000;
+
+    struct World {
+        guard: Guard,
+        pods: HashMap<String, PodInfo>,
+        procs: Vec<ProcessSample>,
+    }
+
+    impl World {
+        fn new(
+            policy: Policy,
+            pods_: impl IntoIterator<Item = PodBuilder>,
+            procs: Vec<ProcessSample>,
+        ) -> Self {
+            policy.validate().unwrap();
+            World {
+                guard: Guard::new(policy),
+                pods: pods(pods_),
+                procs,
+            }
+        }
+
+        /// A full poll of GPU 0 at `t` seconds with `used` MiB in use.
+        fn poll(&mut self, t: f64, used: u64) -> Vec<Decision> {
+            let s = snap(vec![gpu(0, TOTAL, used)], self.procs.clone());
+            self.guard.observe(&s, &self.pods, secs(t))
+        }
+
+        /// A fast memory tick of GPU 0.
+        fn fast(&mut self, t: f64, used: u64) -> Vec<Decision> {
+            self.guard.observe_memory(&[(0, mem(TOTAL, used))], secs(t))
+        }
+
+        /// The pod's processes exit.
+        fn exit(&mut self, uid: &str) {
+            self.procs.retain(|p| p.pid != pid_of(uid));
+        }
+
+        fn phase(&self, gpu: u32) -> GpuPhase {
+            self.guard
+                .status()
+                .gpus
+                .into_iter()
+                .find(|g| g.index == gpu)
+                .map(|g| g.phase)
+                .unwrap()
+        }
+    }
+
+    fn enforce() -> Policy {
+        Policy {
+            mode: Mode::Enforce,
+            ..Policy::default()
+        }
+    }
+
+    fn uids(vs: &[Victim]) -> Vec<&str> {
+        vs.iter().map(|v| v.uid.as_str()).collect()
+    }
+
+    /// A stand-in for the enforcer: walks the candidates until `done`, recording outcomes.
+    fn enforcer(
+        g: &mut Guard,
+        d: &Decision,
+        t: f64,
+        answer: impl Fn(&str) -> EvictionOutcome,
+    ) -> Vec<String> {
+        let mut gone: Vec<String> = vec![];
+        for v in &d.candidates {
+            let refs: Vec<&str> = gone.iter().map(String::as_str).collect();
+            if d.done(&refs) {
+                break;
+            }
+            let o = answer(&v.uid);
+            if o.reclaims() {
+                gone.push(v.uid.clone());
+            }
+            g.record_outcome(d.id, &v.uid, o, secs(t));
+        }
+        gone
+    }
+
+    fn one(mut ds: Vec<Decision>) -> Decision {
+        assert_eq!(ds.len(), 1, "{ds:#?}");
+        ds.remove(0)
+    }
+
+    #[test]
+    fn pressure_is_recomputed_on_every_observation() {
+        let mut w = World::new(Policy::default(), [], vec![]);
+        // (full poll?, used MiB, pressure, any below soft)
+        let rows = [
+            (true, 1000, Pressure::None, false),
+            (false, 9000, Pressure::None, false),
+            (false, 9001, Pressure::Soft, true),
+            (true, 9500, Pressure::Soft, true),
+            (false, 9501, Pressure::Hard, true),
+            (false, 9999, Pressure::Hard, true),
+            (true, 2000, Pressure::None, false),
+        ];
+        for (i, (full, used, want, below)) in rows.into_iter().enumerate() {
+            let t = i as f64;
+            if full {
+                w.poll(t, used);
+            } else {
+                w.fast(t, used);
+            }
+            assert_eq!(w.guard.pressure(0), want, "row {i}");
+            assert_eq!(w.guard.any_below_soft(), below, "row {i}");
+        }
+        assert_eq!(w.guard.pressure(7), Pressure::None);
+    }
+
+    #[test]
+    fn thresholds_in_mib() {
+        let policy = Policy {
+            hard: Threshold::parse("1024").unwrap(),
+            soft: Threshold::parse("2Gi").unwrap(),
+            reclaim_margin: Threshold::parse("512Mi").unwrap(),
+            ..Policy::default()
+        };
+        let mut w = World::new(policy, [pod("a")], vec![proc_in("a", 0, 5000)]);
+        assert!(w.poll(0.0, 7900).is_empty());
+        assert_eq!(
+            w.guard.pressure(0),
+            Pressure::None,
+            "2100 MiB free is above 2 GiB"
+        );
+        assert!(w.poll(0.5, 8000).is_empty());
+        assert_eq!(w.guard.pressure(0), Pressure::Soft);
+        let d = one(w.poll(1.0, 9000));
+        assert_eq!(d.trigger, Trigger::Hard);
+        assert_eq!(d.levels.target, 2560 * MIB);
+        assert_eq!(d.reclaim_target_bytes, 1560 * MIB);
+    }
+
+    #[test]
+    fn hard_acts_at_once() {
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.trigger, Trigger::Hard);
+        assert_eq!(d.pressure, Pressure::Hard);
+        assert_eq!(d.mode, Mode::DryRun);
+        assert_eq!(
+            (d.total, d.used, d.free),
+            (TOTAL * MIB, 9600 * MIB, 400 * MIB)
+        );
+        assert_eq!(d.uuid, "GPU-00000000");
+        assert_eq!(uids(d.planned_victims()), vec!["a"]);
+    }
+
+    #[test]
+    fn free_is_nvml_free_which_excludes_reserved() {
+        let mut g = Guard::new(Policy::default());
+        // total − used would say 1000 MiB free (soft); NVML says 400 (hard).
+        let s = snap(vec![gpu_mem(0, mem_reserved(TOTAL, 9000, 600))], vec![]);
+        let d = one(g.observe(&s, &HashMap::new(), secs(0.0)));
+        assert_eq!(d.trigger, Trigger::Hard);
+        assert_eq!(d.free, 400 * MIB);
+    }
+
+    /// Soft pressure acts only once it has held for the whole grace period.
+    #[test]
+    fn soft_waits_for_grace() {
+        /// (description, observations as (t, used MiB), time of the decision)
+        type Row<'a> = (&'a str, &'a [(f64, u64)], Option<f64>);
+        let rows: &[Row] = &[
+            (
+                "held 10 s",
+                &[(0.0, 9200), (5.0, 9200), (9.9, 9200), (10.0, 9200)],
+                Some(10.0),
+            ),
+            ("held 9.9 s", &[(0.0, 9200), (5.0, 9200), (9.9, 9200)], None),
+            (
+                "broken at 5 s, held again from 6 s",
+                &[
+                    (0.0, 9200),
+                    (5.0, 8000),
+                    (6.0, 9200),
+                    (10.0, 9200),
+                    (15.9, 9200),
+                    (16.0, 9200),
+                ],
+                Some(16.0),
+            ),
+            (
+                "soft then hard: hard acts at once",
+                &[(0.0, 9200), (1.0, 9600)],
+                Some(1.0),
+            ),
+        ];
+        for (name, obs, want) in rows {
+            let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+            let mut got = None;
+            for &(t, used) in *obs {
+                if let Some(d) = w.poll(t, used).pop() {
+                    got = Some((t, d.trigger));
+                    break;
+                }
+            }
+            assert_eq!(got.map(|g| g.0), *want, "{name}");
+            if let Some((t, trigger)) = got {
+                let expect = if t == 1.0 {
+                    Trigger::Hard
+                } else {
+                    Trigger::SoftGrace
+                };
+                assert_eq!(trigger, expect, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn trend_fires_before_grace() {
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 9010).is_empty());
+        // 1000 MiB/s with ~900 MiB free: full in under a second, far inside the 5 s horizon.
+        assert!(w.fast(0.1, 9110).is_empty(), "two points are no trend");
+        let d = one(w.fast(0.2, 9210));
+        assert_eq!(d.trigger, Trigger::SoftTrend);
+        let ttf = d.time_to_full.unwrap();
+        assert!(ttf > secs(0.7) && ttf < secs(0.9), "{ttf:?}");
+    }
+
+    #[test]
+    fn slow_growth_waits_for_grace_and_growth_above_soft_is_ignored() {
+        // 10 MiB/s with ~950 MiB free: full in ~95 s, beyond the horizon.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        let mut first = None;
+        for i in 0..=110u64 {
+            let t = i as f64 * 0.1;
+            if let Some(d) = w.fast(t, 9050 + i).pop() {
+                first = Some((t, d.trigger));
+                break;
+            }
+            if i == 0 {
+                w.poll(t, 9050);
+            }
+        }
+        let (t, trigger) = first.unwrap();
+        assert_eq!(trigger, Trigger::SoftGrace);
+        assert!((t - 10.0).abs() < 1e-9, "{t}");
+
+        // Fast growth with plenty free: no pressure, no decision.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        for i in 0..20u64 {
+            assert!(w.fast(i as f64 * 0.1, 1000 + i * 100).is_empty());
+            if i == 0 {
+                assert!(w.poll(0.0, 1000).is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn minimum_reclaim_takes_exactly_two_small_victims() {
+        // 400 MiB free, target 1200: 800 MiB to reclaim. a (500) + b (400) cover it; c is spared.
+        let mut w = World::new(
+            enforce(),
+            [
+                pod("a").priority(0),
+                pod("b").priority(1),
+                pod("c").priority(2),
+            ],
+            vec![
+                proc_in("a", 0, 500),
+                proc_in("b", 0, 400),
+                proc_in("c", 0, 3000),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.reclaim_target_bytes, 800 * MIB);
+        assert_eq!(uids(&d.candidates), vec!["a", "b", "c"]);
+        assert_eq!(d.planned, 2);
+        assert_eq!(uids(d.planned_victims()), vec!["a", "b"]);
+        assert!(!d.rate_limited);
+        assert!(!d.reclaimed_enough(&["a"]));
+        assert!(d.reclaimed_enough(&["a", "b"]));
+        assert!(d.reclaimed_enough(&["c"]));
+        assert!(!d.reclaimed_enough(&["b", "b", "zzz"]));
+        assert_eq!(d.max_evictions, 3);
+        assert!(
+            !d.done(&["b", "b", "zzz", "yyy"]),
+            "unknown UIDs use no allowance"
+        );
+        assert!(d.done(&["a", "b"]));
+        let gone = enforcer(&mut w.guard, &d, 0.1, |_| EvictionOutcome::Evicted);
+        assert_eq!(gone, vec!["a", "b"]);
+        assert!(
+            d.summary()
+                .contains("plan: evict 2 of 3 candidates [ci/a, ci/b]"),
+            "{}",
+            d.summary()
+        );
+    }
+
+    #[test]
+    fn plan_takes_everyone_when_nobody_is_enough() {
+        let mut w = World::new(
+            Policy::default(),
+            [pod("a"), pod("b")],
+            vec![
+                proc_in("a", 0, 100),
+                proc_in("b", 0, 200),
+                host_proc(7, 0, 9000),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.planned, 2);
+        assert_eq!(d.other_bytes, 9000 * MIB);
+        assert!(!d.reclaimed_enough(&["a", "b"]));
+    }
+
+    #[test]
+    fn cooldown_lasts_until_every_victim_pid_has_left() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1), pod("c").priority(2)],
+            vec![
+                proc_pid(11, "a", 0, 500),
+                proc_pid(12, "a", 0, 100),
+                proc_in("b", 0, 400),
+                proc_in("c", 0, 3000),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.planned, 2);
+        assert!(matches!(w.phase(0), GpuPhase::Evicting { .. }));
+        // Still evicting: no second decision even though pressure holds.
+        assert!(w.poll(0.05, 9700).is_empty());
+        enforcer(&mut w.guard, &d, 0.1, |_| EvictionOutcome::Evicted);
+        let GpuPhase::Cooldown {
+            waiting_for_pids, ..
+        } = w.phase(0)
+        else {
+            panic!("{:?}", w.phase(0))
+        };
+        assert_eq!(waiting_for_pids, {
+            let mut p = vec![11, 12, pid_of("b")];
+            p.sort();
+            p
+        });
+        // Pressure stays and worsens; victims still exiting.
+        assert!(w.poll(1.0, 9900).is_empty());
+        assert!(w.fast(1.1, 9950).is_empty());
+        w.procs.retain(|p| p.pid != 11);
+        w.exit("b");
+        assert!(w.poll(2.0, 9900).is_empty(), "pid 12 is still there");
+        w.procs.retain(|p| p.pid != 12);
+        // Every victim pid gone and still under hard pressure: decide again at once.
+        let d2 = one(w.poll(3.0, 9900));
+        assert_eq!(uids(&d2.candidates), vec!["c"]);
+        assert!(d2.id > d.id);
+    }
+
+    #[test]
+    fn cooldown_times_out() {
+        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        let d = one(w.poll(0.0, 9600));
+        enforcer(&mut w.guard, &d, 0.5, |_| EvictionOutcome::Evicted);
+        // The pod never exits (stuck in Terminating).
+        for t in [1.0, 10.0, 30.0, 30.4] {
+            assert!(w.poll(t, 9600).is_empty(), "t={t}");
+        }
+        let d2 = one(w.poll(30.5, 9600));
+        assert_eq!(d2.id, d.id + 1);
+    }
+
+    #[test]
+    fn a_silent_enforcer_does_not_block_the_gpu_forever() {
+        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        one(w.poll(0.0, 9600));
+        assert!(w.poll(29.9, 9600).is_empty());
+        assert_eq!(one(w.poll(30.0, 9600)).trigger, Trigger::Hard);
+    }
+
+    #[test]
+    fn dry_run_decides_once_per_episode() {
+        let mut w = World::new(
+            Policy::default(),
+            [pod("a"), pod("b")],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let mut decisions = vec![];
+        for i in 0..200u64 {
+            let t = i as f64 * 0.1;
+            decisions.extend(if i % 10 == 0 {
+                w.poll(t, 9600)
+            } else {
+                w.fast(t, 9600)
+            });
+        }
+        assert_eq!(decisions.len(), 1, "one decision in 20 s of hard pressure");
+        assert_eq!(decisions[0].mode, Mode::DryRun);
+        assert!(matches!(w.phase(0), GpuPhase::Cooldown { .. }));
+        // The planned victim finishes on its own: the episode is over, a new one may start.
+        let planned = decisions[0].planned_victims()[0].uid.clone();
+        w.exit(&planned);
+        let d2 = one(w.poll(20.0, 9600));
+        assert_eq!(d2.candidates.len(), 1);
+        // And without that, the timeout ends the cooldown.
+        assert!(w.poll(49.9, 9600).is_empty());
+        assert_eq!(one(w.poll(50.0, 9600)).id, d2.id + 1);
+    }
+
+    #[test]
+    fn blocked_candidates_fall_back_and_are_skipped_for_a_while() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1), pod("c").priority(2)],
+            vec![
+                proc_in("a", 0, 900),
+                proc_in("b", 0, 900),
+                proc_in("c", 0, 900),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.planned, 1);
+        let gone = enforcer(&mut w.guard, &d, 0.1, |uid| match uid {
+            "a" => EvictionOutcome::Blocked("429: disruption budget ci/pdb".into()),
+            _ => EvictionOutcome::Failed("500".into()),
+        });
+        assert!(gone.is_empty());
+        assert_eq!(
+            w.phase(0),
+            GpuPhase::Watching,
+            "nothing evicted: back to watching"
+        );
+        // Next observation decides again, skipping the refused pods.
+        let d2 = one(w.poll(0.2, 9600));
+        assert!(d2.candidates.is_empty());
+        let reasons: Vec<_> = d2
+            .excluded
+            .iter()
+            .map(|e| (e.uid.as_str(), e.exclusion.clone()))
+            .collect();
+        assert_eq!(
+            reasons[0].1,
+            rank::Exclusion::RecentlyRefused {
+                detail: "429: disruption budget ci/pdb".into()
+            }
+        );
+        assert_eq!(reasons.len(), 3);
+        // Nobody eligible: one decision, then quiet until the timeout.
+        assert!(w.poll(1.0, 9600).is_empty());
+        assert_eq!(w.guard.status().refused.len(), 3);
+        let d3 = one(w.poll(30.2, 9600));
+        assert_eq!(uids(&d3.candidates), vec!["a", "b", "c"]);
+        assert!(w.guard.status().refused.is_empty());
+    }
+
+    #[test]
+    fn a_blocked_victim_is_substituted_by_the_next() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1), pod("c").priority(2)],
+            vec![
+                proc_in("a", 0, 900),
+                proc_in("b", 0, 900),
+                proc_in("c", 0, 900),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        let gone = enforcer(&mut w.guard, &d, 0.1, |uid| {
+            if uid == "a" {
+                EvictionOutcome::Blocked("429".into())
+            } else {
+                EvictionOutcome::Evicted
+            }
+        });
+        assert_eq!(gone, vec!["b"]);
+        assert_eq!(
+            w.phase(0),
+            GpuPhase::Cooldown {
+                decision_id: d.id,
+                waiting_for_pids: vec![pid_of("b")],
+                until: secs(30.1)
+            }
+        );
+    }
+
+    #[test]
+    fn already_gone_counts_as_reclaimed_but_not_against_the_rate_limit() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 900), proc_in("b", 0, 900)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::AlreadyGone, secs(0.1));
+        assert!(matches!(w.phase(0), GpuPhase::Cooldown { .. }));
+        assert_eq!(w.guard.status().evictions_in_window, 0);
+        assert_eq!(w.guard.status().evictions_allowed, 5);
+    }
+
+    #[test]
+    fn rate_limit_holds_under_flapping() {
+        let policy = Policy {
+            rate_limit: RateLimit {
+                max_evictions: 2,
+                per: secs(60.0),
+            },
+            ..enforce()
+        };
+        let mut w = World::new(policy, [], vec![]);
+        let mut evicted_at: Vec<f64> = vec![];
+        let mut rate_limited = 0;
+        // A new greedy job every 5 s for 3 minutes; pressure comes and goes.
+        for k in 0..36u64 {
+            let t0 = k as f64 * 5.0;
+            let uid = format!("job{k}");
+            w.pods.insert(uid.clone(), pod(&uid).0);
+            w.procs = vec![proc_in(&uid, 0, 2000)];
+            let mut decided = 0;
+            for i in 0..20u64 {
+                // 2 s of hard pressure, polled every 100 ms; the enforcer acts at once.
+                let t = t0 + i as f64 * 0.1;
+                let ds = if i % 10 == 0 {
+                    w.poll(t, 9600)
+                } else {
+                    w.fast(t, 9600)
+                };
+                for d in ds {
+                    decided += 1;
+                    if d.rate_limited {
+                        rate_limited += 1;
+                        assert_eq!((d.planned, d.max_evictions), (0, 0));
+                        assert!(matches!(w.phase(0), GpuPhase::RateLimited { .. }));
+                    }
+                    let gone = enforcer(&mut w.guard, &d, t, |_| EvictionOutcome::Evicted);
+                    evicted_at.extend(gone.iter().map(|_| t));
+                }
+            }
+            assert!(decided <= 1, "one decision per episode at most: {decided}");
+            // The job is gone (evicted or finished): pressure lifts.
+            w.procs.clear();
+            w.poll(t0 + 3.0, 5000);
+        }
+        for &t in &evicted_at {
+            let in_window = evicted_at
+                .iter()
+                .filter(|&&u| u >= t && u < t + 60.0)
+                .count();
+            assert!(in_window <= 2, "window from {t}: {in_window}");
+        }
+        // 3 minutes, 2 per minute: evictions at 0, 5, then 60, 65, then 120, 125.
+        assert_eq!(evicted_at, vec![0.0, 5.0, 60.0, 65.0, 120.0, 125.0]);
+        assert_eq!(rate_limited, 36 - 6);
+    }
+
+    #[test]
+    fn rate_limit_truncates_the_plan() {
+        let policy = Policy {
+            rate_limit: RateLimit {
+                max_evictions: 1,
+                per: secs(60.0),
+            },
+            ..enforce()
+        };
+        let mut w = World::new(
+            policy,
+            [pod("a"), pod("b").priority(1), pod("c").priority(2)],
+            vec![
+                proc_in("a", 0, 500),
+                proc_in("b", 0, 400),
+                proc_in("c", 0, 400),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert!(d.rate_limited);
+        assert_eq!((d.planned, d.max_evictions), (1, 1));
+        assert!(d.summary().contains("cut by the rate limit to 1"));
+        // The enforcer stops at the allowance even though the target is not reached.
+        let gone = enforcer(&mut w.guard, &d, 0.1, |_| EvictionOutcome::Evicted);
+        assert_eq!(gone, vec!["a"]);
+        assert!(matches!(w.phase(0), GpuPhase::Cooldown { .. }));
+        w.exit("a");
+        // Budget spent: the next decision is allowed nothing.
+        let d2 = one(w.poll(1.0, 9600));
+        assert!(d2.rate_limited);
+        assert_eq!(d2.planned, 0);
+        assert!(w.poll(59.0, 9600).is_empty());
+        let d3 = one(w.poll(60.1, 9600));
+        assert!(d3.rate_limited, "1 of the 2 needed");
+        assert_eq!(d3.planned, 1);
+    }
+
+    #[test]
+    fn two_gpus_never_overspend_the_limit_together() {
+        let policy = Policy {
+            rate_limit: RateLimit {
+                max_evictions: 3,
+                per: secs(60.0),
+            },
+            ..enforce()
+        };
+        let names = ["a", "b", "c", "x", "y"];
+        let mut g = Guard::new(policy);
+        let ps = pods(names.iter().map(|u| pod(u)));
+        let procs = vec![
+            proc_in("a", 0, 300),
+            proc_in("b", 0, 300),
+            proc_in("c", 0, 300),
+            proc_in("x", 1, 900),
+            proc_in("y", 1, 900),
+        ];
+        let s = snap(vec![gpu(0, TOTAL, 9600), gpu(1, TOTAL, 9600)], procs);
+        let d0 = one(g.observe(&s, &ps, secs(0.0)));
+        assert_eq!((d0.gpu, d0.planned, d0.max_evictions), (0, 3, 3));
+        let st = g.status();
+        assert!(st.gpus[1]
+            .inactive_reason
+            .as_deref()
+            .unwrap()
+            .contains("waiting for another GPU"));
+        assert_eq!(st.evictions_allowed, 0);
+        // GPU 0's three evictions settle its decision and spend the whole budget.
+        enforcer(&mut g, &d0, 0.05, |_| EvictionOutcome::Evicted);
+        let d1 = one(g.observe(&s, &ps, secs(0.1)));
+        assert_eq!(d1.gpu, 1);
+        assert!(d1.rate_limited);
+        assert_eq!(d1.planned, 0);
+        assert_eq!(g.status().evictions_in_window, 3);
+    }
+
+    #[test]
+    fn two_gpus_decide_together_when_budget_allows() {
+        let mut g = Guard::new(enforce());
+        let ps = pods([pod("a"), pod("x")]);
+        let procs = vec![proc_in("a", 0, 900), proc_in("x", 1, 900)];
+        let s = snap(vec![gpu(0, TOTAL, 9600), gpu(1, TOTAL, 9600)], procs);
+        let ds = g.observe(&s, &ps, secs(0.0));
+        assert_eq!(ds.iter().map(|d| d.gpu).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(ds[1].max_evictions, 1);
+        assert!(ds[0].id != ds[1].id);
+    }
+
+    /// No decision on stale or unusable data, nor in mode off; pressure still shows.
+    #[test]
+    fn no_decision_without_trustworthy_data_or_in_mode_off() {
+        let lost = {
+            let mut g = gpu(0, TOTAL, 9600);
+            g.health = GpuHealth::Lost("GpuIsLost".into());
+            g
+        };
+        let degraded = {
+            let mut g = gpu(0, TOTAL, 9600);
+            g.health = GpuHealth::Degraded("memory_info: Unknown".into());
+            g
+        };
+        let no_memory = {
+            let mut g = gpu(0, TOTAL, 9600);
+            g.memory = None;
+            g
+        };
+        let rows = [
+            ("lost", Policy::default(), lost, Pressure::None, "GPU lost"),
+            (
+                "degraded",
+                Policy::default(),
+                degraded,
+                Pressure::None,
+                "GPU degraded",
+            ),
+            (
+                "no memory",
+                Policy::default(),
+                no_memory,
+                Pressure::None,
+                "no memory reading",
+            ),
+            (
+                "off",
+                Policy {
+                    mode: Mode::Off,
+                    ..Policy::default()
+                },
+                gpu(0, TOTAL, 9600),
+                Pressure::Hard,
+                "mode is off",
+            ),
+            (
+                "hard threshold above the GPU's total",
+                Policy {
+                    hard: Threshold::parse("32Gi").unwrap(),
+                    soft: Threshold::parse("40Gi").unwrap(),
+                    ..Policy::default()
+                },
+                gpu(0, TOTAL, 9600),
+                Pressure::None,
+                "`hard` (32Gi) is not below",
+            ),
+        ];
+        for (name, policy, sample, pressure, reason) in rows {
+            let mut g = Guard::new(policy);
+            let ps = pods([pod("a")]);
+            let s = snap(vec![sample], vec![proc_in("a", 0, 3000)]);
+            for t in 0..40 {
+                assert!(g.observe(&s, &ps, secs(t as f64)).is_empty(), "{name}");
+                // A fresh fast reading is not stale data: it would revive the no-memory GPU.
+                if name != "no memory" {
+                    assert!(
+                        g.observe_memory(&[(0, mem(TOTAL, 9990))], secs(t as f64 + 0.5))
+                            .is_empty(),
+                        "{name}"
+                    );
+                }
+            }
+            assert_eq!(g.pressure(0), pressure, "{name}");
+            let st = g.status();
+            assert!(
+                st.gpus[0]
+                    .inactive_reason
+                    .as_deref()
+                    .unwrap()
+                    .contains(reason),
+                "{name}: {:?}",
+                st.gpus[0].inactive_reason
+            );
+        }
+    }
+
+    #[test]
+    fn a_gpu_that_recovers_decides_again() {
+        let mut g = Guard::new(Policy::default());
+        let ps = pods([pod("a")]);
+        let procs = vec![proc_in("a", 0, 3000)];
+        let mut bad = gpu(0, TOTAL, 9600);
+        bad.health = GpuHealth::Degraded("x".into());
+        assert!(g
+            .observe(&snap(vec![bad], procs.clone()), &ps, secs(0.0))
+            .is_empty());
+        assert_eq!(
+            one(g.observe(&snap(vec![gpu(0, TOTAL, 9600)], procs), &ps, secs(1.0))).trigger,
+            Trigger::Hard
+        );
+    }
+
+    #[test]
+    fn fast_ticks_reuse_the_last_processes_and_pods() {
+        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 5000).is_empty());
+        let d = one(w.fast(0.1, 9700));
+        assert_eq!(uids(&d.candidates), vec!["a"]);
+        // Unknown GPU indices in fast readings are ignored.
+        assert!(w
+            .guard
+            .observe_memory(&[(9, mem(TOTAL, 9999))], secs(0.2))
+            .is_empty());
+        assert_eq!(w.guard.status().gpus.len(), 1);
+    }
+
+    #[test]
+    fn gpus_missing_from_a_snapshot_are_forgotten() {
+        let mut g = Guard::new(Policy::default());
+        g.observe(
+            &snap(vec![gpu(0, TOTAL, 9200), gpu(1, TOTAL, 9200)], vec![]),
+            &HashMap::new(),
+            secs(0.0),
+        );
+        assert_eq!(g.pressure(1), Pressure::Soft);
+        g.observe(
+            &snap(vec![gpu(0, TOTAL, 9200)], vec![]),
+            &HashMap::new(),
+            secs(1.0),
+        );
+        assert_eq!(g.pressure(1), Pressure::None);
+        assert_eq!(g.status().gpus.len(), 1);
+    }
+
+    #[test]
+    fn status_serializes_for_the_state_endpoint() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("sys").ns("kube-system")],
+            vec![proc_in("a", 0, 3000), proc_in("sys", 0, 100)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::Evicted, secs(0.1));
+        let v = serde_json::to_value(w.guard.status()).unwrap();
+        assert_eq!(v["mode"], "enforce");
+        let g0 = &v["gpus"][0];
+        assert_eq!(g0["pressure"], "hard");
+        assert_eq!(g0["phase"]["phase"], "cooldown");
+        assert_eq!(g0["phase"]["waiting_for_pids"][0], pid_of("a"));
+        assert_eq!(g0["last_decision"]["trigger"], "hard");
+        assert_eq!(g0["last_decision"]["candidates"][0]["uid"], "a");
+        assert_eq!(
+            g0["last_decision"]["excluded"][0]["exclusion"]["reason"],
+            "excluded_namespace"
+        );
+        assert_eq!(v["evictions_in_window"], 1);
+        assert_eq!(
+            serde_json::to_value(EvictionOutcome::Blocked("429".into())).unwrap(),
+            serde_json::json!({"result": "blocked", "detail": "429"})
+        );
+        assert_eq!(EvictionOutcome::AlreadyGone.as_str(), "already_gone");
+    }
+
+    #[test]
+    fn outcomes_for_unknown_or_old_decisions_still_count() {
+        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        w.poll(0.0, 1000);
+        w.guard
+            .record_outcome(999, "zzz", EvictionOutcome::Evicted, secs(1.0));
+        w.guard.record_outcome(
+            999,
+            "yyy",
+            EvictionOutcome::Blocked("429".into()),
+            secs(1.0),
+        );
+        let st = w.guard.status();
+        assert_eq!(st.evictions_in_window, 1);
+        assert_eq!(st.refused[0].uid, "yyy");
+        assert_eq!(st.gpus[0].phase, GpuPhase::Watching);
+    }
+}

@@ -1,0 +1,264 @@
+//! Per-GPU memory growth estimate: a least-squares line through the last few seconds of
+//! `(time, used bytes)` readings.
+//!
+//! A fit rather than the last two points, because fast memory reads jitter with allocator
+//! churn and one noisy pair would project a spurious OOM. A bounded window rather than all
+//! history, because a CI job's growth phase lasts seconds and old points would dilute it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// How far back the fit looks by default.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+/// Most points kept by default (50 at the 100 ms fast interval fit in 5 s).
+pub const DEFAULT_CAPACITY: usize = 64;
+/// Fewer points than this say nothing about a trend.
+pub const MIN_POINTS: usize = 3;
+/// Points closer together than this in total are too short a baseline to extrapolate from.
+pub const MIN_SPAN: Duration = Duration::from_millis(200);
+
+/// A bounded series of memory readings of one GPU and the growth rate they show.
+#[derive(Debug, Clone)]
+pub struct Trend {
+    points: VecDeque<(Duration, u64)>,
+    window: Duration,
+    capacity: usize,
+}
+
+impl Default for Trend {
+    fn default() -> Self {
+        Trend::new(DEFAULT_WINDOW, DEFAULT_CAPACITY)
+    }
+}
+
+impl Trend {
+    /// An empty trend keeping points younger than `window`, at most `capacity` of them.
+    pub fn new(window: Duration, capacity: usize) -> Self {
+        Trend {
+            points: VecDeque::with_capacity(capacity.min(1024)),
+            window,
+            capacity: capacity.max(MIN_POINTS),
+        }
+    }
+
+    /// Adds a reading. A reading older than the newest is dropped: the fit assumes time
+    /// moves forward, and a late full-poll reading must not bend it.
+    pub fn push(&mut self, at: Duration, used: u64) {
+        if let Some(&(last, _)) = self.points.back() {
+            if at < last {
+                return;
+            }
+        }
+        self.points.push_back((at, used));
+        while self.points.len() > self.capacity {
+            self.points.pop_front();
+        }
+        while let Some(&(first, _)) = self.points.front() {
+            if at.saturating_sub(first) > self.window {
+                self.points.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Forgets every reading, e.g. when the GPU stops answering and old points would span a gap.
+    pub fn clear(&mut self) {
+        self.points.clear();
+    }
+
+    /// Number of readings in the window.
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Whether there are no readings.
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// Growth in bytes per second, or `None` when the window holds fewer than
+    /// [`MIN_POINTS`] readings or they span less than [`MIN_SPAN`]. Negative when memory
+    /// is being released (a victim exiting), which projects no OOM.
+    pub fn slope(&self) -> Option<f64> {
+        self.slope_since(Duration::ZERO)
+    }
+
+    /// Like [`Trend::slope`], fitting only the readings taken at or after `from`.
+    ///
+    /// The guard fits from the moment free memory went below soft: a single step
+    /// allocation that crossed soft and then stayed flat would otherwise look like steep
+    /// growth for a whole window and pre-empt the grace period.
+    pub fn slope_since(&self, from: Duration) -> Option<f64> {
+        let mut pts = self.points.iter().filter(|&&(t, _)| t >= from).copied();
+        let (t0, y0) = pts.next()?;
+        let (mut n, mut tn) = (1usize, t0);
+        // Centre on the first point so seconds and bytes stay small enough for f64.
+        let (mut sx, mut sy, mut sxx, mut sxy) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        for (t, y) in pts {
+            let x = (t - t0).as_secs_f64();
+            let y = y as f64 - y0 as f64;
+            n += 1;
+            tn = t;
+            sx += x;
+            sy += y;
+            sxx += x * x;
+            sxy += x * y;
+        }
+        if n < MIN_POINTS || tn - t0 < MIN_SPAN {
+            return None;
+        }
+        let n = n as f64;
+        let var = sxx - sx * sx / n;
+        if var <= f64::EPSILON {
+            return None;
+        }
+        Some((sxy - sx * sy / n) / var)
+    }
+
+    /// How long until `free` bytes are used up at the current growth rate; `None` unless
+    /// memory is growing and the fit is trustworthy (see [`Trend::slope`]).
+    pub fn time_to_full(&self, free: u64) -> Option<Duration> {
+        self.time_to_full_since(free, Duration::ZERO)
+    }
+
+    /// Like [`Trend::time_to_full`], fitting only the readings at or after `from`.
+    pub fn time_to_full_since(&self, free: u64, from: Duration) -> Option<Duration> {
+        let slope = self.slope_since(from)?;
+        if slope < 1.0 {
+            // Less than a byte per second is noise, not growth.
+            return None;
+        }
+        Duration::try_from_secs_f64(free as f64 / slope).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::MIB;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn trend(points: &[(u64, u64)]) -> Trend {
+        let mut t = Trend::default();
+        for &(at_ms, mib) in points {
+            t.push(ms(at_ms), mib * MIB);
+        }
+        t
+    }
+
+    #[test]
+    fn slope_table() {
+        /// (readings as (ms, MiB), expected slope in MiB/s or None)
+        type Row<'a> = (&'a [(u64, u64)], Option<f64>);
+        let rows: &[Row] = &[
+            (&[], None),
+            (&[(0, 100)], None),
+            (&[(0, 100), (500, 200)], None),
+            // three points but only 150 ms apart
+            (&[(0, 100), (75, 110), (150, 120)], None),
+            (&[(0, 100), (100, 110), (200, 120)], Some(100.0)),
+            (
+                &[(0, 1000), (500, 1500), (1000, 2000), (1500, 2500)],
+                Some(1000.0),
+            ),
+            // flat
+            (&[(0, 100), (500, 100), (1000, 100)], Some(0.0)),
+            // all at one instant
+            (&[(100, 1), (100, 2), (100, 3), (100, 4)], None),
+            // equal timestamps among others still fit
+            (&[(0, 100), (0, 100), (1000, 200), (1000, 200)], Some(100.0)),
+            // memory released: a victim died
+            (
+                &[(0, 2000), (500, 2000), (1000, 1000), (1500, 1000)],
+                Some(-800.0),
+            ),
+        ];
+        for (points, want) in rows {
+            let got = trend(points).slope().map(|s| s / MIB as f64);
+            match (got, want) {
+                (None, None) => {}
+                (Some(g), Some(w)) => assert!((g - w).abs() < 1e-6, "{points:?}: {g} != {w}"),
+                _ => panic!("{points:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn time_to_full_only_for_growth() {
+        // 1000 MiB/s with 2500 MiB free: full in 2.5 s.
+        let t = trend(&[(0, 1000), (500, 1500), (1000, 2000)]);
+        assert_eq!(t.time_to_full(2500 * MIB), Some(ms(2500)));
+        assert_eq!(t.time_to_full(0), Some(Duration::ZERO));
+        assert_eq!(
+            trend(&[(0, 100), (500, 100), (1000, 100)]).time_to_full(MIB),
+            None
+        );
+        assert_eq!(
+            trend(&[(0, 300), (500, 200), (1000, 100)]).time_to_full(MIB),
+            None
+        );
+        assert_eq!(trend(&[(0, 100), (100, 200)]).time_to_full(MIB), None);
+    }
+
+    #[test]
+    fn window_and_capacity_bound_the_points() {
+        let mut t = Trend::default();
+        for i in 0..200u64 {
+            t.push(ms(i * 100), i * MIB);
+        }
+        assert!(t.len() <= DEFAULT_CAPACITY);
+        assert!(t.len() <= 51, "only the last 5 s: {}", t.len());
+        // Old steep growth leaves the window: after 6 s flat, the slope is flat.
+        let mut t = trend(&[(0, 0), (500, 5000), (1000, 10000)]);
+        for i in 0..=60u64 {
+            t.push(ms(1100 + i * 100), 10000 * MIB);
+        }
+        assert_eq!(t.slope(), Some(0.0));
+    }
+
+    #[test]
+    fn a_step_then_flat_shows_no_growth_when_fitted_from_the_step() {
+        // 1200 MiB allocated at once at t=1 s, then flat.
+        let t = trend(&[
+            (0, 8000),
+            (500, 8000),
+            (1000, 9200),
+            (1500, 9200),
+            (2000, 9200),
+        ]);
+        assert!(
+            t.time_to_full(800 * MIB).is_some(),
+            "the whole window sees a step as growth"
+        );
+        assert_eq!(t.slope_since(ms(1000)), Some(0.0));
+        assert_eq!(t.time_to_full_since(800 * MIB, ms(1000)), None);
+        assert_eq!(t.slope_since(ms(1600)), None, "too few points after");
+    }
+
+    #[test]
+    fn out_of_order_readings_are_dropped_and_clear_resets() {
+        let mut t = trend(&[(0, 100), (100, 110), (200, 120)]);
+        t.push(ms(150), 9999 * MIB);
+        assert_eq!(t.len(), 3);
+        t.clear();
+        assert!(t.is_empty());
+        assert_eq!(t.slope(), None);
+    }
+
+    #[test]
+    fn a_drop_after_growth_turns_the_projection_off_without_a_reset() {
+        let mut t = trend(&[(0, 1000), (200, 1200), (400, 1400), (600, 1600)]);
+        assert!(t.time_to_full(1000 * MIB).is_some());
+        // The victim exits: memory falls by 1 GiB and stays.
+        for at in [800, 1000, 1200, 1400] {
+            t.push(ms(at), 600 * MIB);
+        }
+        assert!(t.slope().unwrap() < 0.0);
+        assert_eq!(t.time_to_full(1000 * MIB), None);
+        assert_eq!(t.len(), 8);
+    }
+}

@@ -1,0 +1,211 @@
+//! Pins the full exposition of the A10G demo scenario at t = 30 s. Any change to a family
+//! name, help text, type, label order, unit or value formatting shows up as a diff here.
+//! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test golden_exposition`.
+
+use gpu_warden::clock::{Clock, ManualClock};
+use gpu_warden::pipeline::{Attributor, Pipeline};
+use gpu_warden::publish::metrics::{HostnameLabel, MetricsConfig};
+use gpu_warden::publish::self_metrics::SelfMetrics;
+use gpu_warden::sample::sampler::Stamper;
+use gpu_warden::sample::scenario::Scenario;
+use gpu_warden::sample::sim::SimSource;
+use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::snapshot::{Owner, PodRef, Snapshot};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// Attributes the scenario's processes to the pods the scenario places them in, as the
+/// real attributor would once it has read /proc and the pod watch.
+struct FromScenario(Scenario);
+
+impl Attributor for FromScenario {
+    fn attribute(&mut self, snap: &mut Snapshot) {
+        for p in &mut snap.processes {
+            let spec = self
+                .0
+                .processes
+                .iter()
+                .find(|s| s.pid == p.pid && s.gpu == p.gpu);
+            p.owner = match spec.and_then(|s| s.pod.as_ref()) {
+                Some(pod) => Owner::Pod(PodRef {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: pod.container.clone(),
+                    uid: gpu_warden::sample::sim::placement_uid(pod),
+                }),
+                None => Owner::Host,
+            };
+        }
+    }
+}
+
+fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scenario = Scenario::load(&root.join(scenario_file)).unwrap();
+    let clock = Arc::new(ManualClock::new(
+        UNIX_EPOCH + Duration::from_secs(1_780_000_000),
+    ));
+    clock.set(at);
+    let mut src = SimSource::new(scenario.clone());
+    let raw = src.poll(
+        at,
+        PollRequest {
+            process_utilization: true,
+        },
+    );
+    let snap = Arc::new(Stamper::default().stamp(raw, at, clock.wall()));
+    let mut pipeline = Pipeline::new(
+        MetricsConfig {
+            hostname_label: HostnameLabel::Hostname,
+            hostname: "ip-10-0-12-34.ec2.internal".into(),
+            per_process,
+        },
+        SelfMetrics::new("golden").unwrap(),
+        clock.clone(),
+    )
+    .with_attributor(Box::new(FromScenario(scenario)));
+    let snap = pipeline.prepare(snap, Duration::from_micros(850));
+    let published = pipeline.publish(snap, None, serde_json::Value::Null);
+    String::from_utf8(published.metrics.to_vec()).unwrap()
+}
+
+fn check(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        for (i, (e, a)) in expected.lines().zip(actual.lines()).enumerate() {
+            if e != a {
+                panic!(
+                    "{name} differs at line {}:\n expected: {e}\n   actual: {a}",
+                    i + 1
+                );
+            }
+        }
+        panic!(
+            "{name} differs in length: expected {} lines, got {}",
+            expected.lines().count(),
+            actual.lines().count()
+        );
+    }
+}
+
+#[test]
+fn a10g_timesliced_at_30s() {
+    check(
+        "a10g-timesliced-30s.prom",
+        &render(
+            "examples/a10g-timesliced.yaml",
+            Duration::from_secs(30),
+            true,
+        ),
+    );
+}
+
+#[test]
+fn h100x8_at_60s() {
+    check(
+        "h100x8-60s.prom",
+        &render("examples/h100x8.yaml", Duration::from_secs(60), false),
+    );
+}
+
+#[test]
+fn exposition_has_every_dcgm_family_of_the_contract() {
+    let text = render("examples/h100x8.yaml", Duration::from_secs(60), false);
+    for family in [
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ] {
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .count();
+        assert_eq!(series, 8, "{family}: expected one series per GPU");
+        let counter = text.contains(&format!("# TYPE {family} counter"));
+        let expect_counter = matches!(
+            family,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+                | "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+                | "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
+                | "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+        );
+        assert_eq!(counter, expect_counter, "{family} type");
+    }
+    // Label names, in dcgm-exporter's order, on every device series.
+    for line in text.lines().filter(|l| l.starts_with("DCGM_FI_")) {
+        let labels: Vec<&str> = line[line.find('{').unwrap() + 1..line.rfind('}').unwrap()]
+            .split("\",")
+            .map(|kv| kv.split('=').next().unwrap())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "gpu",
+                "UUID",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "Hostname",
+                "DCGM_FI_DRIVER_VERSION"
+            ],
+            "{line}"
+        );
+    }
+    // Integers print as integers.
+    assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"0\""));
+    assert!(!text
+        .lines()
+        .any(|l| l.starts_with("DCGM_FI_DEV_FB_USED") && l.ends_with(".0")));
+}
+
+#[test]
+fn per_container_sum_equals_per_process_sum() {
+    let text = render("examples/h100x8.yaml", Duration::from_secs(60), true);
+    let sum = |family: &str, gpu: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{gpu=\"{gpu}\"")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    for gpu in 0..8 {
+        let g = gpu.to_string();
+        assert_eq!(
+            sum("gpu_warden_container_gpu_memory_used_bytes", &g),
+            sum("gpu_warden_process_gpu_memory_used_bytes", &g),
+            "GPU {gpu}"
+        );
+    }
+    // The host process on GPU 0 appears with empty pod labels.
+    assert!(
+        text.contains("gpu_warden_container_gpu_memory_used_bytes{gpu=\"0\",UUID=\"")
+            && text.contains("namespace=\"\",pod=\"\",container=\"\"} 2097152")
+    );
+}
