@@ -43,6 +43,15 @@ impl From<HostnameLabelArg> for HostnameLabel {
     }
 }
 
+/// Whether to use the Kubernetes API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KubeMode {
+    /// In-cluster config, else KUBECONFIG; standalone (metrics only) when neither exists.
+    Auto,
+    /// Never: metrics only; annotations and the guard are off.
+    Off,
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -105,6 +114,20 @@ pub struct Cli {
     /// Also export gpu_warden_process_gpu_memory_used_bytes per process (one series per pid).
     #[arg(long, env = "GPU_WARDEN_PER_PROCESS_METRICS")]
     pub per_process_metrics: bool,
+
+    /// Kubernetes use: pod attribution, node annotations and the guard need it.
+    #[arg(long, value_enum, default_value = "auto", env = "GPU_WARDEN_KUBE")]
+    pub kube: KubeMode,
+
+    /// Where the host's /proc is (NVML reports host PIDs). The simulator writes its own
+    /// simulated /proc here when given, else into a temporary directory.
+    #[arg(long, value_name = "DIR", env = "GPU_WARDEN_PROC_ROOT")]
+    pub proc_root: Option<PathBuf>,
+
+    /// Print the pods the scenario's processes run in, as fixtures for the API double
+    /// (YAML), and exit.
+    #[arg(long)]
+    pub print_sim_pods: bool,
 
     /// Log format.
     #[arg(

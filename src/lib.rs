@@ -11,6 +11,7 @@ pub mod attribute;
 pub mod clock;
 pub mod config;
 pub mod guard;
+pub mod kube;
 pub mod pipeline;
 pub mod pod;
 pub mod publish;

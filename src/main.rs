@@ -3,8 +3,12 @@
 use anyhow::{bail, Context};
 use clap::Parser;
 use gpu_warden::agent::{self, AgentParts};
+use gpu_warden::attribute::attributor::ProcAttributor;
+use gpu_warden::attribute::pods::{self, PodSource, StaticPods};
+use gpu_warden::attribute::procfs::ProcFs;
+use gpu_warden::attribute::watch::WatchedPods;
 use gpu_warden::clock::{Clock, SystemClock};
-use gpu_warden::config::{self, Backend, Cli, LogFormat};
+use gpu_warden::config::{self, Backend, Cli, KubeMode, LogFormat};
 use gpu_warden::pipeline::Pipeline;
 use gpu_warden::publish::http::HttpLimits;
 use gpu_warden::publish::metrics::MetricsConfig;
@@ -12,8 +16,9 @@ use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::nvml::NvmlSource;
 use gpu_warden::sample::sampler::Cadence;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::SimSource;
+use gpu_warden::sample::sim::{self, SimSource};
 use gpu_warden::sample::GpuSource;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,24 +67,69 @@ fn init_logging(cli: &Cli) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-fn sim_source(cli: &Cli) -> anyhow::Result<Box<dyn GpuSource>> {
-    let scenario = match &cli.scenario {
+fn load_scenario(cli: &Cli) -> anyhow::Result<Scenario> {
+    Ok(match &cli.scenario {
         Some(path) => Scenario::load(path)?,
         None => Scenario::parse(EMBEDDED_SCENARIO, "built-in a10g-timesliced.yaml")?,
-    };
-    Ok(Box::new(SimSource::new(scenario)))
+    })
 }
 
-fn open_source(cli: &Cli) -> anyhow::Result<Box<dyn GpuSource>> {
+/// The GPU source, and for the simulator its scenario and the simulated /proc it writes.
+struct Opened {
+    source: Box<dyn GpuSource>,
+    scenario: Option<Scenario>,
+    proc_root: PathBuf,
+    temp_proc: Option<PathBuf>,
+}
+
+fn sim_source(cli: &Cli) -> anyhow::Result<Opened> {
+    let scenario = load_scenario(cli)?;
+    let (proc_root, temp_proc) = match &cli.proc_root {
+        Some(p) => (p.clone(), None),
+        None => {
+            let p =
+                std::env::temp_dir().join(format!("gpu-warden-sim-proc-{}", std::process::id()));
+            (p.clone(), Some(p))
+        }
+    };
+    let source = SimSource::new(scenario.clone())
+        .with_proc_root(&proc_root)
+        .with_context(|| {
+            format!(
+                "cannot write the simulated /proc under {}",
+                proc_root.display()
+            )
+        })?;
+    Ok(Opened {
+        source: Box::new(source),
+        scenario: Some(scenario),
+        proc_root,
+        temp_proc,
+    })
+}
+
+fn nvml_source(cli: &Cli, s: NvmlSource) -> Opened {
+    Opened {
+        source: Box::new(s),
+        scenario: None,
+        proc_root: cli
+            .proc_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc")),
+        temp_proc: None,
+    }
+}
+
+fn open_source(cli: &Cli) -> anyhow::Result<Opened> {
     match cli.backend {
         Backend::Sim => sim_source(cli),
-        Backend::Nvml => Ok(Box::new(NvmlSource::open()?)),
+        Backend::Nvml => Ok(nvml_source(cli, NvmlSource::open()?)),
         Backend::Auto => match NvmlSource::open() {
             Ok(s) => {
                 if cli.scenario.is_some() {
                     bail!("--scenario was given but NVML is available; pass --backend sim to play the scenario");
                 }
-                Ok(Box::new(s))
+                Ok(nvml_source(cli, s))
             }
             Err(e) => {
                 // Inside a cluster a missing NVML is a deployment fault to surface, not a
@@ -96,33 +146,81 @@ fn open_source(cli: &Cli) -> anyhow::Result<Box<dyn GpuSource>> {
     }
 }
 
+fn print_sim_pods(cli: &Cli, node: &str) -> anyhow::Result<()> {
+    let scenario = load_scenario(cli)?;
+    let fixtures = serde_json::json!({
+        "nodes": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"nvidia.com/gpu.present": "true"}, "annotations": {}}}],
+        "pods": sim::scenario_pods(&scenario, node),
+    });
+    print!("{}", serde_yaml_ng::to_string(&fixtures)?);
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let source = open_source(&cli)?;
     let node = cli.node_name.clone().unwrap_or_else(config::host_name);
-    tracing::info!(backend = source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
+    if cli.print_sim_pods {
+        return print_sim_pods(&cli, &node);
+    }
+    let opened = open_source(&cli)?;
+    tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let self_metrics =
         SelfMetrics::new(env!("CARGO_PKG_VERSION")).context("registering self metrics")?;
-    let pipeline = Pipeline::new(
-        MetricsConfig {
-            hostname_label: cli.hostname_label.into(),
-            hostname: node,
-            per_process: cli.per_process_metrics,
-        },
-        self_metrics,
-        clock.clone(),
-    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let temp_proc = opened.temp_proc.clone();
+    let result = runtime.block_on(async move {
+        let clients = match cli.kube {
+            KubeMode::Off => {
+                tracing::info!("--kube=off: standalone, metrics only; pod attribution, node annotations and the guard are off");
+                None
+            }
+            KubeMode::Auto => match gpu_warden::kube::connect().await {
+                Ok(c) => {
+                    tracing::info!(source = c.source, "Kubernetes API configured");
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::info!(reason = %e, "no Kubernetes cluster found: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
+                    None
+                }
+            },
+        };
+        let pods: Arc<dyn PodSource> = match (&clients, &opened.scenario) {
+            (Some(c), _) => WatchedPods::spawn(c.main.clone(), &node),
+            (None, Some(sc)) => {
+                let objects = sim::scenario_pods(sc, &node);
+                let parsed: Vec<k8s_openapi::api::core::v1::Pod> = objects
+                    .into_iter()
+                    .filter_map(|o| serde_json::from_value(o).ok())
+                    .collect();
+                Arc::new(StaticPods(Arc::new(pods::index(parsed.iter()))))
+            }
+            (None, None) => Arc::new(StaticPods::default()),
+        };
+        let attributor = ProcAttributor::new(
+            ProcFs::new(&opened.proc_root),
+            pods,
+            Some(self_metrics.invisible_processes.clone()),
+        );
+        let pipeline = Pipeline::new(
+            MetricsConfig {
+                hostname_label: cli.hostname_label.into(),
+                hostname: node.clone(),
+                per_process: cli.per_process_metrics,
+            },
+            self_metrics,
+            clock.clone(),
+        )
+        .with_attributor(Box::new(attributor));
         let listener = tokio::net::TcpListener::bind(cli.listen)
             .await
             .with_context(|| format!("cannot listen on {} (--listen)", cli.listen))?;
         let parts = AgentParts {
-            source,
+            source: opened.source,
             clock,
             cadence: Cadence {
                 poll: cli.poll_interval,
@@ -134,8 +232,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             http_limits: HttpLimits::default(),
         };
         agent::run(parts, shutdown_signal()).await?;
-        Ok(())
-    })
+        anyhow::Ok(())
+    });
+    if let Some(dir) = temp_proc {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
 }
 
 /// Resolves on SIGTERM (Kubernetes) or SIGINT (a terminal).

@@ -1,2 +1,9 @@
-//! Who owns each GPU process: a pure cgroup parser and the pod view.
+//! Who owns each GPU process: a pure cgroup parser, the pod view, and the `/proc` shell
+//! that joins them.
+
+pub mod attributor;
 pub mod cgroup;
+pub mod pods;
+pub mod procfs;
+pub mod resolve;
+pub mod watch;

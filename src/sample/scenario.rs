@@ -139,6 +139,20 @@ pub struct PodPlacement {
     pub uid: Option<String>,
     /// 64-hex container ID; generated when left out.
     pub container_id: Option<String>,
+    /// `spec.priority` of the pod.
+    pub priority: Option<i32>,
+    /// `spec.priorityClassName` of the pod.
+    pub priority_class: Option<String>,
+    /// Pod labels.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Pod annotations (e.g. `gpu-warden.io/vram-request-mib`, `job.runner.gitlab.com/id`).
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// Kind of the controlling owner (`Job`, `DaemonSet`, …).
+    pub owner_kind: Option<String>,
+    /// `metadata.creationTimestamp` (RFC 3339); defaults to a fixed instant.
+    pub created_at: Option<String>,
 }
 
 fn default_container() -> String {

@@ -106,6 +106,11 @@ impl Agent {
     /// Starts `gpu-warden` with `args` plus `--listen 127.0.0.1:<free port>` and waits for
     /// `/readyz`.
     pub fn start(args: &[&str]) -> Agent {
+        Agent::start_with_env(args, &[])
+    }
+
+    /// As [`Agent::start`], with extra environment variables for the child only.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
@@ -113,6 +118,8 @@ impl Agent {
             .args(["--listen", &listen])
             .current_dir(root())
             .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBECONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

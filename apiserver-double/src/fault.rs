@@ -1,0 +1,85 @@
+//! Fault injection: rules that make matching requests fail, stall or break.
+
+use std::time::Duration;
+
+use hyper::Method;
+
+/// A fault-injection rule. The first rule (in insertion order) that matches a request applies.
+///
+/// A rule matches a request when its [`method`](Fault::method) (if any) equals the request's,
+/// and the request path (without query) starts with [`path_prefix`](Fault::path_prefix).
+/// [`FaultAction::DropWatchAfter`] rules only match watch requests. Each application consumes
+/// one of [`times`](Fault::times); a rule is removed once used up.
+///
+/// ```
+/// use apiserver_double::{Fault, FaultAction, Method};
+/// // the next two evictions answer 500, then evictions work again
+/// let f = Fault::new("/api/v1/namespaces/ci/pods/", FaultAction::Status(500))
+///     .method(Method::POST)
+///     .times(2);
+/// # let _ = f;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// Only requests with this method match; `None` matches any method.
+    pub method: Option<Method>,
+    /// Only requests whose path starts with this match (`""` or `"/"` matches everything).
+    pub path_prefix: String,
+    /// How many requests the rule applies to; `None` means forever.
+    pub times: Option<usize>,
+    /// What happens to a matching request.
+    pub action: FaultAction,
+}
+
+impl Fault {
+    /// A rule for any method, applied forever, on paths starting with `path_prefix`.
+    pub fn new(path_prefix: impl Into<String>, action: FaultAction) -> Self {
+        Fault {
+            method: None,
+            path_prefix: path_prefix.into(),
+            times: None,
+            action,
+        }
+    }
+
+    /// Restricts the rule to one HTTP method.
+    #[must_use]
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    /// Applies the rule to the next `n` matching requests only.
+    #[must_use]
+    pub fn times(mut self, n: usize) -> Self {
+        self.times = Some(n);
+        self
+    }
+
+    pub(crate) fn matches(&self, method: &Method, path: &str, is_watch: bool) -> bool {
+        if matches!(self.action, FaultAction::DropWatchAfter(_)) && !is_watch {
+            return false;
+        }
+        if self.times == Some(0) {
+            return false;
+        }
+        self.method.as_ref().is_none_or(|m| m == method) && path.starts_with(&self.path_prefix)
+    }
+}
+
+/// What a matching [`Fault`] does to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Answer at once with a failure `Status` carrying this HTTP code (reason derived from the
+    /// code, e.g. 500 `InternalError`, 503 `ServiceUnavailable`). A 429 also carries
+    /// `Retry-After: 1`, as the API server's priority-and-fairness rejections do.
+    Status(u16),
+    /// Wait this long, then serve the request normally (lets a client's read timeout fire).
+    Delay(Duration),
+    /// Never answer; the connection stays open until the server shuts down or goes down.
+    Hang,
+    /// For watch requests only: serve the watch, but break the connection (no terminating
+    /// chunk) after this many `ADDED`/`MODIFIED`/`DELETED`/`ERROR` events (bookmarks are not
+    /// counted). `0` breaks it right after the response headers.
+    DropWatchAfter(usize),
+}

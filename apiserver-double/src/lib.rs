@@ -1,0 +1,85 @@
+//! A Kubernetes API server test double that speaks real HTTP/1.1 on loopback.
+//!
+//! It serves the small part of the Kubernetes API that gpu-warden uses (DESIGN §3.6): pods
+//! (get, list, watch, eviction), nodes (get, list, watch, patch) and events (core/v1 and
+//! events.k8s.io/v1: create, patch), plus the discovery endpoints a client may touch. The real
+//! `kube` client, its `watcher` and its `reflector` work against it.
+//!
+//! Objects are stored as [`serde_json::Value`], exactly as clients and tests send them. Every
+//! mutation bumps one global resourceVersion and is kept in a bounded history that watches
+//! replay from.
+//!
+//! Tests drive it through the [`ApiServer`] handle: seed objects, simulate foreign writers,
+//! protect pods with a simulated PodDisruptionBudget, inject faults ([`Fault`]), take the server
+//! down, simulate an API server restart ([`ApiServer::restart_history`]) and inspect every
+//! request that reached it ([`ApiServer::requests`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), apiserver_double::Error> {
+//! use apiserver_double::ApiServer;
+//! use serde_json::json;
+//!
+//! let server = ApiServer::start().await?;
+//! server.add_node(json!({"metadata": {"name": "gpu-node-1"}}))?;
+//! server.add_pod(json!({
+//!     "metadata": {"name": "job-1", "namespace": "ci"},
+//!     "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "main", "image": "busybox"}]}
+//! }))?;
+//! // point kube at it: kube::Config::new(server.url().parse()?)
+//! println!("{}", server.url());
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod cgroups;
+mod fault;
+mod fixtures;
+mod http;
+pub mod patch;
+mod record;
+pub mod selector;
+mod server;
+mod state;
+mod status;
+mod util;
+mod watch;
+
+pub use fault::{Fault, FaultAction};
+pub use fixtures::Fixtures;
+pub use hyper::Method;
+pub use record::{
+    EventApi, EvictionOutcome, EvictionRecord, RecordedBody, RecordedRequest, StoredEvent,
+};
+pub use server::{ApiServer, Builder, EvictHook, RequestHook};
+
+/// Errors from starting or feeding the API server double.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding or serving the listening socket failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address that was asked for.
+        addr: std::net::SocketAddr,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// An object handed to the double lacks something it needs (e.g. `metadata.name`).
+    #[error("invalid object: {0}")]
+    InvalidObject(String),
+    /// A fixtures file could not be read or parsed.
+    #[error("fixtures: {0}")]
+    Fixtures(String),
+    /// A file (kubeconfig, request log) could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file concerned.
+        path: std::path::PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,238 @@
+//! The attribution shell: reads `/proc/<pid>` for each GPU process, parses its cgroup once
+//! per process lifetime (cached by pid and start time, so a reused pid is read afresh),
+//! and resolves the owner against the current pod view.
+
+use super::cgroup::{parse_proc_cgroup, CgroupIdentity};
+use super::pods::PodSource;
+use super::procfs::{ProcError, ProcFs};
+use super::resolve::owner_of;
+use crate::pipeline::Attributor;
+use crate::snapshot::{Owner, Snapshot};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+struct Cached {
+    start_time: u64,
+    identity: Option<CgroupIdentity>,
+}
+
+/// Attributes processes through `/proc` and a [`PodSource`].
+pub struct ProcAttributor {
+    proc: ProcFs,
+    pods: Arc<dyn PodSource>,
+    cache: HashMap<u32, Cached>,
+    invisible_gauge: Option<prometheus::IntGauge>,
+    warned_invisible: bool,
+}
+
+impl ProcAttributor {
+    /// Reads `/proc` through `proc` and pods from `pods`; `invisible_gauge` receives the
+    /// count of processes whose `/proc` entry is missing.
+    pub fn new(
+        proc: ProcFs,
+        pods: Arc<dyn PodSource>,
+        invisible_gauge: Option<prometheus::IntGauge>,
+    ) -> Self {
+        ProcAttributor {
+            proc,
+            pods,
+            cache: HashMap::new(),
+            invisible_gauge,
+            warned_invisible: false,
+        }
+    }
+
+    fn identity(&mut self, pid: u32) -> Result<Option<CgroupIdentity>, ProcError> {
+        let start = self.proc.start_time(pid)?;
+        if let Some(c) = self.cache.get(&pid) {
+            if c.start_time == start {
+                return Ok(c.identity.clone());
+            }
+        }
+        let text = self.proc.cgroup(pid)?;
+        let identity = parse_proc_cgroup(&text);
+        self.cache.insert(
+            pid,
+            Cached {
+                start_time: start,
+                identity: identity.clone(),
+            },
+        );
+        Ok(identity)
+    }
+}
+
+impl Attributor for ProcAttributor {
+    fn attribute(&mut self, snap: &mut Snapshot) {
+        let pods = self.pods.pods();
+        let mut invisible: HashSet<u32> = HashSet::new();
+        let mut seen: HashSet<u32> = HashSet::new();
+        for i in 0..snap.processes.len() {
+            let pid = snap.processes[i].pid;
+            seen.insert(pid);
+            let owner = match self.identity(pid) {
+                Ok(id) => owner_of(id.as_ref(), &pods),
+                Err(ProcError::Missing(_)) => {
+                    invisible.insert(pid);
+                    Owner::Invisible
+                }
+                Err(e) => {
+                    tracing::debug!(pid, error = %e, "cannot attribute a GPU process");
+                    Owner::Unknown
+                }
+            };
+            snap.processes[i].owner = owner;
+        }
+        self.cache.retain(|pid, _| seen.contains(pid));
+        if let Some(g) = &self.invisible_gauge {
+            g.set(invisible.len() as i64);
+        }
+        if !invisible.is_empty() && !self.warned_invisible {
+            self.warned_invisible = true;
+            let mut pids: Vec<u32> = invisible.into_iter().collect();
+            pids.sort_unstable();
+            tracing::warn!(
+                count = pids.len(),
+                pids = ?pids,
+                proc_root = %self.proc.root().display(),
+                "NVML reports GPU processes that {} cannot see: the agent needs the host's PID namespace (hostPID: true in the DaemonSet) or --proc-root pointing at the host's /proc; these processes are reported without pod labels",
+                self.proc.root().display()
+            );
+        } else if invisible.is_empty() && self.warned_invisible {
+            self.warned_invisible = false;
+            tracing::info!("every GPU process is visible in /proc again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::pods::StaticPods;
+    use crate::pod::{ContainerInfo, PodInfo};
+    use crate::snapshot::ProcessSample;
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+
+    const UID: &str = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
+    const CID: &str = "5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
+
+    fn write_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("stat"),
+            format!("{pid} (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
+        )
+        .unwrap();
+        std::fs::write(d.join("cgroup"), cgroup).unwrap();
+    }
+
+    fn pod_cgroup(uid: &str, cid: &str) -> String {
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{cid}.scope\n",
+            uid.replace('-', "_")
+        )
+    }
+
+    fn pods() -> Arc<dyn PodSource> {
+        let p = PodInfo {
+            uid: UID.into(),
+            namespace: "ci".into(),
+            name: "job-1".into(),
+            priority: 0,
+            priority_class: None,
+            owner_kind: None,
+            is_mirror: false,
+            labels: Default::default(),
+            annotations: Default::default(),
+            created_at: None,
+            terminating: false,
+            containers: vec![ContainerInfo {
+                name: "build".into(),
+                container_id: Some(CID.into()),
+            }],
+        };
+        Arc::new(StaticPods(Arc::new(
+            [(UID.to_string(), p)].into_iter().collect(),
+        )))
+    }
+
+    fn snap(pids: &[u32]) -> Snapshot {
+        Snapshot {
+            seq: 1,
+            at: Duration::ZERO,
+            wall: SystemTime::UNIX_EPOCH,
+            driver_version: String::new(),
+            gpus: vec![],
+            processes: pids
+                .iter()
+                .map(|&pid| ProcessSample {
+                    pid,
+                    gpu: 0,
+                    used_bytes: Some(1),
+                    sm_util: None,
+                    name: "p".into(),
+                    owner: Owner::Unknown,
+                })
+                .collect(),
+            errors: vec![],
+        }
+    }
+
+    #[test]
+    fn pod_host_and_invisible_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        write_proc(dir.path(), 10, 100, &pod_cgroup(UID, CID));
+        write_proc(
+            dir.path(),
+            11,
+            100,
+            "0::/system.slice/nv-hostengine.service\n",
+        );
+        let gauge = prometheus::IntGauge::new("g", "g").unwrap();
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), pods(), Some(gauge.clone()));
+        let mut s = snap(&[10, 11, 12]);
+        a.attribute(&mut s);
+        match &s.processes[0].owner {
+            Owner::Pod(r) => assert_eq!((r.pod.as_str(), r.container.as_str()), ("job-1", "build")),
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(s.processes[1].owner, Owner::Host);
+        assert_eq!(s.processes[2].owner, Owner::Invisible);
+        assert_eq!(gauge.get(), 1);
+    }
+
+    #[test]
+    fn pid_reuse_is_detected_by_start_time() {
+        let dir = tempfile::tempdir().unwrap();
+        write_proc(dir.path(), 10, 100, &pod_cgroup(UID, CID));
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), pods(), None);
+        let mut s = snap(&[10]);
+        a.attribute(&mut s);
+        assert!(matches!(s.processes[0].owner, Owner::Pod(_)));
+        // Same pid, new process (new start time) outside any pod.
+        write_proc(
+            dir.path(),
+            10,
+            200,
+            "0::/user.slice/user-1000.slice/session-1.scope\n",
+        );
+        let mut s = snap(&[10]);
+        a.attribute(&mut s);
+        assert_eq!(s.processes[0].owner, Owner::Host);
+    }
+
+    #[test]
+    fn cgroup_is_read_once_per_process_lifetime() {
+        let dir = tempfile::tempdir().unwrap();
+        write_proc(dir.path(), 10, 100, &pod_cgroup(UID, CID));
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), pods(), None);
+        a.attribute(&mut snap(&[10]));
+        // Garbage in the cgroup file is not re-read while the start time is unchanged.
+        std::fs::write(dir.path().join("10/cgroup"), "garbage").unwrap();
+        let mut s = snap(&[10]);
+        a.attribute(&mut s);
+        assert!(matches!(s.processes[0].owner, Owner::Pod(_)));
+    }
+}
