@@ -108,6 +108,7 @@ impl Pipeline {
             metrics: Bytes::from(out),
             published_at: self.clock.mono(),
             guard,
+            pressure: Default::default(),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
 //! from it, and the guard's view for `/state`.
 
+use crate::guard::pressure::Pressure;
 use crate::snapshot::Snapshot;
+use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::Serialize;
 use std::sync::Arc;
@@ -17,6 +19,9 @@ pub struct Published {
     pub published_at: Duration,
     /// The guard's per-GPU state and recent decisions (JSON), or `null` when it is off.
     pub guard: serde_json::Value,
+    /// Memory pressure per GPU index as the guard classified it (empty when it is off);
+    /// the annotations publish it.
+    pub pressure: BTreeMap<u32, Pressure>,
 }
 
 #[derive(Serialize)]
