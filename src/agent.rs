@@ -61,7 +61,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
             msg = rx.recv() => match msg {
                 Some(Sampled::Full(snap, took)) => {
                     let snap = pipeline.prepare(snap, took);
-                    let published = pipeline.publish(snap, None, serde_json::Value::Null);
+                    let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");
                         first = false;

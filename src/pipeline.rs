@@ -3,6 +3,8 @@
 //! injected, time comes from the injected clock, so tests drive it poll by poll.
 
 use crate::clock::Clock;
+use crate::guard::pressure::Pressure;
+use std::collections::BTreeMap;
 use crate::publish::metrics::{self, MetricsConfig};
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
@@ -17,9 +19,6 @@ pub trait Attributor: Send {
     /// Sets `owner` on every process of `snap`.
     fn attribute(&mut self, snap: &mut Snapshot);
 }
-
-/// Per-GPU guard pressure for the metrics, when a guard runs.
-pub type PressureFn = Box<dyn Fn(u32) -> Option<u8> + Send>;
 
 /// The per-poll core.
 pub struct Pipeline {
@@ -89,14 +88,14 @@ impl Pipeline {
     pub fn publish(
         &self,
         snap: Arc<Snapshot>,
-        pressure: Option<&PressureFn>,
+        pressure: BTreeMap<u32, Pressure>,
         guard: serde_json::Value,
     ) -> Published {
         let mut families = metrics::device_families(&snap, &self.cfg);
         families.extend(metrics::container_families(&snap, &self.cfg));
-        if let Some(p) = pressure {
-            families.extend(metrics::pressure_family(&snap, p));
-        }
+        families.extend(metrics::pressure_family(&snap, |i| {
+            pressure.get(&i).map(|p| p.as_metric())
+        }));
         families.extend(self.self_metrics.gather());
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = metrics::encode(&families, &mut out) {
@@ -108,7 +107,7 @@ impl Pipeline {
             metrics: Bytes::from(out),
             published_at: self.clock.mono(),
             guard,
-            pressure: Default::default(),
+            pressure,
         }
     }
 }
@@ -167,8 +166,8 @@ mod tests {
         .with_attributor(Box::new(Everyone));
         let snap = p.prepare(snap, Duration::from_millis(2));
         clock.advance(Duration::from_secs(1));
-        let pressure: PressureFn = Box::new(|_| Some(1));
-        let out = p.publish(snap, Some(&pressure), serde_json::Value::Null);
+        let pressure = [(0, Pressure::Soft)].into_iter().collect();
+        let out = p.publish(snap, pressure, serde_json::Value::Null);
         let text = String::from_utf8(out.metrics.to_vec()).unwrap();
         assert!(text.contains("DCGM_FI_DEV_GPU_TEMP{"), "{text}");
         assert!(text.contains("pod=\"pod-9\""), "{text}");

@@ -66,7 +66,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
     )
     .with_attributor(Box::new(FromScenario(scenario)));
     let snap = pipeline.prepare(snap, Duration::from_micros(850));
-    let published = pipeline.publish(snap, None, serde_json::Value::Null);
+    let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
     String::from_utf8(published.metrics.to_vec()).unwrap()
 }
 
