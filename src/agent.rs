@@ -1,17 +1,48 @@
-//! The agent's one event loop: sampler readings in, publications out, until shutdown.
-//! Everything it runs is injected (source, clock, listener), so integration tests start
-//! the same loop the binary does.
+//! The agent's one event loop: sampler readings in, publications and guard decisions out,
+//! until shutdown. Everything it runs is injected (source, clock, listener, pod view,
+//! decision executor), so integration tests start the same loop the binary does.
 
+use crate::attribute::pods::{PodMap, PodSource};
 use crate::clock::Clock;
+use crate::guard::state::{Decision, EvictionOutcome, Guard};
 use crate::pipeline::Pipeline;
 use crate::publish::http::{self, HttpLimits, HttpState};
 use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
 use crate::sample::GpuSource;
+use crate::snapshot::MemoryInfo;
+use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+/// Carries out a guard decision (the enforcer shell in production, a recorder in tests)
+/// and returns what happened to each pod it tried.
+pub trait DecisionExecutor: Send + Sync {
+    /// Executes `decision` against the pods of the current view.
+    fn execute(
+        &self,
+        decision: Decision,
+        pods: Arc<PodMap>,
+    ) -> Pin<Box<dyn Future<Output = Vec<(String, EvictionOutcome)>> + Send + '_>>;
+}
+
+/// The guard and what it needs beside the snapshots.
+pub struct GuardParts {
+    pub guard: Guard,
+    pub pods: Arc<dyn PodSource>,
+    pub executor: Arc<dyn DecisionExecutor>,
+}
+
+/// A task started with the loop's publications and stopped (awaited) at shutdown, such
+/// as the node annotator (whose stop removes its annotations).
+pub type Companion =
+    Box<dyn FnOnce(watch::Receiver<Option<Arc<Published>>>) -> CompanionStop + Send>;
+
+/// Stops a companion task at shutdown.
+pub type CompanionStop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// What the loop needs.
 pub struct AgentParts {
@@ -21,6 +52,8 @@ pub struct AgentParts {
     pub pipeline: Pipeline,
     pub listener: TcpListener,
     pub http_limits: HttpLimits,
+    pub guard: Option<GuardParts>,
+    pub companions: Vec<Companion>,
 }
 
 /// Errors that end the agent.
@@ -30,8 +63,81 @@ pub enum AgentError {
     Sampler(std::io::Error),
 }
 
-/// Runs until `shutdown` resolves; then stops the sampler and lets HTTP requests in
-/// flight finish (bounded at 5 s).
+/// How many recent decisions `/state` shows.
+const RECENT_DECISIONS: usize = 16;
+
+struct GuardLoop {
+    parts: GuardParts,
+    recent: VecDeque<Decision>,
+    fast: bool,
+    outcomes: mpsc::Sender<(u64, Vec<(String, EvictionOutcome)>)>,
+}
+
+impl GuardLoop {
+    fn refresh_hold(&mut self) {
+        let st = self.parts.pods.status();
+        let reason = if !st.synced {
+            Some("the pod view has not synced yet".to_string())
+        } else if !st.healthy {
+            Some(format!(
+                "the pod watch is failing: {}",
+                st.last_error.unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        if reason.as_deref() != self.parts.guard.held() {
+            match &reason {
+                Some(r) => tracing::warn!(reason = %r, "guard decisions paused"),
+                None => tracing::info!("guard decisions resumed: pod view is current"),
+            }
+        }
+        self.parts.guard.hold_decisions(reason);
+    }
+
+    fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) {
+        for d in decisions {
+            tracing::warn!(
+                gpu = d.gpu,
+                uuid = %d.uuid,
+                decision = d.id,
+                mode = ?d.mode,
+                trigger = d.trigger.as_str(),
+                "{}",
+                d.summary()
+            );
+            self.recent.push_back(d.clone());
+            while self.recent.len() > RECENT_DECISIONS {
+                self.recent.pop_front();
+            }
+            let exec = self.parts.executor.clone();
+            let tx = self.outcomes.clone();
+            let pods = pods.clone();
+            tokio::spawn(async move {
+                let id = d.id;
+                let results = exec.execute(d, pods).await;
+                let _ = tx.send((id, results)).await;
+            });
+        }
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "status": self.parts.guard.status(),
+            "held": self.parts.guard.held(),
+            "recentDecisions": self.recent.iter().map(|d| serde_json::json!({
+                "id": d.id, "gpu": d.gpu, "uuid": d.uuid, "mode": d.mode,
+                "trigger": d.trigger.as_str(), "summary": d.summary(),
+                "victims": d.planned_victims().iter().map(|v| serde_json::json!({
+                    "namespace": v.namespace, "name": v.name, "reason": v.reason,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Runs until `shutdown` resolves; then stops the sampler, the companions and lets HTTP
+/// requests in flight finish (bounded at 5 s).
 pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let AgentParts {
         source,
@@ -40,20 +146,33 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         mut pipeline,
         listener,
         http_limits,
+        guard,
+        companions,
     } = parts;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Sampled>(16);
+    let (tx, mut rx) = mpsc::channel::<Sampled>(16);
     let sampler =
         Sampler::spawn(source, clock.clone(), cadence, tx).map_err(AgentError::Sampler)?;
     let (pub_tx, pub_rx) = watch::channel::<Option<Arc<Published>>>(None);
     let (stop_http_tx, mut stop_http_rx) = watch::channel(false);
     let http_state = HttpState {
-        published: pub_rx,
+        published: pub_rx.clone(),
         clock: clock.clone(),
         poll_interval: cadence.poll,
     };
     let http_task = tokio::spawn(http::serve(listener, http_state, http_limits, async move {
         let _ = stop_http_rx.wait_for(|stop| *stop).await;
     }));
+    let stops: Vec<CompanionStop> = companions
+        .into_iter()
+        .map(|start| start(pub_rx.clone()))
+        .collect();
+    let (out_tx, mut out_rx) = mpsc::channel(64);
+    let mut guard = guard.map(|parts| GuardLoop {
+        parts,
+        recent: VecDeque::new(),
+        fast: false,
+        outcomes: out_tx,
+    });
     tokio::pin!(shutdown);
     let mut first = true;
     loop {
@@ -61,17 +180,52 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
             msg = rx.recv() => match msg {
                 Some(Sampled::Full(snap, took)) => {
                     let snap = pipeline.prepare(snap, took);
-                    let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
+                    let (pressure, guard_json) = match &mut guard {
+                        Some(g) => {
+                            g.refresh_hold();
+                            let pods = g.parts.pods.pods();
+                            let decisions = g.parts.guard.observe(&snap, &pods, clock.mono());
+                            g.dispatch(decisions, pods);
+                            let pressure = snap
+                                .gpus
+                                .iter()
+                                .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
+                                .collect();
+                            (pressure, g.status_json())
+                        }
+                        None => (Default::default(), serde_json::Value::Null),
+                    };
+                    let published = pipeline.publish(snap, pressure, guard_json);
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");
                         first = false;
                     }
                     pub_tx.send_replace(Some(Arc::new(published)));
                 }
-                Some(Sampled::Memory { .. }) => {}
+                Some(Sampled::Memory { at, readings }) => {
+                    if let Some(g) = &mut guard {
+                        let ok: Vec<(u32, MemoryInfo)> = readings
+                            .into_iter()
+                            .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
+                            .collect();
+                        let decisions = g.parts.guard.observe_memory(&ok, at);
+                        if !decisions.is_empty() {
+                            let pods = g.parts.pods.pods();
+                            g.dispatch(decisions, pods);
+                        }
+                    }
+                }
                 None => {
                     tracing::error!("sampler thread ended unexpectedly");
                     break;
+                }
+            },
+            Some((id, results)) = out_rx.recv() => {
+                if let Some(g) = &mut guard {
+                    let now = clock.mono();
+                    for (uid, outcome) in results {
+                        g.parts.guard.record_outcome(id, &uid, outcome, now);
+                    }
                 }
             },
             _ = &mut shutdown => {
@@ -79,11 +233,22 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                 break;
             }
         }
+        if let Some(g) = &mut guard {
+            let want = g.parts.guard.any_below_soft();
+            if want != g.fast {
+                g.fast = want;
+                sampler.set_fast(want);
+                tracing::info!(on = want, "fast memory watch");
+            }
+        }
     }
     // Dropping the receiver first unblocks a sampler waiting to send.
     drop(rx);
     let stop = tokio::task::spawn_blocking(move || sampler.stop());
     let _ = stop_http_tx.send(true);
+    for s in stops {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(4), s()).await;
+    }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stop).await;
     let _ = tokio::time::timeout(std::time::Duration::from_secs(6), http_task).await;
     Ok(())

@@ -52,6 +52,34 @@ pub enum KubeMode {
     Off,
 }
 
+/// The guard mode as a flag (overrides the policy file's `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GuardModeArg {
+    /// Pressure only: metrics and annotations, no decisions.
+    Off,
+    /// Decide, log, emit Events and metrics; evict nothing.
+    DryRun,
+    /// Decide and evict through the Eviction API.
+    Enforce,
+}
+
+impl From<GuardModeArg> for crate::guard::policy::Mode {
+    fn from(m: GuardModeArg) -> Self {
+        match m {
+            GuardModeArg::Off => crate::guard::policy::Mode::Off,
+            GuardModeArg::DryRun => crate::guard::policy::Mode::DryRun,
+            GuardModeArg::Enforce => crate::guard::policy::Mode::Enforce,
+        }
+    }
+}
+
+/// On/off switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -81,8 +109,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "auto", env = "GPU_WARDEN_BACKEND")]
     pub backend: Backend,
 
-    /// Scenario file for the simulator (see docs/scenarios.md). Without it the simulator
-    /// plays the built-in examples/a10g-timesliced.yaml.
+    /// Scenario file for the simulator (see docs/scenarios.md); implies the simulator under
+    /// --backend auto. Without it the simulator plays the built-in examples/a10g-timesliced.yaml.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_SCENARIO")]
     pub scenario: Option<PathBuf>,
 
@@ -124,6 +152,38 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", env = "GPU_WARDEN_PROC_ROOT")]
     pub proc_root: Option<PathBuf>,
 
+    /// OOM guard mode; overrides `mode` in --guard-config. Default: the policy's (dry-run).
+    #[arg(long, value_enum, env = "GPU_WARDEN_GUARD_MODE")]
+    pub guard_mode: Option<GuardModeArg>,
+
+    /// Guard policy file (YAML; see docs/guard.md). Invalid policies stop the agent at start.
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_GUARD_CONFIG")]
+    pub guard_config: Option<PathBuf>,
+
+    /// Publish free VRAM as annotations on this node.
+    #[arg(long, value_enum, default_value = "on", env = "GPU_WARDEN_ANNOTATIONS")]
+    pub annotations: Switch,
+
+    /// Prefix of the node annotation keys.
+    #[arg(
+        long,
+        default_value = "gpu-warden.io",
+        env = "GPU_WARDEN_ANNOTATION_PREFIX"
+    )]
+    pub annotation_prefix: String,
+
+    /// Annotation values move in steps of this many MiB (hysteresis against churn).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576), env = "GPU_WARDEN_ANNOTATION_QUANTUM_MIB")]
+    pub annotation_quantum_mib: u64,
+
+    /// Re-patch the annotations at least this often, so consumers can judge staleness.
+    #[arg(long, default_value = "60s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    pub annotation_heartbeat: Duration,
+
+    /// Never patch more often than this, except for a pressure change.
+    #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    pub annotation_min_interval: Duration,
+
     /// Print the pods the scenario's processes run in, as fixtures for the API double
     /// (YAML), and exit.
     #[arg(long)]
@@ -147,7 +207,7 @@ impl Cli {
     /// Cross-flag checks clap cannot express.
     pub fn validate(&self) -> Result<(), String> {
         if self.scenario.is_some() && self.backend == Backend::Nvml {
-            return Err("--scenario only applies to --backend sim (or auto without a GPU)".into());
+            return Err("--scenario only applies to --backend sim or auto".into());
         }
         if self.process_util_interval < self.poll_interval {
             return Err(format!(
@@ -155,6 +215,11 @@ impl Cli {
                 humantime::format_duration(self.process_util_interval),
                 humantime::format_duration(self.poll_interval)
             ));
+        }
+        if self.annotation_min_interval > self.annotation_heartbeat {
+            return Err(
+                "--annotation-min-interval must not be longer than --annotation-heartbeat".into(),
+            );
         }
         if let Some(n) = &self.node_name {
             if n.is_empty() || n.len() > 253 {

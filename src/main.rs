@@ -1,6 +1,6 @@
 //! The `gpu-warden` binary: flags → backend → one event loop → clean shutdown.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Parser;
 use gpu_warden::agent::{self, AgentParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
@@ -124,13 +124,10 @@ fn open_source(cli: &Cli) -> anyhow::Result<Opened> {
     match cli.backend {
         Backend::Sim => sim_source(cli),
         Backend::Nvml => Ok(nvml_source(cli, NvmlSource::open()?)),
+        // A scenario names the simulator: playing it is what was asked for.
+        Backend::Auto if cli.scenario.is_some() => sim_source(cli),
         Backend::Auto => match NvmlSource::open() {
-            Ok(s) => {
-                if cli.scenario.is_some() {
-                    bail!("--scenario was given but NVML is available; pass --backend sim to play the scenario");
-                }
-                Ok(nvml_source(cli, s))
-            }
+            Ok(s) => Ok(nvml_source(cli, s)),
             Err(e) => {
                 // Inside a cluster a missing NVML is a deployment fault to surface, not a
                 // reason to export invented figures.
@@ -230,6 +227,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline,
             listener,
             http_limits: HttpLimits::default(),
+            guard: None,
+            companions: Vec::new(),
         };
         agent::run(parts, shutdown_signal()).await?;
         anyhow::Ok(())

@@ -4,12 +4,12 @@
 
 use crate::clock::Clock;
 use crate::guard::pressure::Pressure;
-use std::collections::BTreeMap;
 use crate::publish::metrics::{self, MetricsConfig};
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
 use crate::snapshot::{GpuHealth, Snapshot};
 use bytes::Bytes;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 

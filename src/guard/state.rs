@@ -389,6 +389,8 @@ pub struct Guard {
     evictions: VecDeque<Duration>,
     /// Pod UID → (monotonic expiry, API answer) for refused or failed evictions.
     refused: HashMap<String, (Duration, String)>,
+    /// Why decisions are held back (the pod view is stale), if they are.
+    hold: Option<String>,
 }
 
 impl Guard {
@@ -402,7 +404,20 @@ impl Guard {
             next_id: 1,
             evictions: VecDeque::new(),
             refused: HashMap::new(),
+            hold: None,
         }
+    }
+
+    /// Holds every new decision back while `reason` is Some: pressure is still tracked,
+    /// but nobody is chosen from a pod view that may be stale (a pod that is gone, or a
+    /// priority that changed). Decisions in flight are unaffected.
+    pub fn hold_decisions(&mut self, reason: Option<String>) {
+        self.hold = reason;
+    }
+
+    /// Why new decisions are held back, if they are.
+    pub fn held(&self) -> Option<&str> {
+        self.hold.as_deref()
     }
 
     /// The policy in force.
@@ -609,6 +624,9 @@ impl Guard {
     }
 
     fn decide_all(&mut self, now: Duration) -> Vec<Decision> {
+        if self.hold.is_some() {
+            return Vec::new();
+        }
         let indices: Vec<u32> = self.gpus.keys().copied().collect();
         indices
             .into_iter()
@@ -899,6 +917,21 @@ mod tests {
     fn one(mut ds: Vec<Decision>) -> Decision {
         assert_eq!(ds.len(), 1, "{ds:#?}");
         ds.remove(0)
+    }
+
+    #[test]
+    fn a_held_guard_tracks_pressure_but_decides_nothing_until_released() {
+        let mut w = World::new(enforce(), [pod("ci")], vec![proc_in("ci", 0, 4000)]);
+        w.guard.hold_decisions(Some("pod watch is down".into()));
+        assert!(
+            w.poll(0.0, 9800).is_empty(),
+            "hard pressure, but the pod view is stale"
+        );
+        assert_eq!(w.guard.pressure(0), Pressure::Hard);
+        assert_eq!(w.guard.held(), Some("pod watch is down"));
+        w.guard.hold_decisions(None);
+        let d = w.poll(1.0, 9800);
+        assert_eq!(d.len(), 1, "released: the next observation decides");
     }
 
     #[test]

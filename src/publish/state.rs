@@ -3,9 +3,9 @@
 
 use crate::guard::pressure::Pressure;
 use crate::snapshot::Snapshot;
-use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gpu-warden's whole test suite, as CI runs it (.ci/run calls this script):
+#   formatting, clippy with warnings as errors, every unit and integration test of the
+#   workspace, the criterion benches in quick mode, the real-Prometheus test and the
+#   offline deployment checks. Installs the system packages it needs when run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "missing system packages: ${need[*]} (apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+if command -v rustup >/dev/null; then
+  rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
+if [ -d benches ] && ls benches/*.rs >/dev/null 2>&1; then
+  echo "== benches (quick mode: each runs once)"
+  cargo bench --locked --benches -- --test
+fi
+echo "== real Prometheus"
+tests/prometheus/run.sh target/debug/gpu-warden
+if [ -x deploy/check.sh ]; then
+  echo "== deployment checks"
+  deploy/check.sh
+fi
+echo "== all tests passed"
