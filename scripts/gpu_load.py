@@ -34,6 +34,10 @@ def main():
     ap.add_argument("--start-delay", type=float, default=0.0)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--exit-on-oom", action="store_true")
+    ap.add_argument("--workspace-gib", type=float, default=0.0,
+                    help="with --compute: allocate this much afresh every step (and release it to "
+                         "the driver), as a training step's activations would; an OOM here is what "
+                         "a neighbour of a greedy job dies of")
     a = ap.parse_args()
 
     dev = torch.device("cuda", a.device)
@@ -79,15 +83,24 @@ def main():
                     break
         if a.compute:
             try:
+                ws = None
+                if a.workspace_gib > 0:
+                    ws = torch.empty(int(a.workspace_gib * (1 << 30)), dtype=torch.uint8, device=dev)
+                    ws.fill_(2)
                 for _ in range(8):
                     z = x @ y
                 torch.cuda.synchronize()
                 del z
+                if ws is not None:
+                    del ws
+                    torch.cuda.empty_cache()
             except torch.cuda.OutOfMemoryError as e:
                 ooms += 1
                 log("oom", phase="compute", error=str(e)[:200])
+                torch.cuda.empty_cache()
                 if a.exit_on_oom:
                     sys.exit(3)
+                time.sleep(0.01)
         else:
             time.sleep(0.005)
     log("done", grown_gib=grown, ooms=ooms)

@@ -61,6 +61,11 @@ impl RecordedRequest {
         json!({
             "id": self.id,
             "time": util::rfc3339(self.time),
+            // Sub-second precision for timing measurements (reaction times on real GPUs).
+            "timeUnix": self
+                .time
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             "method": self.method.as_str(),
             "path": self.path,
             "query": self.query,
