@@ -9,14 +9,18 @@ use crate::pipeline::Pipeline;
 use crate::publish::http::{self, HttpLimits, HttpState};
 use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
-use crate::sample::GpuSource;
-use crate::snapshot::MemoryInfo;
+use crate::sample::{GpuSource, MemoryReading};
+use crate::snapshot::{MemoryInfo, Snapshot};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+
+/// What executing a decision yields: each pod tried, with its outcome.
+pub type Outcomes = Vec<(String, EvictionOutcome)>;
 
 /// Carries out a guard decision (the enforcer shell in production, a recorder in tests)
 /// and returns what happened to each pod it tried.
@@ -26,14 +30,16 @@ pub trait DecisionExecutor: Send + Sync {
         &self,
         decision: Decision,
         pods: Arc<PodMap>,
-    ) -> Pin<Box<dyn Future<Output = Vec<(String, EvictionOutcome)>> + Send + '_>>;
+    ) -> Pin<Box<dyn Future<Output = Outcomes> + Send + '_>>;
 }
 
 /// The guard and what it needs beside the snapshots.
 pub struct GuardParts {
     pub guard: Guard,
     pub pods: Arc<dyn PodSource>,
-    pub executor: Arc<dyn DecisionExecutor>,
+    /// None when there is no cluster to act on: the guard then only tracks pressure
+    /// (its mode is `off`, so it takes no decision).
+    pub executor: Option<Arc<dyn DecisionExecutor>>,
 }
 
 /// A task started with the loop's publications and stopped (awaited) at shutdown, such
@@ -66,14 +72,107 @@ pub enum AgentError {
 /// How many recent decisions `/state` shows.
 const RECENT_DECISIONS: usize = 16;
 
-struct GuardLoop {
+/// A decision to execute, with the pod view it was taken on.
+pub type Dispatch = (Decision, Arc<PodMap>);
+
+struct GuardCore {
     parts: GuardParts,
     recent: VecDeque<Decision>,
-    fast: bool,
-    outcomes: mpsc::Sender<(u64, Vec<(String, EvictionOutcome)>)>,
 }
 
-impl GuardLoop {
+/// The agent's state between events: the pipeline and the guard. The event loop (and the
+/// scenario tests, on an injected clock) feed it snapshots, memory ticks and eviction
+/// outcomes; it answers with publications and decisions to execute. It does no I/O of
+/// its own beyond what the injected attributor and pod source do.
+pub struct Core {
+    pipeline: Pipeline,
+    guard: Option<GuardCore>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Core {
+    /// A core around `pipeline`, with the guard if one is given.
+    pub fn new(pipeline: Pipeline, guard: Option<GuardParts>, clock: Arc<dyn Clock>) -> Core {
+        Core {
+            pipeline,
+            guard: guard.map(|parts| GuardCore {
+                parts,
+                recent: VecDeque::new(),
+            }),
+            clock,
+        }
+    }
+
+    /// A full poll: attribute, let the guard observe, render. Returns the publication and
+    /// the decisions to execute.
+    pub fn on_full(&mut self, snap: Arc<Snapshot>, took: Duration) -> (Published, Vec<Dispatch>) {
+        let snap = self.pipeline.prepare(snap, took);
+        let now = self.clock.mono();
+        let mut out = Vec::new();
+        let (pressure, guard_json) = match &mut self.guard {
+            Some(g) => {
+                g.refresh_hold();
+                let pods = g.parts.pods.pods();
+                let decisions = g.parts.guard.observe(&snap, &pods, now);
+                out = g.dispatch(decisions, pods);
+                let pressure = snap
+                    .gpus
+                    .iter()
+                    .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
+                    .collect();
+                (pressure, g.status_json())
+            }
+            None => (Default::default(), serde_json::Value::Null),
+        };
+        (self.pipeline.publish(snap, pressure, guard_json), out)
+    }
+
+    /// A memory-only reading between full polls (the guard's fast watch).
+    pub fn on_memory(&mut self, at: Duration, readings: Vec<MemoryReading>) -> Vec<Dispatch> {
+        let Some(g) = &mut self.guard else {
+            return Vec::new();
+        };
+        let ok: Vec<(u32, MemoryInfo)> = readings
+            .into_iter()
+            .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
+            .collect();
+        let decisions = g.parts.guard.observe_memory(&ok, at);
+        if decisions.is_empty() {
+            return Vec::new();
+        }
+        let pods = g.parts.pods.pods();
+        g.dispatch(decisions, pods)
+    }
+
+    /// What the executor got for decision `id`.
+    pub fn on_outcomes(&mut self, id: u64, results: Outcomes) {
+        if let Some(g) = &mut self.guard {
+            let now = self.clock.mono();
+            for (uid, outcome) in results {
+                g.parts.guard.record_outcome(id, &uid, outcome, now);
+            }
+        }
+    }
+
+    /// Whether the sampler should read memory at the fast interval now.
+    pub fn wants_fast(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(|g| g.parts.guard.any_below_soft())
+    }
+
+    /// The executor decisions go to, if the guard acts.
+    pub fn executor(&self) -> Option<Arc<dyn DecisionExecutor>> {
+        self.guard.as_ref().and_then(|g| g.parts.executor.clone())
+    }
+
+    /// The guard's status as /state shows it (None without a guard).
+    pub fn guard_json(&self) -> Option<serde_json::Value> {
+        self.guard.as_ref().map(|g| g.status_json())
+    }
+}
+
+impl GuardCore {
     fn refresh_hold(&mut self) {
         let st = self.parts.pods.status();
         let reason = if !st.synced {
@@ -95,13 +194,14 @@ impl GuardLoop {
         self.parts.guard.hold_decisions(reason);
     }
 
-    fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) {
+    fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) -> Vec<Dispatch> {
+        let mut out = Vec::new();
         for d in decisions {
             tracing::warn!(
                 gpu = d.gpu,
                 uuid = %d.uuid,
                 decision = d.id,
-                mode = ?d.mode,
+                mode = d.mode.as_str(),
                 trigger = d.trigger.as_str(),
                 "{}",
                 d.summary()
@@ -110,15 +210,11 @@ impl GuardLoop {
             while self.recent.len() > RECENT_DECISIONS {
                 self.recent.pop_front();
             }
-            let exec = self.parts.executor.clone();
-            let tx = self.outcomes.clone();
-            let pods = pods.clone();
-            tokio::spawn(async move {
-                let id = d.id;
-                let results = exec.execute(d, pods).await;
-                let _ = tx.send((id, results)).await;
-            });
+            if self.parts.executor.is_some() {
+                out.push((d, pods.clone()));
+            }
         }
+        out
     }
 
     fn status_json(&self) -> serde_json::Value {
@@ -143,7 +239,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         source,
         clock,
         cadence,
-        mut pipeline,
+        pipeline,
         listener,
         http_limits,
         guard,
@@ -166,80 +262,54 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         .into_iter()
         .map(|start| start(pub_rx.clone()))
         .collect();
-    let (out_tx, mut out_rx) = mpsc::channel(64);
-    let mut guard = guard.map(|parts| GuardLoop {
-        parts,
-        recent: VecDeque::new(),
-        fast: false,
-        outcomes: out_tx,
-    });
+    let (out_tx, mut out_rx) = mpsc::channel::<(u64, Outcomes)>(64);
+    let mut core = Core::new(pipeline, guard, clock.clone());
+    let executor = core.executor();
+    let execute = |dispatches: Vec<Dispatch>| {
+        let Some(exec) = executor.clone() else {
+            return;
+        };
+        for (d, pods) in dispatches {
+            let (exec, tx) = (exec.clone(), out_tx.clone());
+            tokio::spawn(async move {
+                let id = d.id;
+                let results = exec.execute(d, pods).await;
+                let _ = tx.send((id, results)).await;
+            });
+        }
+    };
     tokio::pin!(shutdown);
     let mut first = true;
+    let mut fast = false;
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(Sampled::Full(snap, took)) => {
-                    let snap = pipeline.prepare(snap, took);
-                    let (pressure, guard_json) = match &mut guard {
-                        Some(g) => {
-                            g.refresh_hold();
-                            let pods = g.parts.pods.pods();
-                            let decisions = g.parts.guard.observe(&snap, &pods, clock.mono());
-                            g.dispatch(decisions, pods);
-                            let pressure = snap
-                                .gpus
-                                .iter()
-                                .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
-                                .collect();
-                            (pressure, g.status_json())
-                        }
-                        None => (Default::default(), serde_json::Value::Null),
-                    };
-                    let published = pipeline.publish(snap, pressure, guard_json);
+                    let (published, dispatches) = core.on_full(snap, took);
+                    execute(dispatches);
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");
                         first = false;
                     }
                     pub_tx.send_replace(Some(Arc::new(published)));
                 }
-                Some(Sampled::Memory { at, readings }) => {
-                    if let Some(g) = &mut guard {
-                        let ok: Vec<(u32, MemoryInfo)> = readings
-                            .into_iter()
-                            .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
-                            .collect();
-                        let decisions = g.parts.guard.observe_memory(&ok, at);
-                        if !decisions.is_empty() {
-                            let pods = g.parts.pods.pods();
-                            g.dispatch(decisions, pods);
-                        }
-                    }
-                }
+                Some(Sampled::Memory { at, readings }) => execute(core.on_memory(at, readings)),
                 None => {
                     tracing::error!("sampler thread ended unexpectedly");
                     break;
                 }
             },
-            Some((id, results)) = out_rx.recv() => {
-                if let Some(g) = &mut guard {
-                    let now = clock.mono();
-                    for (uid, outcome) in results {
-                        g.parts.guard.record_outcome(id, &uid, outcome, now);
-                    }
-                }
-            },
+            Some((id, results)) = out_rx.recv() => core.on_outcomes(id, results),
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
                 break;
             }
         }
-        if let Some(g) = &mut guard {
-            let want = g.parts.guard.any_below_soft();
-            if want != g.fast {
-                g.fast = want;
-                sampler.set_fast(want);
-                tracing::info!(on = want, "fast memory watch");
-            }
+        let want = core.wants_fast();
+        if want != fast {
+            fast = want;
+            sampler.set_fast(want);
+            tracing::info!(on = want, "fast memory watch");
         }
     }
     // Dropping the receiver first unblocks a sampler waiting to send.
@@ -247,9 +317,9 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
     let stop = tokio::task::spawn_blocking(move || sampler.stop());
     let _ = stop_http_tx.send(true);
     for s in stops {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(4), s()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(4), s()).await;
     }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stop).await;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(6), http_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), stop).await;
+    let _ = tokio::time::timeout(Duration::from_secs(6), http_task).await;
     Ok(())
 }

@@ -1,18 +1,20 @@
 //! Kubernetes client construction. In-cluster config first, then `KUBECONFIG` / the
-//! default kubeconfig. Two clients: one for reads, watches and patches with kube's
-//! default retry, and one for evictions with it off — kube 5's default retries HTTP 429
-//! for minutes, and a PodDisruptionBudget's 429 must come back at once so the guard can
-//! try the next candidate (DESIGN §4).
+//! default kubeconfig. Two clients: `direct`, with kube's built-in retry off, for every
+//! call that has its own error handling — evictions (a PodDisruptionBudget's 429 must come
+//! back at once so the guard can try the next candidate; kube 5's default retries it for
+//! minutes, DESIGN §4), the pod watch (the watcher backs off itself, and an outage must
+//! show in the view's health so the guard stops deciding) and node patches (the annotator
+//! backs off itself) — and `main`, with the retry on, for best-effort Events.
 
 use std::time::Duration;
 
 /// The clients the agent uses.
 #[derive(Clone)]
 pub struct KubeClients {
-    /// Watches, node patches, events.
+    /// Events: kube's default retry on 429/503/504.
     pub main: kube::Client,
-    /// Evictions only: no automatic retry, short timeouts.
-    pub evict: kube::Client,
+    /// Evictions, the pod watch, node patches: no automatic retry.
+    pub direct: kube::Client,
     /// Where the configuration came from, for the start-up log line.
     pub source: &'static str,
 }
@@ -53,14 +55,14 @@ pub fn from_config(
     config.read_timeout = config.read_timeout.or(Some(Duration::from_secs(295)));
     let main =
         kube::Client::try_from(config.clone()).map_err(|e| KubeError::Client(e.to_string()))?;
-    let mut ev = config;
-    ev.default_retry = false;
-    ev.read_timeout = Some(Duration::from_secs(10));
-    ev.write_timeout = Some(Duration::from_secs(10));
-    let evict = kube::Client::try_from(ev).map_err(|e| KubeError::Client(e.to_string()))?;
+    // No read timeout shorter than a watch (290 s server-side): the enforcer and the
+    // annotator bound their own requests.
+    let mut direct = config;
+    direct.default_retry = false;
+    let direct = kube::Client::try_from(direct).map_err(|e| KubeError::Client(e.to_string()))?;
     Ok(KubeClients {
         main,
-        evict,
+        direct,
         source,
     })
 }

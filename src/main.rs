@@ -2,14 +2,19 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpu_warden::agent::{self, AgentParts};
+use gpu_warden::agent::{self, AgentParts, DecisionExecutor, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::pods::{self, PodSource, StaticPods};
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::attribute::watch::WatchedPods;
 use gpu_warden::clock::{Clock, SystemClock};
-use gpu_warden::config::{self, Backend, Cli, KubeMode, LogFormat};
+use gpu_warden::config::{self, Backend, Cli, KubeMode, LogFormat, Switch};
+use gpu_warden::guard::enforce::Enforcer;
+use gpu_warden::guard::policy::{Mode, Policy};
+use gpu_warden::guard::state::Guard;
 use gpu_warden::pipeline::Pipeline;
+use gpu_warden::publish::annotations::AnnotationConfig;
+use gpu_warden::publish::annotator::{remove_annotations, spawn_annotator};
 use gpu_warden::publish::http::HttpLimits;
 use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
@@ -143,6 +148,71 @@ fn open_source(cli: &Cli) -> anyhow::Result<Opened> {
     }
 }
 
+/// The guard policy: the file's, or the defaults, with `--guard-mode` on top; validated.
+fn load_policy(cli: &Cli) -> anyhow::Result<Policy> {
+    let mut policy = match &cli.guard_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --guard-config {}", path.display()))?;
+            Policy::from_yaml_str(&text)
+                .with_context(|| format!("--guard-config {}", path.display()))?
+        }
+        None => Policy::default(),
+    };
+    if let Some(mode) = cli.guard_mode {
+        policy.mode = mode.into();
+    }
+    policy.validate().with_context(|| match &cli.guard_config {
+        Some(p) => format!("--guard-config {}", p.display()),
+        None => "guard policy".to_string(),
+    })?;
+    Ok(policy)
+}
+
+/// The guard: it always tracks pressure; it decides only with a cluster to act on.
+fn guard_parts(
+    mut policy: Policy,
+    clients: Option<&gpu_warden::kube::KubeClients>,
+    pods: Arc<dyn PodSource>,
+    node: &str,
+    self_metrics: &SelfMetrics,
+) -> GuardParts {
+    let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
+        Some(c) if policy.mode != Mode::Off => {
+            // The eviction walk and its Events must end well inside the cooldown, or a
+            // second decision could evict for the same pressure.
+            let budget = policy
+                .cooldown_timeout
+                .saturating_sub(Duration::from_secs(10))
+                .max(Duration::from_secs(5));
+            Some(Arc::new(
+                Enforcer::new(
+                    c,
+                    node.to_string(),
+                    self_metrics.clone(),
+                    policy.eviction_grace_period_seconds,
+                )
+                .with_walk_budget(budget),
+            ))
+        }
+        _ => None,
+    };
+    if executor.is_none() && policy.mode != Mode::Off {
+        tracing::info!(
+            mode = policy.mode.as_str(),
+            "no Kubernetes API: the OOM guard only tracks pressure (mode off)"
+        );
+        policy.mode = Mode::Off;
+    } else {
+        tracing::info!(mode = policy.mode.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
+    }
+    GuardParts {
+        guard: Guard::new(policy),
+        pods,
+        executor,
+    }
+}
+
 fn print_sim_pods(cli: &Cli, node: &str) -> anyhow::Result<()> {
     let scenario = load_scenario(cli)?;
     let fixtures = serde_json::json!({
@@ -158,6 +228,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.print_sim_pods {
         return print_sim_pods(&cli, &node);
     }
+    let policy = load_policy(&cli)?;
+    let annotation_cfg = AnnotationConfig {
+        prefix: cli.annotation_prefix.clone(),
+        quantum_mib: cli.annotation_quantum_mib,
+        heartbeat: cli.annotation_heartbeat,
+        min_interval: cli.annotation_min_interval,
+    };
+    annotation_cfg.validate()?;
     let opened = open_source(&cli)?;
     tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
@@ -172,7 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         let clients = match cli.kube {
             KubeMode::Off => {
-                tracing::info!("--kube=off: standalone, metrics only; pod attribution, node annotations and the guard are off");
+                tracing::info!("--kube=off: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
                 None
             }
             KubeMode::Auto => match gpu_warden::kube::connect().await {
@@ -187,7 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
         };
         let pods: Arc<dyn PodSource> = match (&clients, &opened.scenario) {
-            (Some(c), _) => WatchedPods::spawn(c.main.clone(), &node),
+            (Some(c), _) => WatchedPods::spawn(c.direct.clone(), &node),
             (None, Some(sc)) => {
                 let objects = sim::scenario_pods(sc, &node);
                 let parsed: Vec<k8s_openapi::api::core::v1::Pod> = objects
@@ -200,19 +278,46 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         let attributor = ProcAttributor::new(
             ProcFs::new(&opened.proc_root),
-            pods,
+            pods.clone(),
             Some(self_metrics.invisible_processes.clone()),
         );
+        let guard = guard_parts(policy, clients.as_ref(), pods.clone(), &node, &self_metrics);
         let pipeline = Pipeline::new(
             MetricsConfig {
                 hostname_label: cli.hostname_label.into(),
                 hostname: node.clone(),
                 per_process: cli.per_process_metrics,
             },
-            self_metrics,
+            self_metrics.clone(),
             clock.clone(),
         )
         .with_attributor(Box::new(attributor));
+        let mut companions: Vec<agent::Companion> = Vec::new();
+        if let Some(c) = &clients {
+            match cli.annotations {
+                Switch::On => {
+                    let (client, node, metrics, clock) =
+                        (c.direct.clone(), node.clone(), self_metrics.clone(), clock.clone());
+                    companions.push(Box::new(move |rx| {
+                        let handle = spawn_annotator(client, node, annotation_cfg, rx, clock, metrics);
+                        Box::new(move || {
+                            Box::pin(async move {
+                                if let Err(e) = handle.shutdown().await {
+                                    tracing::warn!(error = %e, "the node annotations may remain");
+                                }
+                            })
+                        })
+                    }));
+                }
+                Switch::Off => {
+                    // Clear what an earlier run may have left behind.
+                    let (client, node, prefix) = (c.direct.clone(), node.clone(), annotation_cfg.prefix.clone());
+                    tokio::spawn(async move {
+                        let _ = remove_annotations(client, &node, &prefix, Duration::from_secs(3)).await;
+                    });
+                }
+            }
+        }
         let listener = tokio::net::TcpListener::bind(cli.listen)
             .await
             .with_context(|| format!("cannot listen on {} (--listen)", cli.listen))?;
@@ -227,8 +332,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline,
             listener,
             http_limits: HttpLimits::default(),
-            guard: None,
-            companions: Vec::new(),
+            guard: Some(guard),
+            companions,
         };
         agent::run(parts, shutdown_signal()).await?;
         anyhow::Ok(())

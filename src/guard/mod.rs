@@ -1,5 +1,7 @@
 //! The OOM guard: pure policy and trend, and the enforcer shell.
 
+pub mod enforce;
+pub mod events;
 pub mod policy;
 pub mod pressure;
 pub mod rank;

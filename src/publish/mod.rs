@@ -1,6 +1,8 @@
 //! Everything that leaves the agent: metric families and their exposition, the HTTP
 //! server, and (later) the Node annotations.
 
+pub mod annotations;
+pub mod annotator;
 pub mod http;
 pub mod metrics;
 pub mod self_metrics;

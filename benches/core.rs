@@ -1,0 +1,217 @@
+//! Criterion benches of the agent's per-poll work, on the simulated backend.
+//! `cargo bench` measures; `cargo bench -- --test` (CI) runs each once so they never rot.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use gpu_warden::attribute::attributor::ProcAttributor;
+use gpu_warden::attribute::cgroup::parse_proc_cgroup;
+use gpu_warden::attribute::pods::{index, StaticPods};
+use gpu_warden::attribute::procfs::ProcFs;
+use gpu_warden::clock::{Clock, ManualClock};
+use gpu_warden::guard::policy::Policy;
+use gpu_warden::guard::rank::rank;
+use gpu_warden::guard::state::Guard;
+use gpu_warden::pipeline::Pipeline;
+use gpu_warden::publish::metrics::{self, MetricsConfig};
+use gpu_warden::publish::self_metrics::SelfMetrics;
+use gpu_warden::sample::sampler::Stamper;
+use gpu_warden::sample::scenario::Scenario;
+use gpu_warden::sample::sim::{scenario_pods, SimSource};
+use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::snapshot::Snapshot;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// A scenario with `gpus` H100s and `procs` processes spread over them, each in its own pod.
+fn scenario(gpus: u32, procs: u32) -> Scenario {
+    let mut y = format!(
+        "gpus:\n  - {{model: NVIDIA H100 80GB HBM3, count: {gpus}, memory_mib: 81559, reserved_mib: 520, sm_clock_mhz: 1980, mem_clock_mhz: 2619, gpu_temp_c: 41, memory_temp_c: 49, power_w: 412.3, mem_copy_util_pct: 27, enc_util_pct: 0, dec_util_pct: 0, pcie_replays: 0, remapped_rows: {{}}}}\nprocesses:\n"
+    );
+    for i in 0..procs {
+        y.push_str(&format!(
+            "  - {{pid: {}, gpu: {}, name: \"python\", memory: {{constant: {}}}, sm_util: 0.1, pod: {{namespace: ci, name: job-{i}, container: build, priority: {}}}}}\n",
+            1000 + i,
+            i % gpus,
+            100 + (i % 7) * 10,
+            i % 3
+        ));
+    }
+    Scenario::parse(&y, "bench").expect("bench scenario")
+}
+
+fn attributed_snapshot(
+    gpus: u32,
+    procs: u32,
+    dir: &std::path::Path,
+) -> (Snapshot, Pipeline, Arc<StaticPods>) {
+    let sc = scenario(gpus, procs);
+    let pods_json = scenario_pods(&sc, "node");
+    let parsed: Vec<k8s_openapi::api::core::v1::Pod> = pods_json
+        .into_iter()
+        .map(|p| serde_json::from_value(p).expect("pod"))
+        .collect();
+    let pods = Arc::new(StaticPods(Arc::new(index(parsed.iter()))));
+    let mut src = SimSource::new(sc).with_proc_root(dir).expect("proc root");
+    let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
+    let raw = src.poll(
+        Duration::ZERO,
+        PollRequest {
+            process_utilization: true,
+        },
+    );
+    let snap = Arc::new(Stamper::default().stamp(raw, Duration::ZERO, clock.wall()));
+    let mut pipeline = Pipeline::new(
+        MetricsConfig {
+            hostname: "node".into(),
+            ..Default::default()
+        },
+        SelfMetrics::new("bench").expect("metrics"),
+        clock,
+    )
+    .with_attributor(Box::new(ProcAttributor::new(
+        ProcFs::new(dir),
+        pods.clone(),
+        None,
+    )));
+    let snap = pipeline.prepare(snap, Duration::from_micros(100));
+    (Arc::unwrap_or_clone(snap), pipeline, pods)
+}
+
+fn exposition(c: &mut Criterion) {
+    let mut g = c.benchmark_group("exposition");
+    for gpus in [1u32, 8] {
+        for procs in [0u32, 10, 100] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (snap, _, _) = attributed_snapshot(gpus, procs, dir.path());
+            let cfg = MetricsConfig {
+                hostname: "node".into(),
+                ..Default::default()
+            };
+            let series = metrics::device_families(&snap, &cfg)
+                .iter()
+                .chain(metrics::container_families(&snap, &cfg).iter())
+                .map(|f| f.get_metric().len())
+                .sum::<usize>();
+            g.throughput(Throughput::Elements(series as u64));
+            g.bench_with_input(
+                BenchmarkId::new(format!("{gpus}gpu"), procs),
+                &snap,
+                |b, snap| {
+                    let mut out = Vec::with_capacity(64 * 1024);
+                    b.iter(|| {
+                        out.clear();
+                        let mut fams = metrics::device_families(snap, &cfg);
+                        fams.extend(metrics::container_families(snap, &cfg));
+                        metrics::encode(&fams, &mut out).expect("encode");
+                        black_box(out.len())
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+const CGROUP_CORPUS: &[&str] = &[
+    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b1c2d3e_4f50_4a6b_8c7d_9e0f1a2b3c4d.slice/cri-containerd-5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8.scope\n",
+    "0::/kubepods.slice/kubepods-pod0b1c2d3e_4f50_4a6b_8c7d_9e0f1a2b3c4d.slice/crio-5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8.scope\n",
+    "12:memory:/kubepods/besteffort/pod0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8\n11:cpu,cpuacct:/kubepods/besteffort/pod0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8\n1:name=systemd:/kubepods/besteffort/pod0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d/5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8\n",
+    "0::/../../kubepods-burstable-pod0b1c2d3e_4f50_4a6b_8c7d_9e0f1a2b3c4d.slice/cri-containerd-5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8.scope\n",
+    "0::/user.slice/user-1000.slice/session-3.scope\n",
+    "0::/system.slice/containerd.service\n",
+];
+
+fn cgroup_parsing(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cgroup");
+    g.throughput(Throughput::Elements(CGROUP_CORPUS.len() as u64));
+    g.bench_function("parse_corpus", |b| {
+        b.iter(|| {
+            for text in CGROUP_CORPUS {
+                black_box(parse_proc_cgroup(black_box(text)));
+            }
+        })
+    });
+    g.finish();
+}
+
+fn ranking(c: &mut Criterion) {
+    let mut g = c.benchmark_group("rank");
+    for n in [10u32, 100, 1000] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (snap, _, pods) = attributed_snapshot(1, n, dir.path());
+        let policy = Policy::default();
+        let refused = Default::default();
+        let pods = gpu_warden::attribute::pods::PodSource::pods(pods.as_ref());
+        g.throughput(Throughput::Elements(u64::from(n)));
+        g.bench_with_input(BenchmarkId::from_parameter(n), &snap, |b, snap| {
+            b.iter(|| {
+                black_box(
+                    rank(&policy, 0, &snap.processes, &pods, &refused)
+                        .candidates
+                        .len(),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+fn full_poll(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pipeline");
+    for (gpus, procs) in [(1u32, 4u32), (8, 64)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sc = scenario(gpus, procs);
+        let pods_json = scenario_pods(&sc, "node");
+        let parsed: Vec<k8s_openapi::api::core::v1::Pod> = pods_json
+            .into_iter()
+            .map(|p| serde_json::from_value(p).expect("pod"))
+            .collect();
+        let pods = Arc::new(StaticPods(Arc::new(index(parsed.iter()))));
+        let mut src = SimSource::new(sc)
+            .with_proc_root(dir.path())
+            .expect("proc root");
+        let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
+        let mut pipeline = Pipeline::new(
+            MetricsConfig {
+                hostname: "node".into(),
+                ..Default::default()
+            },
+            SelfMetrics::new("bench").expect("metrics"),
+            clock.clone(),
+        )
+        .with_attributor(Box::new(ProcAttributor::new(
+            ProcFs::new(dir.path()),
+            pods.clone(),
+            None,
+        )));
+        let mut guard = Guard::new(Policy::default());
+        let mut stamper = Stamper::default();
+        let pod_map = gpu_warden::attribute::pods::PodSource::pods(pods.as_ref());
+        g.bench_function(format!("{gpus}gpu_{procs}procs"), |b| {
+            b.iter(|| {
+                clock.advance(Duration::from_secs(1));
+                let now = clock.mono();
+                let raw = src.poll(
+                    now,
+                    PollRequest {
+                        process_utilization: true,
+                    },
+                );
+                let snap = Arc::new(stamper.stamp(raw, now, clock.wall()));
+                let snap = pipeline.prepare(snap, Duration::from_micros(100));
+                let decisions = guard.observe(&snap, &pod_map, now);
+                let pressure = snap
+                    .gpus
+                    .iter()
+                    .map(|gpu| (gpu.id.index, guard.pressure(gpu.id.index)))
+                    .collect();
+                let published = pipeline.publish(snap, pressure, serde_json::Value::Null);
+                black_box((decisions.len(), published.metrics.len()))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, exposition, cgroup_parsing, ranking, full_poll);
+criterion_main!(benches);

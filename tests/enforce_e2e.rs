@@ -1,0 +1,660 @@
+//! The enforcer shell against the API server double over real HTTP, with the real kube
+//! clients (`gpu_warden::kube::from_config`) and decisions made by the real `Guard`.
+
+use apiserver_double::{ApiServer, EventApi, Fault, FaultAction, Method, StoredEvent};
+use gpu_warden::attribute::pods::PodMap;
+use gpu_warden::guard::enforce::Enforcer;
+use gpu_warden::guard::policy::{Mode, Policy};
+use gpu_warden::guard::state::{Decision, EvictionOutcome, GpuPhase, Guard};
+use gpu_warden::pod::PodInfo;
+use gpu_warden::publish::self_metrics::SelfMetrics;
+use gpu_warden::snapshot::{
+    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+const NODE: &str = "gpu-node-1";
+/// MiB of the test GPU: with the default policy hard is 500, soft 1000, target 1200 MiB.
+const TOTAL: u64 = 10_000;
+const GRACE: i64 = 7;
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// A pod on the GPU: namespace/name, UID `uid-<name>`, priority, MiB used, annotations.
+#[derive(Clone)]
+struct P {
+    ns: &'static str,
+    name: &'static str,
+    priority: i32,
+    mib: u64,
+    annotations: Vec<(&'static str, &'static str)>,
+}
+
+fn p(ns: &'static str, name: &'static str, priority: i32, mib: u64) -> P {
+    P {
+        ns,
+        name,
+        priority,
+        mib,
+        annotations: vec![],
+    }
+}
+
+fn uid(name: &str) -> String {
+    format!("uid-{name}")
+}
+
+struct World {
+    server: ApiServer,
+    metrics: SelfMetrics,
+    enforcer: Enforcer,
+    guard: Guard,
+    pods: PodMap,
+    snapshot: Snapshot,
+}
+
+impl World {
+    /// A double holding `pods` (all on `NODE`), an enforcer with short timeouts, and a
+    /// guard in `mode` that has seen GPU 0 with `used` MiB in use.
+    async fn new(mode: Mode, pods: &[P], used: u64) -> Result<World> {
+        Self::with_timeouts(
+            mode,
+            pods,
+            used,
+            Duration::from_secs(5),
+            Duration::from_secs(2),
+        )
+        .await
+    }
+
+    async fn with_timeouts(
+        mode: Mode,
+        pods: &[P],
+        used: u64,
+        eviction: Duration,
+        events: Duration,
+    ) -> Result<World> {
+        let server = ApiServer::builder()
+            .eviction_grace_scale(0.0)
+            .start()
+            .await?;
+        server.add_node(json!({"metadata": {"name": NODE}}))?;
+        for p in pods {
+            let annotations: serde_json::Map<String, Value> = p
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            server.add_pod(json!({
+                "metadata": {"name": p.name, "namespace": p.ns, "uid": uid(p.name), "annotations": annotations},
+                "spec": {"nodeName": NODE, "priority": p.priority},
+            }))?;
+        }
+        let clients =
+            gpu_warden::kube::from_config(kube::Config::new(server.url().parse()?), "test")?;
+        let metrics = SelfMetrics::new("test")?;
+        let enforcer =
+            Enforcer::new(&clients, NODE, metrics.clone(), GRACE).with_timeouts(eviction, events);
+        let pod_map: PodMap = pods.iter().map(|p| (uid(p.name), info(p))).collect();
+        let processes = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ProcessSample {
+                pid: 1000 + i as u32,
+                gpu: 0,
+                used_bytes: Some(p.mib * MIB),
+                sm_util: None,
+                name: "python".into(),
+                owner: Owner::Pod(PodRef {
+                    namespace: p.ns.into(),
+                    pod: p.name.into(),
+                    container: "main".into(),
+                    uid: uid(p.name),
+                }),
+            })
+            .collect();
+        let mut gpu = GpuSample::empty(
+            GpuIdentity {
+                index: 0,
+                uuid: "GPU-8f1b2c3d-0000-1111-2222-333344445555".into(),
+                pci_bus_id: "00000000:06:00.0".into(),
+                device: "nvidia0".into(),
+                model: "NVIDIA A10G".into(),
+            },
+            GpuHealth::Ok,
+        );
+        gpu.memory = Some(MemoryInfo {
+            total: TOTAL * MIB,
+            used: used * MIB,
+            free: (TOTAL - used) * MIB,
+            reserved: 0,
+        });
+        let snapshot = Snapshot {
+            seq: 1,
+            at: Duration::ZERO,
+            wall: SystemTime::UNIX_EPOCH,
+            driver_version: "580.159.04".into(),
+            gpus: vec![gpu],
+            processes,
+            errors: vec![],
+        };
+        let guard = Guard::new(Policy {
+            mode,
+            ..Policy::default()
+        });
+        Ok(World {
+            server,
+            metrics,
+            enforcer,
+            guard,
+            pods: pod_map,
+            snapshot,
+        })
+    }
+
+    /// The guard's one decision on the current snapshot at `t` seconds.
+    fn decide(&mut self, t: f64) -> Decision {
+        let mut ds = self
+            .guard
+            .observe(&self.snapshot, &self.pods, Duration::from_secs_f64(t));
+        assert_eq!(ds.len(), 1, "{ds:#?}");
+        ds.remove(0)
+    }
+
+    /// Executes `d` and feeds the outcomes back, as the agent loop does.
+    async fn execute(&mut self, d: &Decision, t: f64) -> Vec<(String, EvictionOutcome)> {
+        let outcomes = self.enforcer.execute(d, &self.pods).await;
+        for (uid, outcome) in &outcomes {
+            self.guard
+                .record_outcome(d.id, uid, outcome.clone(), Duration::from_secs_f64(t));
+        }
+        outcomes
+    }
+
+    fn attempted(&self) -> Vec<String> {
+        self.server
+            .eviction_attempts()
+            .into_iter()
+            .map(|e| format!("{}/{}", e.namespace, e.name))
+            .collect()
+    }
+
+    fn phase(&self) -> GpuPhase {
+        self.guard.status().gpus[0].phase.clone()
+    }
+
+    fn evictions_metric(&self, ns: &str, result: &str) -> u64 {
+        self.metrics
+            .evictions
+            .with_label_values(&[ns, result])
+            .get()
+    }
+
+    fn decisions_metric(&self, mode: &str, trigger: &str) -> u64 {
+        self.metrics
+            .decisions
+            .with_label_values(&[mode, trigger])
+            .get()
+    }
+
+    fn pod_events(&self) -> Vec<StoredEvent> {
+        self.server
+            .events()
+            .into_iter()
+            .filter(|e| about(e)["kind"] == "Pod")
+            .collect()
+    }
+
+    fn node_events(&self) -> Vec<StoredEvent> {
+        self.server
+            .events()
+            .into_iter()
+            .filter(|e| about(e)["kind"] == "Node")
+            .collect()
+    }
+}
+
+fn info(p: &P) -> PodInfo {
+    PodInfo {
+        uid: uid(p.name),
+        namespace: p.ns.into(),
+        name: p.name.into(),
+        priority: p.priority,
+        priority_class: None,
+        owner_kind: Some("Job".into()),
+        is_mirror: false,
+        labels: BTreeMap::new(),
+        annotations: p
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        created_at: None,
+        terminating: false,
+        containers: vec![],
+    }
+}
+
+/// `regarding` (events.k8s.io) or `involvedObject` (core/v1).
+fn about(e: &StoredEvent) -> &Value {
+    match e.api {
+        EventApi::EventsV1 => &e.object["regarding"],
+        EventApi::CoreV1 => &e.object["involvedObject"],
+    }
+}
+
+fn note(e: &StoredEvent) -> &str {
+    e.object["note"]
+        .as_str()
+        .or_else(|| e.object["message"].as_str())
+        .unwrap_or("")
+}
+
+fn evicted(name: &str) -> (String, EvictionOutcome) {
+    (uid(name), EvictionOutcome::Evicted)
+}
+
+fn ci_job(mut pod: P) -> P {
+    pod.annotations = vec![
+        ("job.runner.gitlab.com/id", "987654"),
+        (
+            "job.runner.gitlab.com/url",
+            "https://gitlab.example.com/ml/models/-/jobs/987654",
+        ),
+    ];
+    pod
+}
+
+/// (1) and (6): the top candidate is evicted with the configured grace period; the
+/// high-priority pod is untouched; the Warning Event names GPU, memory and the GitLab job;
+/// one Node Event; metrics counted; the guard cools down on the victim's process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforce_evicts_the_top_candidate_with_grace_and_tells_why() -> Result {
+    let pods = [
+        ci_job(p("ci", "build-gpu-1", 0, 3000)),
+        p("ml", "train", 1000, 6000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    let d = w.decide(0.0);
+    assert_eq!(d.planned, 1);
+    let outcomes = w.execute(&d, 0.1).await;
+    assert_eq!(outcomes, vec![evicted("build-gpu-1")]);
+
+    // The request: policy/v1 Eviction with the grace period and the UID precondition.
+    let attempts = w.server.eviction_attempts();
+    assert_eq!(w.attempted(), vec!["ci/build-gpu-1"]);
+    assert_eq!(attempts[0].grace_period_seconds, Some(GRACE));
+    assert_eq!(attempts[0].body["apiVersion"], "policy/v1");
+    assert_eq!(attempts[0].body["kind"], "Eviction");
+    assert_eq!(
+        attempts[0].body["deleteOptions"],
+        json!({"gracePeriodSeconds": GRACE, "preconditions": {"uid": "uid-build-gpu-1"}})
+    );
+    let posts: Vec<_> = w
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/eviction"))
+        .collect();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].method, Method::POST);
+    assert_eq!(
+        posts[0].path,
+        "/api/v1/namespaces/ci/pods/build-gpu-1/eviction"
+    );
+    // No DELETE of any pod, ever.
+    assert!(w
+        .server
+        .requests()
+        .iter()
+        .all(|r| r.method != Method::DELETE));
+    let train = w.server.pod("ml", "train").ok_or("train is gone")?;
+    assert!(train["metadata"].get("deletionTimestamp").is_none());
+
+    // The Warning Event on the victim.
+    let evs = w.pod_events();
+    assert_eq!(evs.len(), 1, "{evs:#?}");
+    let e = &evs[0];
+    assert_eq!(e.api, EventApi::EventsV1);
+    assert_eq!(e.namespace, "ci");
+    let o = &e.object;
+    assert_eq!(o["type"], "Warning");
+    assert_eq!(o["reason"], "GPUMemoryPressure");
+    assert_eq!(o["action"], "Evict");
+    assert_eq!(o["reportingController"], "gpu-warden.io/guard");
+    assert_eq!(o["reportingInstance"], "gpu-warden-gpu-node-1");
+    assert!(o["eventTime"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(
+        o["regarding"],
+        json!({"apiVersion": "v1", "kind": "Pod", "namespace": "ci", "name": "build-gpu-1", "uid": "uid-build-gpu-1"})
+    );
+    let n = note(e);
+    for frag in [
+        "GPU 0 (GPU-8f1b2c3d-0000-1111-2222-333344445555)",
+        "9600 of 10000 MiB used, 400 MiB free",
+        "This pod used 3000 MiB",
+        "declared request 0 MiB",
+        "Ranked 1 of 2: uses 2.9 GiB over its request of 0 MiB",
+        "GitLab CI job 987654 (https://gitlab.example.com/ml/models/-/jobs/987654)",
+    ] {
+        assert!(n.contains(frag), "{frag:?} not in {n:?}");
+    }
+    assert!(n.len() <= 1024);
+
+    // Exactly one Node Event.
+    let nodes = w.node_events();
+    assert_eq!(nodes.len(), 1, "{nodes:#?}");
+    assert_eq!(nodes[0].namespace, "default");
+    assert_eq!(about(&nodes[0])["name"], NODE);
+    assert_eq!(nodes[0].object["type"], "Warning");
+    assert!(
+        note(&nodes[0]).contains("Results: ci/build-gpu-1 evicted."),
+        "{}",
+        note(&nodes[0])
+    );
+
+    assert_eq!(w.evictions_metric("ci", "evicted"), 1);
+    assert_eq!(w.decisions_metric("enforce", "hard"), 1);
+    assert!(
+        matches!(w.phase(), GpuPhase::Cooldown { waiting_for_pids, .. } if waiting_for_pids == vec![1000])
+    );
+    Ok(())
+}
+
+/// (2): a PDB-protected top candidate answers 429 at once (no kube retry) and the next
+/// one is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_blocked_candidate_is_skipped_at_once() -> Result {
+    let pods = [
+        p("ci", "protected", 0, 3000),
+        p("ci", "next", 1, 3000),
+        p("ml", "train", 1000, 3000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    w.server.protect_pod("ci", "protected");
+    let d = w.decide(0.0);
+    let t0 = Instant::now();
+    let outcomes = w.execute(&d, 0.1).await;
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "took {took:?}: is kube's 429 retry on?"
+    );
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[0].1, EvictionOutcome::Blocked(m) if m.starts_with("429")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1], evicted("next"));
+    assert_eq!(
+        w.attempted(),
+        vec!["ci/protected", "ci/next"],
+        "one attempt each"
+    );
+    assert_eq!(w.evictions_metric("ci", "blocked"), 1);
+    assert_eq!(w.evictions_metric("ci", "evicted"), 1);
+    // Only the evicted pod gets a pod Event; the Node Event tells the whole story.
+    let evs = w.pod_events();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(about(&evs[0])["name"], "next");
+    let nodes = w.node_events();
+    assert_eq!(nodes.len(), 1);
+    assert!(
+        note(&nodes[0]).contains("ci/protected blocked (429"),
+        "{}",
+        note(&nodes[0])
+    );
+    Ok(())
+}
+
+/// (3): dry-run evicts nothing, emits Normal `GPUMemoryPressureDryRun` Events on each
+/// planned victim and the Node, and counts the decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_evicts_nothing_but_announces() -> Result {
+    let pods = [
+        p("ci", "a", 0, 500),
+        p("ci", "b", 1, 500),
+        p("ml", "train", 1000, 3000),
+    ];
+    let mut w = World::new(Mode::DryRun, &pods, 9600).await?;
+    let d = w.decide(0.0);
+    assert_eq!(d.planned, 2);
+    let outcomes = w.execute(&d, 0.1).await;
+    assert!(outcomes.is_empty());
+    assert!(w.server.eviction_attempts().is_empty());
+    let evs = w.pod_events();
+    let named: Vec<_> = evs.iter().map(|e| about(e)["name"].clone()).collect();
+    assert_eq!(named, vec![json!("a"), json!("b")]);
+    for e in evs.iter().chain(w.node_events().iter()) {
+        assert_eq!(e.object["type"], "Normal");
+        assert_eq!(e.object["reason"], "GPUMemoryPressureDryRun");
+        assert_eq!(e.object["action"], "WouldEvict");
+    }
+    assert!(note(&evs[0]).starts_with("Dry run: would evict"));
+    assert_eq!(w.node_events().len(), 1);
+    assert_eq!(w.decisions_metric("dry-run", "hard"), 1);
+    assert_eq!(w.decisions_metric("enforce", "hard"), 0);
+    assert_eq!(w.evictions_metric("ci", "evicted"), 0);
+    // The guard cools down waiting for the planned victims' processes.
+    assert!(
+        matches!(w.phase(), GpuPhase::Cooldown { waiting_for_pids, .. } if waiting_for_pids == vec![1000, 1001])
+    );
+    Ok(())
+}
+
+/// (4): two small victims are needed → both, and no third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_small_victims_and_no_third() -> Result {
+    let pods = [
+        p("ci", "a", 0, 500),
+        p("ci", "b", 1, 500),
+        p("ci", "c", 2, 500),
+        p("ml", "train", 1000, 3000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    let d = w.decide(0.0);
+    let outcomes = w.execute(&d, 0.1).await;
+    assert_eq!(outcomes, vec![evicted("a"), evicted("b")]);
+    assert_eq!(w.attempted(), vec!["ci/a", "ci/b"]);
+    assert_eq!(w.pod_events().len(), 2);
+    assert_eq!(w.node_events().len(), 1);
+    assert!(matches!(w.phase(), GpuPhase::Cooldown { .. }));
+    Ok(())
+}
+
+/// (5): a 500 is recorded Failed and the next candidate evicted; a 404 is AlreadyGone
+/// (and counts as reclaimed, so the walk stops there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_and_missing_pods() -> Result {
+    let pods = [
+        p("ci", "flaky", 0, 3000),
+        p("ci", "gone", 1, 3000),
+        p("ci", "spare", 2, 3000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    w.server.delete_pod("ci", "gone");
+    w.server.inject(
+        Fault::new(
+            "/api/v1/namespaces/ci/pods/flaky/eviction",
+            FaultAction::Status(500),
+        )
+        .method(Method::POST)
+        .times(1),
+    );
+    let d = w.decide(0.0);
+    let outcomes = w.execute(&d, 0.1).await;
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[0].1, EvictionOutcome::Failed(m) if m.starts_with("500")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1], (uid("gone"), EvictionOutcome::AlreadyGone));
+    assert_eq!(w.evictions_metric("ci", "failed"), 1);
+    assert_eq!(w.evictions_metric("ci", "already_gone"), 1);
+    assert!(w.server.pod("ci", "spare").is_some());
+    assert!(
+        w.pod_events().is_empty(),
+        "no Event on a gone or unevicted pod"
+    );
+    assert_eq!(w.node_events().len(), 1);
+    Ok(())
+}
+
+/// (5): a hanging eviction times out (bounded by the per-request timeout) and the walk
+/// moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_eviction_times_out_and_the_next_is_evicted() -> Result {
+    let pods = [p("ci", "stuck", 0, 3000), p("ci", "next", 1, 3000)];
+    let mut w = World::with_timeouts(
+        Mode::Enforce,
+        &pods,
+        9600,
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+    )
+    .await?;
+    w.server.inject(
+        Fault::new(
+            "/api/v1/namespaces/ci/pods/stuck/eviction",
+            FaultAction::Hang,
+        )
+        .method(Method::POST),
+    );
+    let d = w.decide(0.0);
+    let t0 = Instant::now();
+    let outcomes = w.execute(&d, 0.1).await;
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert!(
+        matches!(&outcomes[0].1, EvictionOutcome::Failed(m) if m.contains("no answer within 300 ms")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1], evicted("next"));
+    Ok(())
+}
+
+/// (6): one Node Event per decision; events.k8s.io answering 404 falls back to core/v1
+/// (and stays there); hanging Events neither block nor fail evictions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_best_effort_with_a_core_v1_fallback() -> Result {
+    let pods = [ci_job(p("ci", "a", 0, 3000)), p("ci", "b", 1, 3000)];
+    let mut w = World::with_timeouts(
+        Mode::Enforce,
+        &pods,
+        9600,
+        Duration::from_secs(5),
+        Duration::from_millis(500),
+    )
+    .await?;
+    w.server
+        .inject(Fault::new("/apis/events.k8s.io/", FaultAction::Status(404)));
+    let d1 = w.decide(0.0);
+    assert_eq!(w.execute(&d1, 0.1).await, vec![evicted("a")]);
+    let evs = w.server.events();
+    assert_eq!(evs.len(), 2, "{evs:#?}");
+    assert!(evs.iter().all(|e| e.api == EventApi::CoreV1));
+    let pod_ev = &w.pod_events()[0];
+    assert_eq!(pod_ev.object["reason"], "GPUMemoryPressure");
+    assert_eq!(pod_ev.object["action"], "Evict");
+    assert_eq!(pod_ev.object["type"], "Warning");
+    assert_eq!(pod_ev.object["involvedObject"]["uid"], "uid-a");
+    assert!(note(pod_ev).contains("GitLab CI job 987654"));
+    assert_eq!(w.node_events().len(), 1);
+
+    // A second decision (another GPU episode): straight to core/v1, one more Node Event.
+    w.server.clear_requests();
+    // a's process left: the cooldown ends and the still-full GPU decides again.
+    w.snapshot.processes.retain(|p| p.pid != 1000);
+    let d2 = w.decide(1.0);
+    assert_ne!(d1.id, d2.id);
+    assert_eq!(w.execute(&d2, 2.1).await, vec![evicted("b")]);
+    assert_eq!(w.node_events().len(), 2, "exactly one per decision");
+    assert!(
+        w.server
+            .requests()
+            .iter()
+            .all(|r| !r.path.starts_with("/apis/events.k8s.io/")),
+        "the fallback sticks"
+    );
+
+    // Events hang: the eviction outcome still comes back, within the Events budget.
+    let mut w = World::with_timeouts(
+        Mode::Enforce,
+        &pods,
+        9600,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    )
+    .await?;
+    w.server
+        .inject(Fault::new("/apis/events.k8s.io/", FaultAction::Hang));
+    let d = w.decide(0.0);
+    let t0 = Instant::now();
+    assert_eq!(w.execute(&d, 0.1).await, vec![evicted("a")]);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    Ok(())
+}
+
+/// (7): the API server is down → every attempt is Failed quickly, nothing panics, and the
+/// guard is back to watching (nothing was reclaimed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_down_fails_fast() -> Result {
+    let pods = [p("ci", "a", 0, 3000), p("ci", "b", 1, 3000)];
+    // The main client retries 503s for Events until their budget runs out: keep it short.
+    let mut w = World::with_timeouts(
+        Mode::Enforce,
+        &pods,
+        9600,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    )
+    .await?;
+    w.server.set_down(true);
+    let d = w.decide(0.0);
+    let t0 = Instant::now();
+    let outcomes = w.execute(&d, 0.1).await;
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| matches!(o, EvictionOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(w.evictions_metric("ci", "failed"), 2);
+    assert_eq!(w.phase(), GpuPhase::Watching);
+    w.server.set_down(false);
+    Ok(())
+}
+
+/// A rate-limited decision with no allowance evicts nobody but still tells the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_without_allowance_evicts_nobody() -> Result {
+    let pods = [p("ci", "a", 0, 3000)];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    let mut d = w.decide(0.0);
+    d.max_evictions = 0;
+    d.planned = 0;
+    d.rate_limited = true;
+    let outcomes = w.enforcer.execute(&d, &w.pods).await;
+    assert!(outcomes.is_empty());
+    assert!(w.server.eviction_attempts().is_empty());
+    let nodes = w.node_events();
+    assert_eq!(nodes.len(), 1);
+    assert!(
+        note(&nodes[0]).contains("cut by the rate limit to 0"),
+        "{}",
+        note(&nodes[0])
+    );
+    assert!(note(&nodes[0]).contains("Nothing was evicted."));
+    Ok(())
+}

@@ -1,0 +1,414 @@
+//! The OOM guard's scenarios (issue 5, (a)–(i)) end to end on an injected clock: the
+//! simulator plays the GPU, the agent's `Core` (the same one the event loop drives) attributes
+//! through a simulated /proc and the real pod watch, decides, and the real enforcer evicts
+//! through the API double over HTTP. The double plays the kubelet: an accepted eviction
+//! deletes the pod, and the harness then ends the pod's processes in the simulator.
+//!
+//! Simulated time advances 100 ms a step: a full poll every second, memory-only readings in
+//! between while the guard asks for the fast watch.
+
+use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction};
+use gpu_warden::agent::{Core, DecisionExecutor, GuardParts};
+use gpu_warden::attribute::attributor::ProcAttributor;
+use gpu_warden::attribute::pods::PodSource;
+use gpu_warden::attribute::procfs::ProcFs;
+use gpu_warden::attribute::watch::WatchedPods;
+use gpu_warden::clock::{Clock, ManualClock};
+use gpu_warden::guard::enforce::Enforcer;
+use gpu_warden::guard::policy::Policy;
+use gpu_warden::guard::state::Guard;
+use gpu_warden::pipeline::Pipeline;
+use gpu_warden::publish::metrics::MetricsConfig;
+use gpu_warden::publish::self_metrics::SelfMetrics;
+use gpu_warden::sample::sampler::Stamper;
+use gpu_warden::sample::scenario::Scenario;
+use gpu_warden::sample::sim::{placement_uid, scenario_pods, SimHandle, SimSource};
+use gpu_warden::sample::{GpuSource, PollRequest};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+const NODE: &str = "gpu-node-1";
+const STEP: Duration = Duration::from_millis(100);
+
+struct World {
+    rt: tokio::runtime::Runtime,
+    server: ApiServer,
+    clock: Arc<ManualClock>,
+    core: Core,
+    source: SimSource,
+    sim: SimHandle,
+    scenario: Scenario,
+    stamper: Stamper,
+    executor: Arc<dyn DecisionExecutor>,
+    pods: Arc<WatchedPods>,
+    evicted: Arc<Mutex<Vec<String>>>,
+    /// Simulated time an evicted pod's processes take to exit.
+    exit_delay: Duration,
+    last_metrics: String,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    fn new(scenario_yaml: &str, policy_yaml: &str) -> World {
+        let scenario = Scenario::parse(scenario_yaml, "scenario").unwrap();
+        let policy = Policy::from_yaml_str(policy_yaml).unwrap();
+        policy.validate().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt
+            .block_on(
+                ApiServer::builder()
+                    .eviction_grace_scale(0.0)
+                    .bookmark_interval(Duration::from_millis(200))
+                    .start(),
+            )
+            .unwrap();
+        server
+            .add_node(serde_json::json!({"metadata": {"name": NODE}}))
+            .unwrap();
+        for pod in scenario_pods(&scenario, NODE) {
+            server.add_pod(pod).unwrap();
+        }
+        let evicted = Arc::new(Mutex::new(Vec::new()));
+        let ev = evicted.clone();
+        server.on_evict(move |pod| {
+            if let Some(uid) = pod["metadata"]["uid"].as_str() {
+                ev.lock().unwrap().push(uid.to_string());
+            }
+        });
+        // kube's client needs the runtime's reactor from its construction on.
+        let _entered = rt.enter();
+        let clients =
+            gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
+                .unwrap();
+        let pods = WatchedPods::spawn(clients.direct.clone(), NODE);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pods.status().trustworthy() {
+            assert!(Instant::now() < deadline, "pod watch never synced");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let source = SimSource::new(scenario.clone())
+            .with_proc_root(dir.path())
+            .unwrap();
+        let sim = source.handle();
+        let clock = Arc::new(ManualClock::new(
+            UNIX_EPOCH + Duration::from_secs(1_790_000_000),
+        ));
+        let metrics = SelfMetrics::new("test").unwrap();
+        let executor: Arc<dyn DecisionExecutor> = Arc::new(Enforcer::new(
+            &clients,
+            NODE,
+            metrics.clone(),
+            policy.eviction_grace_period_seconds,
+        ));
+        let pipeline = Pipeline::new(
+            MetricsConfig {
+                hostname: NODE.into(),
+                ..Default::default()
+            },
+            metrics,
+            clock.clone(),
+        )
+        .with_attributor(Box::new(ProcAttributor::new(
+            ProcFs::new(dir.path()),
+            pods.clone(),
+            None,
+        )));
+        let core = Core::new(
+            pipeline,
+            Some(GuardParts {
+                guard: Guard::new(policy),
+                pods: pods.clone(),
+                executor: Some(executor.clone()),
+            }),
+            clock.clone(),
+        );
+        World {
+            rt,
+            server,
+            clock,
+            core,
+            source,
+            sim,
+            scenario,
+            stamper: Stamper::default(),
+            executor,
+            pods,
+            evicted,
+            exit_delay: Duration::ZERO,
+            last_metrics: String::new(),
+            _dir: dir,
+        }
+    }
+
+    /// Advances simulated time by `d`, polling as the agent would.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.clock.mono() + d;
+        while self.clock.mono() < end {
+            self.clock.advance(STEP);
+            let now = self.clock.mono();
+            let dispatches = if now.as_millis() % 1000 == 0 {
+                let raw = self.source.poll(
+                    now,
+                    PollRequest {
+                        process_utilization: true,
+                    },
+                );
+                let snap = Arc::new(self.stamper.stamp(raw, now, self.clock.wall()));
+                let (published, dispatches) = self.core.on_full(snap, Duration::ZERO);
+                self.last_metrics = String::from_utf8(published.metrics.to_vec()).unwrap();
+                dispatches
+            } else if self.core.wants_fast() {
+                let readings = self.source.memory(now);
+                self.core.on_memory(now, readings)
+            } else {
+                Vec::new()
+            };
+            for (decision, pods) in dispatches {
+                let id = decision.id;
+                let results = self.rt.block_on(self.executor.execute(decision, pods));
+                self.core.on_outcomes(id, results);
+            }
+            // The kubelet's part: processes of deleted pods exit after the delay.
+            let uids: Vec<String> = self.evicted.lock().unwrap().drain(..).collect();
+            for uid in uids {
+                let pids: Vec<u32> = self
+                    .scenario
+                    .processes
+                    .iter()
+                    .filter(|p| p.pod.as_ref().is_some_and(|pl| placement_uid(pl) == uid))
+                    .map(|p| p.pid)
+                    .collect();
+                self.sim.kill(&pids, now + self.exit_delay);
+            }
+        }
+    }
+
+    /// Pods whose eviction the API accepted, by name.
+    fn evicted_names(&self) -> Vec<String> {
+        self.server
+            .eviction_attempts()
+            .into_iter()
+            .filter(|e| e.outcome == Answer::Accepted)
+            .map(|e| e.name)
+            .collect()
+    }
+
+    fn attempts(&self) -> Vec<(String, Answer)> {
+        self.server
+            .eviction_attempts()
+            .into_iter()
+            .map(|e| (e.name, e.outcome))
+            .collect()
+    }
+
+    fn events_with_reason(&self, reason: &str) -> Vec<serde_json::Value> {
+        self.server
+            .events()
+            .into_iter()
+            .map(|e| e.object)
+            .filter(|o| o["reason"] == reason)
+            .collect()
+    }
+}
+
+/// One 10 000 MiB GPU: hard (5 %) is 500 MiB free, soft (10 %) 1 000 MiB free.
+const GPU: &str =
+    "gpus:\n  - {model: NVIDIA A10G, memory_mib: 10000, gpu_temp_c: 50, power_w: 100}\n";
+
+fn scenario(processes: &str) -> String {
+    format!("{GPU}processes:\n{processes}")
+}
+
+const TRAIN: &str = "  - {pid: 100, gpu: 0, name: train, memory: {constant: 6000}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n";
+const SMALL: &str = "  - {pid: 200, gpu: 0, name: pytest, memory: {constant: 1000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0, created_at: \"2026-11-30T10:00:00Z\"}}\n";
+const GREEDY: &str = "  - {pid: 300, gpu: 0, name: python, memory: {linear: {from: 500, per_second: 200}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0, created_at: \"2026-11-30T09:00:00Z\", annotations: {job.runner.gitlab.com/id: \"4242\", job.runner.gitlab.com/url: \"https://gitlab.example/p/-/jobs/4242\"}}}\n";
+
+const ENFORCE: &str = "mode: enforce\nevictionGracePeriodSeconds: 0\n";
+
+#[test]
+fn a_growing_low_priority_ci_pod_is_evicted_before_the_gpu_is_full() {
+    let mut w = World::new(&scenario(&format!("{TRAIN}{SMALL}{GREEDY}")), ENFORCE);
+    w.run_for(Duration::from_secs(20));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    let ooms = w.sim.ooms();
+    assert!(ooms.is_empty(), "nobody may hit OOM: {ooms:?}");
+    let warnings = w.events_with_reason("GPUMemoryPressure");
+    let on_pod: Vec<_> = warnings
+        .iter()
+        .filter(|e| e["regarding"]["name"] == "ci-greedy")
+        .collect();
+    assert_eq!(on_pod.len(), 1, "{warnings:?}");
+    assert_eq!(on_pod[0]["type"], "Warning");
+    assert_eq!(on_pod[0]["action"], "Evict");
+    let note = on_pod[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("GPU 0")
+            && note.contains("4242")
+            && note.contains("https://gitlab.example/p/-/jobs/4242"),
+        "{note}"
+    );
+    assert!(
+        w.last_metrics
+            .contains("gpu_warden_evictions_total{namespace=\"ci\",result=\"evicted\"} 1"),
+        "{}",
+        w.last_metrics
+    );
+    assert!(w
+        .last_metrics
+        .contains("gpu_warden_gpu_memory_pressure{gpu=\"0\""));
+}
+
+#[test]
+fn b_a_pdb_protected_pod_is_skipped_for_the_next_candidate() {
+    let mut w = World::new(&scenario(&format!("{TRAIN}{SMALL}{GREEDY}")), ENFORCE);
+    w.server.protect_pod("ci", "ci-greedy");
+    w.run_for(Duration::from_secs(12));
+    let attempts = w.attempts();
+    assert_eq!(
+        attempts[0],
+        ("ci-greedy".to_string(), Answer::Blocked),
+        "{attempts:?}"
+    );
+    assert_eq!(
+        attempts[1],
+        ("ci-small".to_string(), Answer::Accepted),
+        "{attempts:?}"
+    );
+    assert!(!attempts.iter().any(|(n, _)| n == "train-0"));
+}
+
+#[test]
+fn c_dry_run_evicts_nothing_but_reports() {
+    let mut w = World::new(
+        &scenario(&format!("{TRAIN}{SMALL}{GREEDY}")),
+        "mode: dry-run\n",
+    );
+    w.run_for(Duration::from_secs(12));
+    assert!(w.attempts().is_empty(), "{:?}", w.attempts());
+    let dry = w.events_with_reason("GPUMemoryPressureDryRun");
+    assert!(
+        dry.iter()
+            .any(|e| e["regarding"]["name"] == "ci-greedy" && e["type"] == "Normal"),
+        "{dry:?}"
+    );
+    assert!(
+        w.last_metrics
+            .contains("gpu_warden_guard_decisions_total{mode=\"dry-run\""),
+        "{}",
+        w.last_metrics
+    );
+}
+
+#[test]
+fn d_two_small_victims_are_taken_and_no_third() {
+    // 600 MiB free (soft band); reclaim target 1 200 MiB free: two 400 MiB pods, not the third.
+    let procs = "  - {pid: 100, gpu: 0, memory: {constant: 7000}, pod: {namespace: ml, name: train-0, priority: 1000}}\n  - {pid: 201, gpu: 0, memory: {constant: 400}, pod: {namespace: ci, name: ci-a, priority: 0}}\n  - {pid: 202, gpu: 0, memory: {constant: 400}, pod: {namespace: ci, name: ci-b, priority: 0}}\n  - {pid: 203, gpu: 0, memory: {constant: 1600}, pod: {namespace: ci, name: ci-c, priority: 5}}\n";
+    let mut w = World::new(&scenario(procs), ENFORCE);
+    w.run_for(Duration::from_secs(15));
+    let mut names = w.evicted_names();
+    names.sort();
+    assert_eq!(names, vec!["ci-a", "ci-b"], "{:?}", w.attempts());
+}
+
+#[test]
+fn e_nobody_else_is_evicted_while_the_victim_releases_its_memory() {
+    let greedy = "  - {pid: 300, gpu: 0, memory: {linear: {from: 500, per_second: 400, max: 2900}}, pod: {namespace: ci, name: ci-greedy, priority: 0}}\n";
+    let mut w = World::new(&scenario(&format!("{TRAIN}{SMALL}{greedy}")), ENFORCE);
+    w.exit_delay = Duration::from_secs(4);
+    w.run_for(Duration::from_secs(20));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+}
+
+#[test]
+fn f_protected_pods_are_never_chosen_even_when_nothing_else_is_left() {
+    let procs = "  - {pid: 101, gpu: 0, memory: {linear: {from: 3000, per_second: 300}}, pod: {namespace: kube-system, name: sys-0, priority: 0}}\n  - {pid: 102, gpu: 0, memory: {constant: 2000}, pod: {namespace: monitoring, name: ds-0, priority: 0, owner_kind: DaemonSet}}\n  - {pid: 103, gpu: 0, memory: {constant: 2000}, pod: {namespace: ci, name: never-0, priority: 0, annotations: {gpu-warden.io/evict: never}}}\n  - {pid: 104, gpu: 0, memory: {constant: 2000}, pod: {namespace: ci, name: critical-0, priority: 2000001000}}\n";
+    let mut w = World::new(&scenario(procs), ENFORCE);
+    w.run_for(Duration::from_secs(15));
+    assert!(w.attempts().is_empty(), "{:?}", w.attempts());
+    // The decision is still reported on the node.
+    let node_events: Vec<_> = w
+        .server
+        .events()
+        .into_iter()
+        .map(|e| e.object)
+        .filter(|o| o["regarding"]["kind"] == "Node")
+        .collect();
+    assert!(!node_events.is_empty(), "a node event names the decision");
+}
+
+#[test]
+fn g_the_rate_limit_holds_under_flapping() {
+    // A new greedy job starts every 6 s and grows fast; the limit allows 2 evictions a minute.
+    let mut procs = String::from(TRAIN);
+    for i in 0..6 {
+        procs.push_str(&format!(
+            "  - {{pid: {}, gpu: 0, start: {}s, memory: {{linear: {{from: 200, per_second: 1500}}}}, pod: {{namespace: ci, name: flap-{i}, priority: 0}}}}\n",
+            400 + i,
+            i * 6
+        ));
+    }
+    let mut w = World::new(
+        &scenario(&procs),
+        "mode: enforce\nevictionGracePeriodSeconds: 0\nrateLimit: {maxEvictions: 2, per: 60s}\n",
+    );
+    w.run_for(Duration::from_secs(40));
+    assert_eq!(w.evicted_names().len(), 2, "{:?}", w.attempts());
+    assert!(
+        w.sim.ooms().len() >= 2,
+        "the flapping went on past the limit (as intended)"
+    );
+}
+
+#[test]
+fn h_larger_use_over_request_goes_first_at_equal_priority() {
+    // ci-a uses more in total, ci-b more above its request: ci-b goes.
+    let procs = "  - {pid: 100, gpu: 0, memory: {linear: {from: 3000, per_second: 200}}, pod: {namespace: ml, name: train-0, priority: 1000}}\n  - {pid: 201, gpu: 0, memory: {constant: 3000}, pod: {namespace: ci, name: ci-a, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"2500\"}}}\n  - {pid: 202, gpu: 0, memory: {constant: 2000}, pod: {namespace: ci, name: ci-b, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"500\"}}}\n";
+    let mut w = World::new(&scenario(procs), ENFORCE);
+    w.run_for(Duration::from_secs(12));
+    let names = w.evicted_names();
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("ci-b"),
+        "{:?}",
+        w.attempts()
+    );
+}
+
+#[test]
+fn i_api_server_down_decisions_wait_and_the_agent_keeps_publishing() {
+    let mut w = World::new(&scenario(&format!("{TRAIN}{SMALL}{GREEDY}")), ENFORCE);
+    w.run_for(Duration::from_secs(3));
+    w.server.set_down(true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.pods.status().healthy {
+        assert!(
+            Instant::now() < deadline,
+            "the pod watch never noticed the outage"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Into hard pressure while the API is down: nothing is evicted on a stale pod view,
+    // and metrics keep being published.
+    w.run_for(Duration::from_secs(8));
+    assert!(w.attempts().is_empty());
+    assert!(
+        w.last_metrics
+            .contains("gpu_warden_gpu_memory_pressure{gpu=\"0\",UUID="),
+        "{}",
+        w.last_metrics
+    );
+    w.server.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !w.pods.status().trustworthy() {
+        assert!(Instant::now() < deadline, "the pod watch never recovered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.run_for(Duration::from_secs(3));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    let _ = FaultAction::Hang; // (faults on single calls are covered in enforce_e2e.rs)
+}
