@@ -57,6 +57,7 @@ fn attributed_snapshot(
         Duration::ZERO,
         PollRequest {
             process_utilization: true,
+            slow_counters: true,
         },
     );
     let snap = Arc::new(Stamper::default().stamp(raw, Duration::ZERO, clock.wall()));
@@ -195,6 +196,7 @@ fn full_poll(c: &mut Criterion) {
                     now,
                     PollRequest {
                         process_utilization: true,
+                        slow_counters: true,
                     },
                 );
                 let snap = Arc::new(stamper.stamp(raw, now, clock.wall()));

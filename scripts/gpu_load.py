@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--start-delay", type=float, default=0.0)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--exit-on-oom", action="store_true")
+    ap.add_argument("--release-s", type=float, default=0.02,
+                    help="with --workspace-gib: how long each step runs without its workspace")
     ap.add_argument("--workspace-gib", type=float, default=0.0,
                     help="with --compute: allocate this much afresh every step (and release it to "
                          "the driver), as a training step's activations would; an OOM here is what "
@@ -94,6 +96,9 @@ def main():
                 if ws is not None:
                     del ws
                     torch.cuda.empty_cache()
+                    # The step's non-allocating phase (optimizer step, data loading): the
+                    # workspace is back with the driver, and a neighbour can take it.
+                    time.sleep(a.release_s)
             except torch.cuda.OutOfMemoryError as e:
                 ooms += 1
                 log("oom", phase="compute", error=str(e)[:200])

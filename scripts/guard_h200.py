@@ -296,8 +296,11 @@ def main():
         if not wait_ready(lp):
             raise RuntimeError(f"{lp} never got ready")
     pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][0])["pid"]
+    pid_of_last = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
     pods_by_pid = {pid_of(tlog): ("ml", "train-0", "trainer"), pid_of(slog): ("ci", "ci-small", "build")}
     results = []
+    train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
+                  "--seconds", "3600"]
     try:
         # 1. attribution, with the agent and the double up and no greedy job yet.
         if not args.skip_attribution:
@@ -310,6 +313,15 @@ def main():
         for mode in args.modes.split(","):
             for rate in [float(r) for r in args.rates.split(",")]:
                 for run in range(args.runs):
+                    # A training process evicted by mistake is recorded and restarted, so one
+                    # wrong eviction cannot void the runs after it.
+                    restarted = False
+                    if procs[0].poll() is not None:
+                        log("training process is gone: restarting it")
+                        procs[0] = load(0, train_args, train.cgroup, tlog)
+                        wait_ready(tlog)
+                        pods_by_pid[pid_of_last(tlog)] = ("ml", "train-0", "trainer")
+                        restarted = True
                     greedy = Pod("ci", f"ci-greedy-{int(rate)}-{run}", "build", 0, {"workload-type": "gpu-ci"})
                     greedy.make_cgroup()
                     d = a = None
@@ -317,14 +329,14 @@ def main():
                         d, kc = start_double(args, [train, small, greedy], workdir, "run")
                         a, _ = start_agent(args, kc, workdir, policy)
                     free_now = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(0)).free / GIB
-                    seconds = free_now / rate + 2.5
+                    seconds = free_now / rate + 1.5
                     glog = os.path.join(workdir, f"greedy-{mode}-{int(rate)}-{run}.log")
                     g = load(0, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
                                  "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy.cgroup, glog)
                     wait_ready(glog, 30)
                     t0 = time.time()
                     try:
-                        g.wait(timeout=seconds + 15)
+                        g.wait(timeout=seconds + 5)
                     except subprocess.TimeoutExpired:
                         g.kill()
                     t1 = time.time() + 0.3
@@ -332,6 +344,7 @@ def main():
                     stop(a)
                     stop(d)
                     results.append(dict(mode=mode, rate=rate, run=run, t0=t0, t1=t1, greedy_pid=g.pid,
+                                        train_restarted_before=restarted, train_alive_after=procs[0].poll() is None,
                                         greedy=greedy.name, killed=g.returncode is not None and g.returncode < 0,
                                         train_ooms=ooms_in(tlog, t0, t1),
                                         evictions=evictions_in(workdir, t0 - 1, t1)))
@@ -380,7 +393,7 @@ def report(args, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid):
             free_ev = [r["free_at_eviction_mib"] for r in rs if r.get("free_at_eviction_mib") is not None]
             greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n == r["greedy"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
-            lines.append(f"| {mode} | {rate:g} | {len(rs)} | {sum(1 for r in rs if r['train_ooms'])} | "
+            lines.append(f"| {mode} | {rate:g} | {len(rs)} | {sum(1 for r in rs if r['train_ooms'] or not r['train_alive_after'])} | "
                          f"{sum(r['train_ooms'] for r in rs)} | {greedy_ev} / {other_ev} | "
                          f"{med(react)}, {max(react) if react else None} | {med(react_h)} | "
                          f"{min(free_ev) if free_ev else None} | {min((r['min_free_mib'] for r in rs if r['min_free_mib'] is not None), default=None)} |")

@@ -4,6 +4,7 @@
 
 use crate::attribute::pods::{PodMap, PodSource};
 use crate::clock::Clock;
+use crate::guard::policy::Mode;
 use crate::guard::state::{Decision, EvictionOutcome, Guard};
 use crate::pipeline::Pipeline;
 use crate::publish::http::{self, HttpLimits, HttpState};
@@ -127,21 +128,23 @@ impl Core {
         (self.pipeline.publish(snap, pressure, guard_json), out)
     }
 
-    /// A memory-only reading between full polls (the guard's fast watch).
-    pub fn on_memory(&mut self, at: Duration, readings: Vec<MemoryReading>) -> Vec<Dispatch> {
+    /// A memory-only reading between full polls (the guard's fast watch). Returns whether a
+    /// full poll is wanted at once: a trigger fired, and victims are ranked only on a
+    /// process list read together with the memory.
+    pub fn on_memory(&mut self, at: Duration, readings: Vec<MemoryReading>) -> bool {
         let Some(g) = &mut self.guard else {
-            return Vec::new();
+            return false;
         };
         let ok: Vec<(u32, MemoryInfo)> = readings
             .into_iter()
             .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
             .collect();
         let decisions = g.parts.guard.observe_memory(&ok, at);
-        if decisions.is_empty() {
-            return Vec::new();
-        }
-        let pods = g.parts.pods.pods();
-        g.dispatch(decisions, pods)
+        debug_assert!(
+            decisions.is_empty(),
+            "fast readings never decide on their own"
+        );
+        g.parts.guard.take_refresh_request()
     }
 
     /// What the executor got for decision `id`.
@@ -154,11 +157,18 @@ impl Core {
         }
     }
 
-    /// Whether the sampler should read memory at the fast interval now.
+    /// Whether the sampler should read memory at the fast interval now: always while the
+    /// guard can act, and otherwise while any GPU is below soft (for the pressure metric).
+    ///
+    /// DESIGN §3.5 turns the fast watch on only below soft. Measured on the H200, that lets
+    /// the first soft (or even hard) crossing wait for the next full poll — up to a whole
+    /// poll interval — and a 16 GiB/s job filled the GPU in that time. A memory-only read
+    /// costs microseconds per GPU, so the watch runs whenever the guard may decide.
     pub fn wants_fast(&self) -> bool {
-        self.guard
-            .as_ref()
-            .is_some_and(|g| g.parts.guard.any_below_soft())
+        self.guard.as_ref().is_some_and(|g| {
+            g.parts.executor.is_some() && g.parts.guard.policy().mode != Mode::Off
+                || g.parts.guard.any_below_soft()
+        })
     }
 
     /// The executor decisions go to, if the guard acts.
@@ -293,7 +303,11 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                     }
                     pub_tx.send_replace(Some(Arc::new(published)));
                 }
-                Some(Sampled::Memory { at, readings }) => execute(core.on_memory(at, readings)),
+                Some(Sampled::Memory { at, readings }) => {
+                    if core.on_memory(at, readings) {
+                        sampler.poll_now();
+                    }
+                }
                 None => {
                     tracing::error!("sampler thread ended unexpectedly");
                     break;

@@ -126,6 +126,11 @@ pub struct Cli {
     #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_PROCESS_UTIL_INTERVAL")]
     pub process_util_interval: Duration,
 
+    /// How often the slow counters are read: the energy counter (about 4 ms per read on an
+    /// H200, driver 580) and the PCIe replay counter. Between reads the last value is exported.
+    #[arg(long, default_value = "10s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_SLOW_COUNTER_INTERVAL")]
+    pub slow_counter_interval: Duration,
+
     /// Name of the hostname label on DCGM families.
     #[arg(
         long,
@@ -213,6 +218,13 @@ impl Cli {
             return Err(format!(
                 "--process-util-interval ({}) must not be shorter than --poll-interval ({})",
                 humantime::format_duration(self.process_util_interval),
+                humantime::format_duration(self.poll_interval)
+            ));
+        }
+        if self.slow_counter_interval < self.poll_interval {
+            return Err(format!(
+                "--slow-counter-interval ({}) must not be shorter than --poll-interval ({})",
+                humantime::format_duration(self.slow_counter_interval),
                 humantime::format_duration(self.poll_interval)
             ));
         }

@@ -229,6 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return print_sim_pods(&cli, &node);
     }
     let policy = load_policy(&cli)?;
+    let fast_interval = policy.fast_interval;
     let annotation_cfg = AnnotationConfig {
         prefix: cli.annotation_prefix.clone(),
         quantum_mib: cli.annotation_quantum_mib,
@@ -327,7 +328,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cadence: Cadence {
                 poll: cli.poll_interval,
                 process_util: cli.process_util_interval,
-                fast: Duration::from_millis(100),
+                slow_counters: cli.slow_counter_interval,
+                fast: fast_interval,
             },
             pipeline,
             listener,

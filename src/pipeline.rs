@@ -151,6 +151,7 @@ mod tests {
             Duration::ZERO,
             PollRequest {
                 process_utilization: true,
+                slow_counters: true,
             },
         );
         let snap = Arc::new(stamper.stamp(raw, Duration::ZERO, clock.wall()));

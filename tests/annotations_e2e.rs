@@ -91,6 +91,7 @@ impl Feed {
             at,
             PollRequest {
                 process_utilization: false,
+                slow_counters: true,
             },
         );
         let snap = self.stamper.stamp(raw, at, self.clock.wall());

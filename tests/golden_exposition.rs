@@ -52,6 +52,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
         at,
         PollRequest {
             process_utilization: true,
+            slow_counters: true,
         },
     );
     let snap = Arc::new(Stamper::default().stamp(raw, at, clock.wall()));

@@ -151,20 +151,25 @@ impl World {
         while self.clock.mono() < end {
             self.clock.advance(STEP);
             let now = self.clock.mono();
-            let dispatches = if now.as_millis() % 1000 == 0 {
+            let full_due = now.as_millis() % 1000 == 0;
+            // A fast reading that fires a trigger asks for a full poll at once, as the
+            // agent's sampler does on `poll_now`.
+            let poll_now = !full_due && self.core.wants_fast() && {
+                let readings = self.source.memory(now);
+                self.core.on_memory(now, readings)
+            };
+            let dispatches = if full_due || poll_now {
                 let raw = self.source.poll(
                     now,
                     PollRequest {
                         process_utilization: true,
+                        slow_counters: true,
                     },
                 );
                 let snap = Arc::new(self.stamper.stamp(raw, now, self.clock.wall()));
                 let (published, dispatches) = self.core.on_full(snap, Duration::ZERO);
                 self.last_metrics = String::from_utf8(published.metrics.to_vec()).unwrap();
                 dispatches
-            } else if self.core.wants_fast() {
-                let readings = self.source.memory(now);
-                self.core.on_memory(now, readings)
             } else {
                 Vec::new()
             };

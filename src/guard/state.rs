@@ -391,6 +391,8 @@ pub struct Guard {
     refused: HashMap<String, (Duration, String)>,
     /// Why decisions are held back (the pod view is stale), if they are.
     hold: Option<String>,
+    /// A fast reading fired a trigger: a full poll must refresh the processes first.
+    refresh_wanted: bool,
 }
 
 impl Guard {
@@ -405,7 +407,16 @@ impl Guard {
             evictions: VecDeque::new(),
             refused: HashMap::new(),
             hold: None,
+            refresh_wanted: false,
         }
+    }
+
+    /// Whether a fast reading fired a trigger since the last call. The caller then polls
+    /// in full at once: victims are only ever ranked on the processes' current memory,
+    /// never on the last full poll's (a job growing 32 GiB/s looks small on a 1 s old list,
+    /// and ranking on that once evicted its neighbours instead of it on the H200).
+    pub fn take_refresh_request(&mut self) -> bool {
+        std::mem::take(&mut self.refresh_wanted)
     }
 
     /// Holds every new decision back while `reason` is Some: pressure is still tracked,
@@ -464,7 +475,7 @@ impl Guard {
                 }
             }
         }
-        self.decide_all(now)
+        self.decide_all(now, true)
     }
 
     /// Folds in fast memory-only readings `(gpu index, memory)` taken between full polls;
@@ -483,7 +494,7 @@ impl Guard {
                 }
             }
         }
-        self.decide_all(now)
+        self.decide_all(now, false)
     }
 
     /// The GPU's current pressure; `None` for a GPU never seen or without a memory reading.
@@ -623,19 +634,21 @@ impl Guard {
             .saturating_sub(self.reserved(except))
     }
 
-    fn decide_all(&mut self, now: Duration) -> Vec<Decision> {
+    /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
+    /// reading a trigger only asks for a full poll ([`Guard::take_refresh_request`]).
+    fn decide_all(&mut self, now: Duration, fresh: bool) -> Vec<Decision> {
         if self.hold.is_some() {
             return Vec::new();
         }
         let indices: Vec<u32> = self.gpus.keys().copied().collect();
         indices
             .into_iter()
-            .filter_map(|i| self.step(i, now))
+            .filter_map(|i| self.step(i, now, fresh))
             .collect()
     }
 
     /// Advances one GPU's phase and decides for it if a trigger fires.
-    fn step(&mut self, index: u32, now: Duration) -> Option<Decision> {
+    fn step(&mut self, index: u32, now: Duration, fresh: bool) -> Option<Decision> {
         let timeout = self.policy.cooldown_timeout;
         let allowance_now = self.allowance(Some(index));
         let st = self.gpus.get_mut(&index)?;
@@ -698,6 +711,10 @@ impl Guard {
         } else {
             return None;
         };
+        if !fresh {
+            self.refresh_wanted = true;
+            return None;
+        }
 
         let refused: HashMap<String, String> = self
             .refused
@@ -860,9 +877,15 @@ mod tests {
             self.guard.observe(&s, &self.pods, secs(t))
         }
 
-        /// A fast memory tick of GPU 0.
+        /// A fast memory tick of GPU 0, followed at once by a full poll when the guard asks
+        /// for one (as the agent does).
         fn fast(&mut self, t: f64, used: u64) -> Vec<Decision> {
-            self.guard.observe_memory(&[(0, mem(TOTAL, used))], secs(t))
+            let d = self.guard.observe_memory(&[(0, mem(TOTAL, used))], secs(t));
+            assert!(d.is_empty(), "fast readings never decide on their own");
+            if self.guard.take_refresh_request() {
+                return self.poll(t, used);
+            }
+            d
         }
 
         /// The pod's processes exit.
@@ -1586,11 +1609,24 @@ mod tests {
     }
 
     #[test]
-    fn fast_ticks_reuse_the_last_processes_and_pods() {
-        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+    fn fast_ticks_ask_for_fresh_processes_before_deciding() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b")],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 100)],
+        );
         assert!(w.poll(0.0, 5000).is_empty());
-        let d = one(w.fast(0.1, 9700));
-        assert_eq!(uids(&d.candidates), vec!["a"]);
+        // Hard pressure seen on a fast tick: no decision on the 0.1 s old process list…
+        assert!(w
+            .guard
+            .observe_memory(&[(0, mem(TOTAL, 9700))], secs(0.1))
+            .is_empty());
+        assert!(w.guard.take_refresh_request());
+        assert!(!w.guard.take_refresh_request(), "the request is taken once");
+        // …but on the full poll it asks for, where b has grown.
+        w.procs = vec![proc_in("a", 0, 3000), proc_in("b", 0, 6000)];
+        let d = one(w.poll(0.1, 9700));
+        assert_eq!(uids(&d.candidates)[0], "b");
         // Unknown GPU indices in fast readings are ignored.
         assert!(w
             .guard

@@ -63,6 +63,9 @@ struct DeviceState {
     last_util_ts: u64,
     lost: bool,
     names: HashMap<u32, String>,
+    /// Last slow-counter readings, reported between their (less frequent) reads.
+    last_energy: Option<u64>,
+    last_replays: Option<u64>,
 }
 
 /// Reads real GPUs through NVML.
@@ -131,6 +134,8 @@ impl NvmlSource {
             last_util_ts: 0,
             lost: false,
             names: HashMap::new(),
+            last_energy: None,
+            last_replays: None,
         })
     }
 
@@ -334,12 +339,20 @@ impl NvmlSource {
         });
         let gpu_temp = r.read(Field::GpuTemp, || dev.temperature(TemperatureSensor::Gpu));
         let power = r.read(Field::Power, || dev.power_usage());
-        let energy = r.read(Field::Energy, || dev.total_energy_consumption());
+        let energy = if req.slow_counters {
+            r.read(Field::Energy, || dev.total_energy_consumption())
+        } else {
+            d.last_energy
+        };
         let sm_clock = r.read(Field::SmClock, || dev.clock_info(Clock::SM));
         let mem_clock = r.read(Field::MemClock, || dev.clock_info(Clock::Memory));
-        let replays = r.read(Field::PcieReplays, || {
-            dev.pcie_replay_counter().map(u64::from)
-        });
+        let replays = if req.slow_counters {
+            r.read(Field::PcieReplays, || {
+                dev.pcie_replay_counter().map(u64::from)
+            })
+        } else {
+            d.last_replays
+        };
         // One field-values call covers memory temperature and the four row-remap fields.
         let want_fields = !(r.unsupported.contains(&Field::MemoryTemp)
             && r.unsupported.contains(&Field::RemappedRows));
@@ -425,6 +438,8 @@ impl NvmlSource {
             res.is_some()
         };
         let lost = r.lost;
+        d.last_energy = energy;
+        d.last_replays = replays;
         d.names.retain(|pid, _| procs.iter().any(|(p, _)| p == pid));
         for (pid, used) in procs {
             let name = d

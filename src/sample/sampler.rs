@@ -18,6 +18,8 @@ pub struct Cadence {
     pub poll: Duration,
     /// How often the expensive per-process utilization call runs (`--process-util-interval`).
     pub process_util: Duration,
+    /// How often the slow counters are read (`--slow-counter-interval`).
+    pub slow_counters: Duration,
     /// Memory-only interval while the fast watch is on (policy `fastInterval`).
     pub fast: Duration,
 }
@@ -39,6 +41,8 @@ pub enum Sampled {
 pub enum Control {
     /// Turn the memory-only fast watch on or off.
     Fast(bool),
+    /// Poll in full now (the guard saw a trigger on a fast reading).
+    PollNow,
     /// Finish and return.
     Stop,
 }
@@ -101,15 +105,20 @@ pub fn run_loop(
     let mut fast = false;
     let mut next_full = clock.mono();
     let mut next_util = next_full;
+    let mut next_slow = next_full;
     let mut next_fast = next_full + cadence.fast;
     loop {
         let now = clock.mono();
         if now >= next_full {
             let req = PollRequest {
                 process_utilization: now >= next_util,
+                slow_counters: now >= next_slow,
             };
             if req.process_utilization {
                 next_util = now + cadence.process_util;
+            }
+            if req.slow_counters {
+                next_slow = now + cadence.slow_counters;
             }
             let started = clock.mono();
             let raw = source.poll(now, req);
@@ -144,6 +153,7 @@ pub fn run_loop(
                 }
                 fast = on;
             }
+            Ok(Control::PollNow) => next_full = clock.mono(),
             Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -183,6 +193,11 @@ impl Sampler {
         let _ = self.control.send(Control::Fast(on));
     }
 
+    /// Asks for a full poll now instead of at the next tick.
+    pub fn poll_now(&self) {
+        let _ = self.control.send(Control::PollNow);
+    }
+
     /// Stops the thread and waits for it (a poll in progress finishes first).
     pub fn stop(mut self) {
         let _ = self.control.send(Control::Stop);
@@ -215,9 +230,11 @@ mod tests {
         let mut st = Stamper::default();
         let with = PollRequest {
             process_utilization: true,
+            slow_counters: true,
         };
         let without = PollRequest {
             process_utilization: false,
+            slow_counters: true,
         };
         let t0 = std::time::SystemTime::UNIX_EPOCH;
         let a = st.stamp(src.poll(Duration::ZERO, with), Duration::ZERO, t0);
@@ -237,6 +254,7 @@ mod tests {
         let cadence = Cadence {
             poll: Duration::from_millis(200),
             process_util: Duration::from_millis(200),
+            slow_counters: Duration::from_millis(200),
             fast: Duration::from_millis(20),
         };
         let (ctl_tx, ctl_rx) = std::sync::mpsc::channel();
@@ -260,6 +278,7 @@ mod tests {
         let cadence = Cadence {
             poll: Duration::from_millis(50),
             process_util: Duration::from_secs(1),
+            slow_counters: Duration::from_secs(1),
             fast: Duration::from_millis(10),
         };
         let s = Sampler::spawn(Box::new(sim()), Arc::new(SystemClock::new()), cadence, tx).unwrap();

@@ -469,6 +469,7 @@ faults:
 
     const ALL: PollRequest = PollRequest {
         process_utilization: true,
+        slow_counters: true,
     };
 
     #[test]
@@ -546,6 +547,7 @@ faults:
             Duration::ZERO,
             PollRequest {
                 process_utilization: false,
+                slow_counters: true,
             },
         );
         assert_eq!(p.processes[0].sm_util, None);

