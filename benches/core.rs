@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::cgroup::parse_proc_cgroup;
-use gpu_warden::attribute::pods::{index, StaticPods};
+use gpu_warden::attribute::pods::{index_json, StaticPods};
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::clock::{Clock, ManualClock};
 use gpu_warden::guard::policy::Policy;
@@ -45,12 +45,7 @@ fn attributed_snapshot(
     dir: &std::path::Path,
 ) -> (Snapshot, Pipeline, Arc<StaticPods>) {
     let sc = scenario(gpus, procs);
-    let pods_json = scenario_pods(&sc, "node");
-    let parsed: Vec<k8s_openapi::api::core::v1::Pod> = pods_json
-        .into_iter()
-        .map(|p| serde_json::from_value(p).expect("pod"))
-        .collect();
-    let pods = Arc::new(StaticPods(Arc::new(index(parsed.iter()))));
+    let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
     let mut src = SimSource::new(sc).with_proc_root(dir).expect("proc root");
     let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
     let raw = src.poll(
@@ -162,12 +157,7 @@ fn full_poll(c: &mut Criterion) {
     for (gpus, procs) in [(1u32, 4u32), (8, 64)] {
         let dir = tempfile::tempdir().expect("tempdir");
         let sc = scenario(gpus, procs);
-        let pods_json = scenario_pods(&sc, "node");
-        let parsed: Vec<k8s_openapi::api::core::v1::Pod> = pods_json
-            .into_iter()
-            .map(|p| serde_json::from_value(p).expect("pod"))
-            .collect();
-        let pods = Arc::new(StaticPods(Arc::new(index(parsed.iter()))));
+        let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
         let mut src = SimSource::new(sc)
             .with_proc_root(dir.path())
             .expect("proc root");

@@ -267,14 +267,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         let pods: Arc<dyn PodSource> = match (&clients, &opened.scenario) {
             (Some(c), _) => WatchedPods::spawn(c.direct.clone(), &node),
-            (None, Some(sc)) => {
-                let objects = sim::scenario_pods(sc, &node);
-                let parsed: Vec<k8s_openapi::api::core::v1::Pod> = objects
-                    .into_iter()
-                    .filter_map(|o| serde_json::from_value(o).ok())
-                    .collect();
-                Arc::new(StaticPods(Arc::new(pods::index(parsed.iter()))))
-            }
+            (None, Some(sc)) => Arc::new(StaticPods(Arc::new(pods::index_json(
+                sim::scenario_pods(sc, &node),
+            )))),
             (None, None) => Arc::new(StaticPods::default()),
         };
         let attributor = ProcAttributor::new(
@@ -340,6 +335,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         agent::run(parts, shutdown_signal()).await?;
         anyhow::Ok(())
     });
+    // A sampler stuck in an NVML call for good would hold the runtime's drop forever (its
+    // join runs on a blocking thread); exit anyway, the thread dies with the process.
+    runtime.shutdown_timeout(Duration::from_secs(1));
     if let Some(dir) = temp_proc {
         let _ = std::fs::remove_dir_all(dir);
     }

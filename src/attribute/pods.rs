@@ -139,6 +139,16 @@ pub fn index<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodMap {
         .collect()
 }
 
+/// Builds the map from Pod objects as JSON (the simulator's scenario pods, fixtures);
+/// objects that do not parse as a Pod are skipped.
+pub fn index_json(objects: impl IntoIterator<Item = serde_json::Value>) -> PodMap {
+    let pods: Vec<Pod> = objects
+        .into_iter()
+        .filter_map(|o| serde_json::from_value(o).ok())
+        .collect();
+    index(pods.iter())
+}
+
 /// Seconds since the Unix epoch of a wall time (0 before it).
 pub fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

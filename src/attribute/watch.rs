@@ -33,7 +33,12 @@ impl RelistBackoff {
     pub fn new(seed: u64) -> Self {
         RelistBackoff {
             base: Self::START,
-            seed: seed | 1,
+            // xorshift's only fixed point is zero.
+            seed: if seed == 0 {
+                0x9e37_79b9_7f4a_7c15
+            } else {
+                seed
+            },
         }
     }
 

@@ -65,6 +65,22 @@ fn plain(status: StatusCode, msg: String) -> Response<Full<Bytes>> {
     reply(status, "text/plain; charset=utf-8", Bytes::from(msg))
 }
 
+/// Why the publication `p` is stale — no poll has finished within 3 poll intervals, so
+/// poll `seq + 1` is stuck — or None while it is current.
+fn staleness(state: &HttpState, p: &Published) -> Option<String> {
+    let age = state.clock.mono().saturating_sub(p.published_at);
+    let limit = state.poll_interval * 3;
+    (age > limit).then(|| {
+        format!(
+            "stale: poll {} has not finished; the last poll (#{}) finished {:.1}s ago (limit {:.1}s, 3 poll intervals); the sampler may be stuck in an NVML call",
+            p.snapshot.seq + 1,
+            p.snapshot.seq,
+            age.as_secs_f64(),
+            limit.as_secs_f64()
+        )
+    })
+}
+
 /// Answers one request. Public so tests and benches can call it without a socket.
 pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<Bytes>> {
     if method != Method::GET && method != Method::HEAD {
@@ -87,22 +103,10 @@ pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<B
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no poll has finished yet\n".into(),
             ),
-            Some(p) => {
-                let age = state.clock.mono().saturating_sub(p.published_at);
-                let limit = state.poll_interval * 3;
-                if age <= limit {
-                    plain(StatusCode::OK, "ok\n".into())
-                } else {
-                    plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!(
-                            "stale: the last poll finished {:.1}s ago (limit {:.1}s, 3 poll intervals); the sampler may be stuck in an NVML call\n",
-                            age.as_secs_f64(),
-                            limit.as_secs_f64()
-                        ),
-                    )
-                }
-            }
+            Some(p) => match staleness(state, &p) {
+                None => plain(StatusCode::OK, "ok\n".into()),
+                Some(reason) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+            },
         },
         "/readyz" => match published {
             Some(_) => plain(StatusCode::OK, "ready\n".into()),
@@ -115,7 +119,7 @@ pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<B
             Some(p) => reply(
                 StatusCode::OK,
                 "application/json",
-                Bytes::from(p.state_json()),
+                Bytes::from(p.state_json_marked(staleness(state, &p).as_deref())),
             ),
             None => plain(StatusCode::SERVICE_UNAVAILABLE, "no snapshot yet\n".into()),
         },

@@ -98,6 +98,11 @@ impl SelfMetrics {
             &["version"],
         )?;
         build_info.with_label_values(&[version]).set(1);
+        // Series that exist from the start, so `increase()` sees the first error too (a
+        // labelled counter otherwise appears at 1 and its first increment is invisible).
+        for result in ["success", "error"] {
+            annotation_patches.with_label_values(&[result]);
+        }
         registry.register(Box::new(poll_duration.clone()))?;
         registry.register(Box::new(nvml_errors.clone()))?;
         registry.register(Box::new(evictions.clone()))?;

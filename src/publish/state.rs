@@ -28,14 +28,27 @@ pub struct Published {
 struct StateView<'a> {
     snapshot: &'a Snapshot,
     guard: &'a serde_json::Value,
+    /// True when no poll has finished for too long: the snapshot is the last good one.
+    stale: bool,
+    /// Why it is stale (null while it is current).
+    #[serde(rename = "staleReason")]
+    stale_reason: Option<&'a str>,
 }
 
 impl Published {
-    /// The `/state` document.
+    /// The `/state` document of a current publication.
     pub fn state_json(&self) -> Vec<u8> {
+        self.state_json_marked(None)
+    }
+
+    /// The `/state` document, marked stale with `stale_reason` when given (the sampler is
+    /// stuck and this is the last good snapshot).
+    pub fn state_json_marked(&self, stale_reason: Option<&str>) -> Vec<u8> {
         let view = StateView {
             snapshot: &self.snapshot,
             guard: &self.guard,
+            stale: stale_reason.is_some(),
+            stale_reason,
         };
         // Serialising plain data into a Vec cannot fail; an empty object is a safe answer
         // should a future field ever refuse.

@@ -1,6 +1,7 @@
 //! Where snapshots come from: the [`GpuSource`] trait in gpu-warden's vocabulary, its
 //! NVML and simulated backends, and the sampler thread that polls one of them.
 
+pub mod gpm;
 pub mod nvml;
 pub mod sampler;
 pub mod scenario;

@@ -4,23 +4,32 @@
 //! is cached per GPU and field, so an unsupported reading costs one call in the agent's
 //! life and never becomes a zero. XIDs arrive through an NVML event set on a thread of
 //! their own, because `nvmlEventSetWait` blocks.
+//!
+//! On GPUs where `nvmlGpmQueryDeviceSupport` says yes (Hopper and newer), every full poll
+//! also takes one GPM sample (about 0.85 ms on an H200) and computes dcgm-exporter's
+//! `DCGM_FI_PROF_*` figures over the window since the previous poll's sample: a ring of
+//! two samples per GPU (`gpm.rs`). `GPU_WARDEN_GPM=off` turns GPM off (cost measurements,
+//! or an escape hatch should a driver misbehave). See `docs/gpm.md`.
 
+use super::gpm::{self, SampleRing, PROF_METRICS};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError, SourceError};
 use crate::snapshot::{
-    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, RemappedRows,
+    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, ProfSample, RemappedRows,
 };
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::GpmSample;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// NVML is initialised once per process and lives for its whole life, so `Device<'static>`
 /// handles can be kept (nvml-wrapper's devices borrow the `Nvml` they came from).
@@ -66,6 +75,21 @@ struct DeviceState {
     /// Last slow-counter readings, reported between their (less frequent) reads.
     last_energy: Option<u64>,
     last_replays: Option<u64>,
+    gpm: GpmState,
+}
+
+/// GPM state of one GPU. Whether GPM is unsupported lives in `unsupported` (`Field::Prof`).
+#[derive(Default)]
+struct GpmState {
+    /// `gpm_support` answered yes.
+    supported: bool,
+    /// The previous poll's sample (an NVML buffer, freed on drop).
+    ring: SampleRing<GpmSample<'static>>,
+    /// The figures computed last, reported again while the window is shorter than
+    /// [`gpm::MIN_WINDOW`].
+    last: Option<ProfSample>,
+    /// The first computed figures were logged with the units NVML reported.
+    announced: bool,
 }
 
 /// Reads real GPUs through NVML.
@@ -76,6 +100,8 @@ pub struct NvmlSource {
     xids: Arc<Mutex<HashMap<u32, u64>>>,
     stop: Arc<AtomicBool>,
     xid_thread: Option<JoinHandle<()>>,
+    /// Origin of the monotonic times GPM windows are measured with.
+    epoch: Instant,
 }
 
 impl NvmlSource {
@@ -102,6 +128,17 @@ impl NvmlSource {
                 }
             }
         }
+        let epoch = Instant::now();
+        if gpm_enabled(std::env::var("GPU_WARDEN_GPM").ok().as_deref()) {
+            for d in &mut devices {
+                prime_gpm(d, epoch.elapsed());
+            }
+        } else {
+            tracing::info!("GPU_WARDEN_GPM=off: GPM is not read; DCGM_FI_PROF_* are absent");
+            for d in &mut devices {
+                d.unsupported.insert(Field::Prof);
+            }
+        }
         let xids = Arc::new(Mutex::new(HashMap::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let xid_thread = spawn_xid_watcher(nvml, &devices, xids.clone(), stop.clone());
@@ -112,6 +149,7 @@ impl NvmlSource {
             xids,
             stop,
             xid_thread,
+            epoch,
         })
     }
 
@@ -136,12 +174,81 @@ impl NvmlSource {
             names: HashMap::new(),
             last_energy: None,
             last_replays: None,
+            gpm: GpmState::default(),
         })
     }
 
     /// Number of GPUs being read.
     pub fn gpu_count(&self) -> usize {
         self.devices.len()
+    }
+}
+
+/// `GPU_WARDEN_GPM`: unset or anything but `off`/`0`/`false` reads GPM where supported.
+fn gpm_enabled(var: Option<&str>) -> bool {
+    !matches!(
+        var.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+        Some("off" | "0" | "false" | "no")
+    )
+}
+
+/// GPM is a monitoring read, like every other call here; NVML documents no privilege for
+/// it. Should a driver still refuse it (`NoPermission`), that is a standing property of the
+/// deployment, not a failure to count every poll: it is reported once and cached as "not
+/// supported", so the GPU simply has no `DCGM_FI_PROF_*` series.
+fn gpm_permission<T>(gpu: u32, r: Result<T, NvmlError>) -> Result<T, NvmlError> {
+    match r {
+        Err(NvmlError::NoPermission) => {
+            tracing::warn!(
+                gpu,
+                "NVML refused GPM (NoPermission); DCGM_FI_PROF_* will be absent for this GPU (docs/gpm.md)"
+            );
+            Err(NvmlError::NotSupported)
+        }
+        other => other,
+    }
+}
+
+/// Asks whether the GPU has GPM (logging the verdict once at start) and, if so, takes a
+/// first sample, so a first poll that comes at least [`gpm::MIN_WINDOW`] later already has
+/// a window to compute over. Failures here are left to the polls to retry (and count);
+/// only a clear "no" is cached.
+fn prime_gpm(d: &mut DeviceState, at: Duration) {
+    let gpu = d.id.index;
+    match gpm_permission(gpu, d.device.gpm_support()) {
+        Ok(true) => d.gpm.supported = true,
+        Ok(false) => {
+            tracing::info!(
+                gpu,
+                "no GPM on this GPU (pre-Hopper); DCGM_FI_PROF_* are absent"
+            );
+            d.unsupported.insert(Field::Prof);
+            return;
+        }
+        Err(
+            e @ (NvmlError::NotSupported
+            | NvmlError::FunctionNotFound
+            | NvmlError::FailedToLoadSymbol(_)),
+        ) => {
+            // An older driver without the GPM symbols lands here too.
+            tracing::info!(gpu, error = %e, "GPM unavailable; DCGM_FI_PROF_* are absent");
+            d.unsupported.insert(Field::Prof);
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(gpu, error = %e, "GPM support query failed; the polls retry it");
+            return;
+        }
+    }
+    match gpm_permission(gpu, d.device.gpm_sample()) {
+        Ok(s) => {
+            d.gpm.ring.advance(at, s, |_, _, _| ());
+            tracing::info!(
+                gpu,
+                "GPM supported: DCGM_FI_PROF_* are read every full poll"
+            );
+        }
+        Err(e) => tracing::debug!(gpu, error = %e, "first GPM sample failed; the polls retry it"),
     }
 }
 
@@ -305,12 +412,104 @@ fn field_u64(samples: &[Result<FieldValueSample, NvmlError>], id: u32) -> Result
     }
 }
 
+/// One GPM step of a full poll: a new sample (when the window since the previous one is
+/// long enough) and the metrics over the pair. Every failure stays inside GPM: it is
+/// counted under `call="prof"` (or cached as not supported) and the poll goes on.
+fn read_gpm(
+    nvml: &'static Nvml,
+    dev: &Device<'static>,
+    g: &mut GpmState,
+    r: &mut Reader<'_>,
+    gpu: u32,
+    at: Duration,
+) -> Option<ProfSample> {
+    if r.lost || r.unsupported.contains(&Field::Prof) {
+        return None;
+    }
+    if !g.supported {
+        match r.read(Field::Prof, || gpm_permission(gpu, dev.gpm_support()))? {
+            true => g.supported = true,
+            false => {
+                r.unsupported.insert(Field::Prof);
+                return None;
+            }
+        }
+    }
+    if !g.ring.due(at) {
+        // A full poll right after the last one (the guard's PollNow): keep the window
+        // growing and report the figures computed last.
+        return g.last;
+    }
+    let sample = r.read(Field::Prof, || gpm_permission(gpu, dev.gpm_sample()))?;
+    let ids = gpm::metric_ids();
+    let results = g.ring.advance(at, sample, |older, newer, _window| {
+        r.read(Field::Prof, || {
+            gpm_permission(gpu, gpm_metrics_get(nvml, older, newer, &ids))
+        })
+    });
+    if r.unsupported.contains(&Field::Prof) {
+        g.ring.clear();
+    }
+    let results = match results {
+        // The first sample since start (or since a failure): nothing to compute over yet.
+        None => return None,
+        Some(None) => {
+            g.last = None;
+            return None;
+        }
+        Some(Some(v)) => v,
+    };
+    let raw: Vec<Option<f64>> = PROF_METRICS
+        .iter()
+        .zip(&results)
+        .map(|(m, res)| match res {
+            Ok(v) if v.metric_id == m.id => Some(v.value),
+            _ => None,
+        })
+        .collect();
+    if !g.announced {
+        g.announced = true;
+        announce_gpm(gpu, &results);
+    }
+    g.last = gpm::prof_from_raw(&raw);
+    g.last
+}
+
+/// Logs, once per GPU, what NVML answered for each GPM metric with the unit string it
+/// reported, and warns when that unit is not the one the conversion assumes (docs/gpm.md).
+fn announce_gpm(
+    gpu: u32,
+    results: &[Result<nvml_wrapper::struct_wrappers::gpm::GpmMetricResult, NvmlError>],
+) {
+    let mut seen = Vec::with_capacity(PROF_METRICS.len());
+    for (m, res) in PROF_METRICS.iter().zip(results) {
+        match res {
+            Ok(v) => {
+                let unit = v.metric_info.unit.as_str();
+                seen.push(format!("{}={:.3}{}", m.nvml_name, v.value, unit));
+                if !unit.is_empty() && !unit.contains(m.unit.expected_token()) {
+                    tracing::warn!(
+                        gpu,
+                        metric = m.nvml_name,
+                        unit,
+                        expected = m.unit.expected_token(),
+                        "NVML reports a GPM unit the conversion does not assume"
+                    );
+                }
+            }
+            Err(e) => seen.push(format!("{}=error({e})", m.nvml_name)),
+        }
+    }
+    tracing::info!(gpu, raw = %seen.join(" "), "first GPM figures (raw NVML values and units)");
+}
+
 impl NvmlSource {
     fn sample_device(
         nvml: &'static Nvml,
         d: &mut DeviceState,
         xid: Option<u64>,
         req: PollRequest,
+        at: Duration,
         out: &mut RawPoll,
     ) -> GpuSample {
         if d.lost {
@@ -391,6 +590,7 @@ impl NvmlSource {
                 })
             })
         };
+        let prof = read_gpm(nvml, dev, &mut d.gpm, &mut r, d.id.index, at);
         let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
         let listed = r.read(Field::Processes, || {
             let compute = dev.running_compute_processes()?;
@@ -486,7 +686,7 @@ impl NvmlSource {
             pcie_replays: replays,
             remapped_rows: remapped,
             last_xid: xid,
-            prof: None,
+            prof,
         }
     }
 }
@@ -503,9 +703,10 @@ impl GpuSource for NvmlSource {
         };
         let xids = self.xids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nvml = self.nvml;
+        let epoch = self.epoch;
         for d in &mut self.devices {
             let xid = xids.get(&d.id.index).copied();
-            let s = Self::sample_device(nvml, d, xid, req, &mut out);
+            let s = Self::sample_device(nvml, d, xid, req, epoch.elapsed(), &mut out);
             out.gpus.push(s);
         }
         out
@@ -545,6 +746,48 @@ mod tests {
     fn bus_ids_get_eight_digit_domains() {
         assert_eq!(normalize_bus_id("0000:06:00.0"), "00000000:06:00.0");
         assert_eq!(normalize_bus_id("00000000:06:00.0"), "00000000:06:00.0");
+    }
+
+    #[test]
+    fn gpm_switch() {
+        assert!(gpm_enabled(None));
+        assert!(gpm_enabled(Some("on")));
+        assert!(gpm_enabled(Some("")));
+        for off in ["off", "OFF", " 0", "false", "no"] {
+            assert!(!gpm_enabled(Some(off)), "{off:?}");
+        }
+    }
+
+    #[test]
+    fn gpm_no_permission_is_cached_as_unavailable() {
+        assert!(matches!(
+            gpm_permission::<()>(0, Err(NvmlError::NoPermission)),
+            Err(NvmlError::NotSupported)
+        ));
+        assert!(matches!(
+            gpm_permission::<()>(0, Err(NvmlError::Unknown)),
+            Err(NvmlError::Unknown)
+        ));
+        assert_eq!(gpm_permission(0, Ok(7)).ok(), Some(7));
+        // Through the reader: cached, not counted, and never asked again.
+        let mut unsupported = HashSet::new();
+        let mut errors = Vec::new();
+        let mut r = Reader {
+            unsupported: &mut unsupported,
+            errors: &mut errors,
+            lost: false,
+        };
+        let mut calls = 0;
+        for _ in 0..3 {
+            let v: Option<()> = r.read(Field::Prof, || {
+                calls += 1;
+                gpm_permission(0, Err(NvmlError::NoPermission))
+            });
+            assert_eq!(v, None);
+        }
+        assert_eq!(calls, 1);
+        assert!(errors.is_empty());
+        assert!(unsupported.contains(&Field::Prof));
     }
 
     #[test]

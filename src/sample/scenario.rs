@@ -83,6 +83,8 @@ pub struct GpuSpec {
     pub dec_util_pct: Option<u32>,
     pub pcie_replays: Option<u64>,
     pub remapped_rows: Option<RemappedRowsSpec>,
+    /// Profiling figures as NVML GPM gives them on Hopper and newer (`DCGM_FI_PROF_*`).
+    pub prof: Option<ProfSpec>,
 }
 
 fn one() -> u32 {
@@ -101,6 +103,49 @@ pub struct RemappedRowsSpec {
     pub pending: bool,
     #[serde(default)]
     pub failure: bool,
+}
+
+/// Profiling figures of a GPU: ratios 0..1 and PCIe bytes per second. Each is optional;
+/// one left out has no series, like an unsupported reading.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ProfSpec {
+    pub gr_engine_active: Option<f64>,
+    pub sm_active: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub pipe_tensor_active: Option<f64>,
+    pub dram_active: Option<f64>,
+    pub pipe_fp64_active: Option<f64>,
+    pub pipe_fp32_active: Option<f64>,
+    pub pipe_fp16_active: Option<f64>,
+    /// Bytes per second.
+    pub pcie_tx_bytes: Option<f64>,
+    /// Bytes per second.
+    pub pcie_rx_bytes: Option<f64>,
+}
+
+impl ProfSpec {
+    /// The ratio fields with their scenario names.
+    pub fn ratios(&self) -> [(&'static str, Option<f64>); 8] {
+        [
+            ("gr_engine_active", self.gr_engine_active),
+            ("sm_active", self.sm_active),
+            ("sm_occupancy", self.sm_occupancy),
+            ("pipe_tensor_active", self.pipe_tensor_active),
+            ("dram_active", self.dram_active),
+            ("pipe_fp64_active", self.pipe_fp64_active),
+            ("pipe_fp32_active", self.pipe_fp32_active),
+            ("pipe_fp16_active", self.pipe_fp16_active),
+        ]
+    }
+
+    /// The byte-rate fields with their scenario names.
+    pub fn rates(&self) -> [(&'static str, Option<f64>); 2] {
+        [
+            ("pcie_tx_bytes", self.pcie_tx_bytes),
+            ("pcie_rx_bytes", self.pcie_rx_bytes),
+        ]
+    }
 }
 
 /// A process on one GPU.
@@ -262,6 +307,19 @@ pub enum FaultSpec {
         #[serde(deserialize_with = "de_duration")]
         at: Duration,
     },
+    /// Calls for this field block (the thread sleeps, as in an NVML call stuck in the
+    /// driver) from `at` until `until` or `at + for`, or for good when neither is given. A
+    /// call made inside the window returns when the window ends; later calls answer.
+    Hang {
+        gpu: u32,
+        field: String,
+        #[serde(deserialize_with = "de_duration")]
+        at: Duration,
+        #[serde(default, rename = "for", deserialize_with = "de_opt_duration")]
+        for_: Option<Duration>,
+        #[serde(default, deserialize_with = "de_opt_duration")]
+        until: Option<Duration>,
+    },
     /// An XID error with this value is raised at `at`.
     Xid {
         gpu: u32,
@@ -269,6 +327,23 @@ pub enum FaultSpec {
         at: Duration,
         value: u64,
     },
+}
+
+impl FaultSpec {
+    /// For a hang, the window `[at, end)` in which calls block; `end` is None for a hang
+    /// that never ends. None for the other kinds.
+    pub fn hang_window(&self) -> Option<(Duration, Option<Duration>)> {
+        match self {
+            FaultSpec::Hang {
+                at, for_, until, ..
+            } => Some((
+                *at,
+                // A window too long to add up lasts for good.
+                until.or_else(|| for_.and_then(|d| at.checked_add(d))),
+            )),
+            _ => None,
+        }
+    }
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -295,6 +370,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. \"500ms\", \"10s\", \"2m\""))
 }
 
+/// serde_yaml_ng's message, made to say where: some scanner errors carry no line
+/// ("found character that cannot start any token") or only a byte offset ("control
+/// characters are not allowed at position 8"); those get the line and column.
+fn yaml_error_message(text: &str, e: &serde_yaml_ng::Error) -> String {
+    let message = e.to_string();
+    // A key-naming message says what already; its location can be a placeholder (1:1).
+    if message.contains(" line ") || message.contains("key \"") {
+        return message;
+    }
+    let offset = message
+        .rsplit_once("at position ")
+        .and_then(|(_, n)| n.trim().parse::<usize>().ok());
+    let (line, column) = match (offset, e.location()) {
+        (Some(at), _) => {
+            let before = text.get(..at.min(text.len())).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            (line, column)
+        }
+        (None, Some(loc)) => (loc.line(), loc.column()),
+        (None, None) => return message,
+    };
+    format!("{message} (line {line} column {column})")
+}
+
+/// Largest framebuffer a scenario may declare, MiB (16 TiB): byte figures stay far from
+/// overflowing a u64.
+const MAX_MEMORY_MIB: u64 = 1 << 24;
+
 impl Scenario {
     /// Reads, parses and validates a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
@@ -310,7 +414,7 @@ impl Scenario {
     pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         let sc: Scenario = serde_yaml_ng::from_str(text).map_err(|e| ScenarioError::Parse {
             path: path.to_string(),
-            message: e.to_string(),
+            message: yaml_error_message(text, &e),
         })?;
         sc.validate(path)?;
         Ok(sc)
@@ -318,7 +422,10 @@ impl Scenario {
 
     /// Number of GPUs after `count` expansion.
     pub fn gpu_count(&self) -> u32 {
-        self.gpus.iter().map(|g| g.count).sum()
+        // Saturating: absurd counts must reach validation's "at most 64", not overflow.
+        self.gpus
+            .iter()
+            .fold(0u32, |n, g| n.saturating_add(g.count))
     }
 
     fn validate(&self, path: &str) -> Result<(), ScenarioError> {
@@ -348,10 +455,13 @@ impl Scenario {
                     "uuid and pci_bus_id can only be given with count: 1".into(),
                 ));
             }
-            if g.memory_mib == 0 {
-                return Err(bad(f("memory_mib"), "must be above 0".into()));
+            if g.memory_mib == 0 || g.memory_mib > MAX_MEMORY_MIB {
+                return Err(bad(
+                    f("memory_mib"),
+                    format!("must be 1..{MAX_MEMORY_MIB} (16 TiB)"),
+                ));
             }
-            if g.reserved_mib + g.base_used_mib >= g.memory_mib {
+            if g.reserved_mib.saturating_add(g.base_used_mib) >= g.memory_mib {
                 return Err(bad(
                     f("reserved_mib"),
                     "reserved_mib + base_used_mib must be below memory_mib".into(),
@@ -365,6 +475,24 @@ impl Scenario {
             ] {
                 if v.is_some_and(|v| v > 100) {
                     return Err(bad(f(name), "a percentage must be 0..100".into()));
+                }
+            }
+            if let Some(prof) = &g.prof {
+                for (name, v) in prof.ratios() {
+                    if v.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+                        return Err(bad(
+                            f(&format!("prof.{name}")),
+                            "must be a ratio 0..1".into(),
+                        ));
+                    }
+                }
+                for (name, v) in prof.rates() {
+                    if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                        return Err(bad(
+                            f(&format!("prof.{name}")),
+                            "must be a rate in bytes per second, 0 or more".into(),
+                        ));
+                    }
                 }
             }
             if g.power_w.is_some_and(|p| !(0.0..=10_000.0).contains(&p)) {
@@ -427,9 +555,9 @@ impl Scenario {
         }
         for (i, fault) in self.faults.iter().enumerate() {
             let (gpu, field) = match fault {
-                FaultSpec::Unsupported { gpu, field } | FaultSpec::Error { gpu, field, .. } => {
-                    (*gpu, Some(field))
-                }
+                FaultSpec::Unsupported { gpu, field }
+                | FaultSpec::Error { gpu, field, .. }
+                | FaultSpec::Hang { gpu, field, .. } => (*gpu, Some(field)),
                 FaultSpec::Lost { gpu, .. } | FaultSpec::Xid { gpu, .. } => (*gpu, None),
             };
             if gpu >= total {
@@ -437,6 +565,23 @@ impl Scenario {
                     format!("faults[{i}].gpu"),
                     format!("GPU {gpu} does not exist (the scenario has {total})"),
                 ));
+            }
+            if let FaultSpec::Hang {
+                at, for_, until, ..
+            } = fault
+            {
+                if for_.is_some() && until.is_some() {
+                    return Err(bad(
+                        format!("faults[{i}].until"),
+                        "give either `for` or `until`, not both".into(),
+                    ));
+                }
+                if for_.is_some_and(|d| d.is_zero()) {
+                    return Err(bad(format!("faults[{i}].for"), "must be above 0".into()));
+                }
+                if until.is_some_and(|u| u <= *at) {
+                    return Err(bad(format!("faults[{i}].until"), "must be after at".into()));
+                }
             }
             if let Some(name) = field {
                 if Field::parse(name).is_none() {
@@ -527,6 +672,22 @@ mod tests {
                 "gpus[0].uuid",
             ),
             (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    prof: {pipe_tensor_active: 70}\n",
+                "gpus[0].prof.pipe_tensor_active",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    prof: {sm_active: -0.1}\n",
+                "gpus[0].prof.sm_active",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    prof: {pcie_rx_bytes: -1}\n",
+                "gpus[0].prof.pcie_rx_bytes",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\n    prof: {pcie_rx_bytes: .nan}\n",
+                "gpus[0].prof.pcie_rx_bytes",
+            ),
+            (
                 "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 3\n    memory: {constant: 1}\n",
                 "processes[0].gpu",
             ),
@@ -546,11 +707,72 @@ mod tests {
                 "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: lost, gpu: 4, at: 1s}\n",
                 "faults[0].gpu",
             ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: warp_drive, at: 1s, for: 1s}\n",
+                "faults[0].field",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 1, field: power, at: 1s}\n",
+                "faults[0].gpu",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: power, at: 1s, for: 1s, until: 3s}\n",
+                "faults[0].until",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: power, at: 5s, until: 3s}\n",
+                "faults[0].until",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: power, at: 5s, for: 0s}\n",
+                "faults[0].for",
+            ),
         ];
         for (text, field) in cases {
             let e = err(text);
             assert!(e.contains(field), "{field} not in {e}");
         }
+    }
+
+    #[test]
+    fn hang_windows_resolve() {
+        let sc = Scenario::parse(
+            "gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: power, at: 10s, for: 5s}\n  - {kind: hang, gpu: 0, field: memory, at: 1s, until: 2s}\n  - {kind: hang, gpu: 0, field: processes, at: 3s}\n  - {kind: lost, gpu: 0, at: 1s}\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let s = Duration::from_secs;
+        let w: Vec<_> = sc.faults.iter().map(FaultSpec::hang_window).collect();
+        assert_eq!(
+            w,
+            vec![
+                Some((s(10), Some(s(15)))),
+                Some((s(1), Some(s(2)))),
+                Some((s(3), None)),
+                None
+            ]
+        );
+        let e = err("gpus:\n  - model: X\n    memory_mib: 10\nfaults:\n  - {kind: hang, gpu: 0, field: power, at: 1s, for: 2s, colour: red}\n");
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn prof_block_parses_and_names_unknown_keys() {
+        let sc = Scenario::parse(
+            "gpus:\n  - model: H\n    memory_mib: 10\n    prof: {gr_engine_active: 0.83, pipe_fp64_active: 0, pcie_tx_bytes: 1.2e9}\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let p = sc.gpus[0].prof.unwrap();
+        assert_eq!(p.gr_engine_active, Some(0.83));
+        assert_eq!(p.pipe_fp64_active, Some(0.0));
+        assert_eq!(p.pcie_tx_bytes, Some(1.2e9));
+        assert_eq!(p.sm_active, None);
+        assert!(Scenario::parse(MINIMAL, "t.yaml").unwrap().gpus[0]
+            .prof
+            .is_none());
+        let e = err("gpus:\n  - model: H\n    memory_mib: 10\n    prof: {tensor_active: 0.5}\n");
+        assert!(e.contains("tensor_active"), "{e}");
     }
 
     #[test]

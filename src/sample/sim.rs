@@ -4,7 +4,8 @@
 use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
 use crate::snapshot::{
-    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, RemappedRows, MIB,
+    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, ProfSample, RemappedRows,
+    MIB,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -73,6 +74,9 @@ pub struct SimSource {
     gpus: Vec<SimGpu>,
     handle: SimHandle,
     proc_writer: Option<SimProcWriter>,
+    /// When the current `poll`/`memory` call began (real time): a `hang` fault blocks
+    /// until this plus what was left of its window at the call's `now`.
+    entered: std::time::Instant,
 }
 
 /// A deterministic 64-bit FNV-1a hash, for generated UUIDs and IDs that stay the same
@@ -155,6 +159,7 @@ impl SimSource {
             gpus,
             handle: SimHandle::default(),
             proc_writer: None,
+            entered: std::time::Instant::now(),
         }
     }
 
@@ -213,10 +218,47 @@ impl SimSource {
                         message: "injected fault".into(),
                     });
                 }
+                FaultSpec::Hang {
+                    gpu: g,
+                    field: name,
+                    ..
+                } if *g == gpu && Field::parse(name) == Some(field) => {
+                    if let Some((at, end)) = f.hang_window() {
+                        if now >= at && end.is_none_or(|e| now < e) {
+                            self.block(gpu, field, now, end);
+                        }
+                    }
+                }
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    /// Sleeps as a stuck NVML call would: until the hang's `end` (counted from when the
+    /// current call began), or for good.
+    fn block(&self, gpu: u32, field: Field, now: Duration, end: Option<Duration>) {
+        // An end too far away to represent blocks for good.
+        let deadline = end.and_then(|e| self.entered.checked_add(e.saturating_sub(now)));
+        if deadline.is_some_and(|d| d <= std::time::Instant::now()) {
+            return;
+        }
+        tracing::warn!(
+            gpu,
+            call = field.as_str(),
+            until = ?end,
+            "simulated hang: the call blocks"
+        );
+        loop {
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+                None => Duration::from_secs(3600),
+            };
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left);
+        }
     }
 
     fn alive(&self, p: &ProcessSpec, now: Duration, t: Duration) -> bool {
@@ -330,8 +372,10 @@ impl SimSource {
         let power_mw = read(Field::Power, s.power_w.map(|w| (w * 1000.0).round() as u64));
         let energy = read(
             Field::Energy,
-            s.power_w
-                .map(|w| s.energy_start_mj + (w * 1000.0 * now.as_secs_f64()) as u64),
+            s.power_w.map(|w| {
+                s.energy_start_mj
+                    .saturating_add((w * 1000.0 * now.as_secs_f64()) as u64)
+            }),
         );
         let sm_clock = read(Field::SmClock, s.sm_clock_mhz.map(u64::from));
         let mem_clock = read(Field::MemClock, s.mem_clock_mhz.map(u64::from));
@@ -342,6 +386,22 @@ impl SimSource {
                 uncorrectable: r.uncorrectable,
                 pending: r.pending,
                 failure: r.failure,
+            })
+        });
+        // The GPM figures, as NVML's GPM gives them on Hopper and newer (already in DCGM's
+        // units: ratios 0..1, bytes per second).
+        let prof = read(Field::Prof, s.prof.map(|_| 0)).and_then(|_| {
+            s.prof.map(|p| ProfSample {
+                gr_engine_active: p.gr_engine_active,
+                sm_active: p.sm_active,
+                sm_occupancy: p.sm_occupancy,
+                pipe_tensor_active: p.pipe_tensor_active,
+                dram_active: p.dram_active,
+                pipe_fp64_active: p.pipe_fp64_active,
+                pipe_fp32_active: p.pipe_fp32_active,
+                pipe_fp16_active: p.pipe_fp16_active,
+                pcie_tx_bytes_per_second: p.pcie_tx_bytes,
+                pcie_rx_bytes_per_second: p.pcie_rx_bytes,
             })
         });
         let procs_ok = read(Field::Processes, Some(0)).is_some();
@@ -383,7 +443,7 @@ impl SimSource {
             pcie_replays: replays,
             remapped_rows: remapped,
             last_xid: self.latest_xid(idx, now),
-            prof: None,
+            prof,
         }
     }
 }
@@ -394,6 +454,7 @@ impl GpuSource for SimSource {
     }
 
     fn poll(&mut self, now: Duration, req: PollRequest) -> RawPoll {
+        self.entered = std::time::Instant::now();
         let mut out = RawPoll {
             driver_version: self.scenario.driver_version.clone(),
             ..RawPoll::default()
@@ -418,6 +479,7 @@ impl GpuSource for SimSource {
     }
 
     fn memory(&mut self, now: Duration) -> Vec<MemoryReading> {
+        self.entered = std::time::Instant::now();
         self.gpus
             .iter()
             .map(|g| {
@@ -564,6 +626,85 @@ faults:
         let p = s.poll(Duration::from_millis(2500), ALL);
         assert_eq!(p.gpus[0].power_mw, Some(5000));
         assert!(p.errors.is_empty());
+    }
+
+    #[test]
+    fn hang_faults_block_the_call_until_the_window_ends() {
+        let mut s = source(
+            "gpus:\n  - {model: X, memory_mib: 100, power_w: 5}\n  - {model: X, memory_mib: 100, power_w: 5}\nfaults:\n  - {kind: hang, gpu: 1, field: power, at: 1s, for: 300ms}\n  - {kind: hang, gpu: 0, field: memory, at: 5s, until: 5200ms}\n",
+        );
+        let timed = |s: &mut SimSource, at: u64| {
+            let t0 = std::time::Instant::now();
+            let p = s.poll(Duration::from_millis(at), ALL);
+            (p, t0.elapsed())
+        };
+        let (_, took) = timed(&mut s, 900);
+        assert!(
+            took < Duration::from_millis(100),
+            "before the window: {took:?}"
+        );
+        // Inside the window: blocks for what is left of it (200 ms), then answers.
+        let (p, took) = timed(&mut s, 1100);
+        assert!(took >= Duration::from_millis(190), "{took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "blocked once, not per read: {took:?}"
+        );
+        assert_eq!(p.gpus[1].power_mw, Some(5000), "a hang that ends answers");
+        assert!(p.errors.is_empty());
+        let (_, took) = timed(&mut s, 1300);
+        assert!(
+            took < Duration::from_millis(100),
+            "after the window: {took:?}"
+        );
+        // The memory-only read of the fast watch hangs too.
+        let t0 = std::time::Instant::now();
+        let mem = s.memory(Duration::from_millis(5100));
+        assert!(t0.elapsed() >= Duration::from_millis(90));
+        assert!(mem[0].1.is_ok());
+    }
+
+    #[test]
+    fn prof_figures_follow_the_scenario_and_its_faults() {
+        let mut s = source(
+            r#"
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+    count: 3
+    memory_mib: 1000
+    prof: {gr_engine_active: 0.83, sm_active: 0.76, pipe_tensor_active: 0.7, pipe_fp64_active: 0, pcie_rx_bytes: 3.4e8}
+  - model: NVIDIA A10G
+    memory_mib: 1000
+faults:
+  - {kind: unsupported, gpu: 1, field: prof}
+  - {kind: error, gpu: 2, field: prof, from: 1s, until: 2s}
+"#,
+        );
+        let p = s.poll(Duration::ZERO, ALL);
+        let g0 = p.gpus[0].prof.unwrap();
+        assert_eq!(g0.gr_engine_active, Some(0.83));
+        assert_eq!(g0.sm_active, Some(0.76));
+        assert_eq!(g0.pipe_tensor_active, Some(0.7));
+        assert_eq!(g0.pipe_fp64_active, Some(0.0));
+        assert_eq!(g0.pcie_rx_bytes_per_second, Some(3.4e8));
+        assert_eq!(g0.sm_occupancy, None, "left out: no series");
+        assert_eq!(g0.pcie_tx_bytes_per_second, None);
+        assert_eq!(p.gpus[1].prof, None, "unsupported removes them");
+        assert_eq!(p.gpus[2].prof, Some(g0));
+        assert_eq!(p.gpus[3].prof, None, "no prof block, no figures");
+        let p = s.poll(Duration::from_millis(1500), ALL);
+        assert_eq!(
+            p.gpus[2].prof, None,
+            "a failing GPM read leaves them absent"
+        );
+        assert_eq!(p.errors, vec![("prof", 1)]);
+        assert!(
+            p.gpus[2].memory.is_some(),
+            "and the rest of the poll answers"
+        );
+        assert_eq!(p.gpus[2].health, GpuHealth::Ok);
+        let p = s.poll(Duration::from_millis(2500), ALL);
+        assert_eq!(p.gpus[2].prof, Some(g0));
     }
 
     #[test]

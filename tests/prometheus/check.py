@@ -70,6 +70,47 @@ check("sum of power by Hostname", len(res) == 1 and abs(float(res[0]["value"][1]
 # The energy counter grows and rate() works on it.
 check("energy counter rate is ~power", wait_for("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[5s]) > 0", 20))
 
+# Profiling families (NVML GPM on Hopper and newer): only GPU 1 has them. NVIDIA dashboard
+# 12239's "Tensor Core Utilization" panel queries DCGM_FI_PROF_PIPE_TENSOR_ACTIVE with its
+# instance/gpu template variables (".*" when "All" is picked).
+prof = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.83,
+    "DCGM_FI_PROF_SM_ACTIVE": 0.76,
+    "DCGM_FI_PROF_SM_OCCUPANCY": 0.4,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.7,
+    "DCGM_FI_PROF_DRAM_ACTIVE": 0.08,
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": 0.0,
+    "DCGM_FI_PROF_PCIE_TX_BYTES": 1.2e9,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": 3.4e8,
+}
+for family, want in prof.items():
+    res = query(family)
+    ok = len(res) == 1 and res[0]["metric"].get("gpu") == "1" and abs(float(res[0]["value"][1]) - want) < 1e-9
+    check(f"{family} only on GPU 1 == {want}", ok, str(res))
+for family in ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE"):
+    res = query(family)
+    check(f"{family} left out of the scenario: no series", res == [], str(res))
+for q in ('DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~".*", gpu=~".*"}',
+          'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~".*", gpu=~"1"}'):
+    res = query(q)
+    ok = len(res) == 1 and abs(float(res[0]["value"][1]) - 0.7) < 1e-9
+    check(f"dashboard 12239 Tensor Core Utilization: {q} answers 0.7", ok, str(res))
+    if res:
+        m = res[0]["metric"]
+        extra = set(m) - set(LABELS) - {"__name__", "job", "instance"}
+        check("  ... with dcgm-exporter's labels", all(l in m for l in LABELS) and not extra, str(m))
+        check("  ... for GPU-6666…", m.get("UUID") == "GPU-66666666-7777-8888-9999-000000000000"
+              and m.get("pci_bus_id") == "00000000:00:1F.0" and m.get("device") == "nvidia1"
+              and m.get("modelName") == "NVIDIA A10G" and m.get("Hostname") == "ci-node-1"
+              and m.get("DCGM_FI_DRIVER_VERSION") == "580.95.05", str(m))
+res = query("avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)")
+check("avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) answers 0.7 (a GPU without GPM does not drag it to 0.35)",
+      len(res) == 1 and abs(float(res[0]["value"][1]) - 0.7) < 1e-9, str(res))
+res = query('avg by (Hostname) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) * 100')
+check("tensor activity in percent by Hostname", len(res) == 1 and res[0]["metric"].get("Hostname") == "ci-node-1"
+      and abs(float(res[0]["value"][1]) - 70.0) < 1e-9, str(res))
+check("tensor activity gauge over time", wait_for("avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE[5s]) > 0.69", 20))
+
 # Per-container families: the sum per GPU equals the per-process sum; host processes
 # (no pod) appear with empty pod labels.
 res = query("sum by (gpu) (gpu_warden_container_gpu_memory_used_bytes)")
