@@ -7,6 +7,7 @@
 //! `sample::nvml`, `publish::http` and the binary's wiring.
 
 pub mod agent;
+pub mod backoff;
 pub mod attribute;
 pub mod clock;
 pub mod config;

@@ -10,6 +10,7 @@
 //! priority change).
 
 use super::pods::{pod_info, PodMap, PodSource, PodViewStatus};
+use crate::backoff::Backoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
@@ -17,48 +18,11 @@ use kube::{Api, Client};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Backoff after a watch error: doubling from 500 ms to at most 10 s, each wait drawn from
-/// [base/2, base] so that a fleet of agents does not relist in lockstep after an outage.
-#[derive(Debug, Clone)]
-pub struct RelistBackoff {
-    base: Duration,
-    seed: u64,
-}
-
-impl RelistBackoff {
-    const START: Duration = Duration::from_millis(500);
-    const MAX: Duration = Duration::from_secs(10);
-
-    /// A backoff whose jitter is seeded by `seed` (e.g. the node name's hash).
-    pub fn new(seed: u64) -> Self {
-        RelistBackoff {
-            base: Self::START,
-            // xorshift's only fixed point is zero.
-            seed: if seed == 0 {
-                0x9e37_79b9_7f4a_7c15
-            } else {
-                seed
-            },
-        }
-    }
-
-    /// The next wait.
-    pub fn next_wait(&mut self) -> Duration {
-        // xorshift64: jitter needs no cryptographic randomness and no extra dependency.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let base = self.base;
-        self.base = (self.base * 2).min(Self::MAX);
-        let half = base / 2;
-        half + Duration::from_nanos(self.seed % (half.as_nanos() as u64 + 1))
-    }
-
-    /// Back to the start after a success.
-    pub fn reset(&mut self) {
-        self.base = Self::START;
-    }
-}
+/// Relist backoff after a watch error: doubling from 500 ms to at most 30 s, jittered so a
+/// fleet of agents does not relist in lockstep after an API server outage (a 5-minute outage
+/// costs each node at most ~25 LIST requests; see tests/outage_budget.rs).
+pub const RELIST_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(30));
 
 struct ViewState {
     pods: Arc<PodMap>,
@@ -88,7 +52,11 @@ impl WatchedPods {
         tokio::spawn(async move {
             let api: Api<Pod> = Api::all(client);
             let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-            let mut backoff = RelistBackoff::new(crate::sample::sim::fnv64(&[&node]));
+            let mut backoff = Backoff::new(
+                RELIST_BACKOFF.0,
+                RELIST_BACKOFF.1,
+                crate::sample::sim::fnv64(&[&node]),
+            );
             loop {
                 let error = watch_once(&api, &config, &st, &node, &mut backoff).await;
                 {
@@ -99,7 +67,7 @@ impl WatchedPods {
                     s.status.healthy = false;
                     s.status.last_error = Some(error);
                 }
-                tokio::time::sleep(backoff.next_wait()).await;
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         });
         Arc::new(WatchedPods { state })
@@ -112,7 +80,7 @@ async fn watch_once(
     config: &watcher::Config,
     st: &Mutex<ViewState>,
     node: &str,
-    backoff: &mut RelistBackoff,
+    backoff: &mut Backoff,
 ) -> String {
     let stream = watcher(api.clone(), config.clone());
     futures::pin_mut!(stream);
@@ -174,23 +142,5 @@ impl PodSource for WatchedPods {
             .unwrap_or_else(|e| e.into_inner())
             .status
             .clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_resets() {
-        let mut b = RelistBackoff::new(42);
-        let waits: Vec<Duration> = (0..8).map(|_| b.next_wait()).collect();
-        assert!(waits[0] >= Duration::from_millis(250) && waits[0] <= Duration::from_millis(500));
-        assert!(waits[7] >= Duration::from_secs(5) && waits[7] <= Duration::from_secs(10));
-        b.reset();
-        assert!(b.next_wait() <= Duration::from_millis(500));
-        let mut other = RelistBackoff::new(43);
-        let theirs: Vec<Duration> = (0..8).map(|_| other.next_wait()).collect();
-        assert_ne!(waits, theirs, "jitter differs between agents");
     }
 }

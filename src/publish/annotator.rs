@@ -83,62 +83,7 @@ pub enum AnnotatorError {
     Task(String),
 }
 
-/// Exponential backoff with "equal jitter": each pause lies in `[base/2, base]`, the base
-/// doubling from `initial` up to `max`. Jitter spreads the retries of a thousand nodes
-/// that all lost the same API server at the same moment; the lower half-bound keeps one
-/// node from retrying almost at once.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    base: Option<Duration>,
-    rng: u64,
-}
-
-impl Backoff {
-    /// A backoff with no failures yet; `seed` drives the jitter (any value).
-    pub fn new(initial: Duration, max: Duration, seed: u64) -> Self {
-        Backoff {
-            initial,
-            max: max.max(initial),
-            base: None,
-            // xorshift has a fixed point at zero.
-            rng: seed | 1,
-        }
-    }
-
-    /// The pause before the next attempt after one more failure.
-    pub fn next_delay(&mut self) -> Duration {
-        let base = match self.base {
-            None => self.initial,
-            Some(b) => b.saturating_mul(2).min(self.max),
-        };
-        self.base = Some(base);
-        let half = base / 2;
-        let span = u64::try_from((base - half).as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(self.next_random() % span.saturating_add(1))
-    }
-
-    /// Forgets the failures (after a success).
-    pub fn reset(&mut self) {
-        self.base = None;
-    }
-
-    /// The base of the last pause (`None` before the first failure or after a reset).
-    pub fn current_base(&self) -> Option<Duration> {
-        self.base
-    }
-
-    /// xorshift64: enough to decorrelate nodes without pulling in `rand`.
-    fn next_random(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
-        x
-    }
-}
+pub use crate::backoff::Backoff;
 
 /// Runs the annotator; dropping it without [`shutdown`](Self::shutdown) also stops the
 /// task and removes the keys, but nobody waits for that.
