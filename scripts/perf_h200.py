@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--agent", required=True)
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--floor", help="target/release/examples/nvml_floor (cargo build --release --example nvml_floor)")
     a = ap.parse_args()
     rows = []
     nv.nvmlInit()
@@ -139,6 +140,10 @@ def main():
     print()
     print(f"pynvml, the same fields per collection (1 GPU): {py_wall:.3f} ms wall, {py_cpu:.3f} ms CPU (mean of {n})")
     print(f"nvidia-smi --query-gpu (18 fields) per collection: median {statistics.median(smi):.1f} ms wall (10 runs)")
+    if a.floor:
+        for extra in ([], ["--with-slow-counters"]):
+            out = subprocess.run([a.floor, "2000"] + extra, capture_output=True, text=True)
+            print(out.stdout.strip() or out.stderr.strip())
 
 
 if __name__ == "__main__":
