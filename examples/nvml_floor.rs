@@ -37,8 +37,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // measures the cost of asking).
             sink += d.memory_info().map_or(0, |m| m.used);
             sink += d.utilization_rates().map_or(0, |u| u64::from(u.gpu));
-            sink += d.encoder_utilization().map_or(0, |u| u64::from(u.utilization));
-            sink += d.decoder_utilization().map_or(0, |u| u64::from(u.utilization));
+            sink += d
+                .encoder_utilization()
+                .map_or(0, |u| u64::from(u.utilization));
+            sink += d
+                .decoder_utilization()
+                .map_or(0, |u| u64::from(u.utilization));
             sink += d.temperature(TemperatureSensor::Gpu).map_or(0, u64::from);
             sink += d.power_usage().map_or(0, u64::from);
             sink += d.clock_info(Clock::SM).map_or(0, u64::from);
@@ -78,6 +82,9 @@ fn cpu_time() -> Duration {
         .get(11)
         .and_then(|u| u.parse::<u64>().ok())
         .unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
     Duration::from_millis(ticks * 10)
 }

@@ -118,6 +118,24 @@ pub struct Cli {
     #[arg(long, default_value = "0.0.0.0:9400", env = "GPU_WARDEN_LISTEN")]
     pub listen: SocketAddr,
 
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_CERT")]
+    pub web_tls_cert: Option<PathBuf>,
+
+    /// PEM private key for --web-tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_KEY")]
+    pub web_tls_key: Option<PathBuf>,
+
+    /// Require `Authorization: Bearer <token>` on /metrics, /state and /; the token is the
+    /// file's content (one line). /healthz and /readyz stay open for the kubelet.
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BEARER_FILE")]
+    pub web_auth_bearer_file: Option<PathBuf>,
+
+    /// Require HTTP Basic auth on /metrics, /state and /; the file holds
+    /// `user:<sha256 hex of the password>` lines. /healthz and /readyz stay open.
+    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BASIC_FILE")]
+    pub web_auth_basic_file: Option<PathBuf>,
+
     /// Full poll interval.
     #[arg(long, default_value = "1s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_POLL_INTERVAL")]
     pub poll_interval: Duration,
@@ -233,6 +251,15 @@ impl Cli {
                 "--annotation-min-interval must not be longer than --annotation-heartbeat".into(),
             );
         }
+        if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
+            return Err("--web-tls-cert and --web-tls-key must be given together".into());
+        }
+        if self.web_auth_bearer_file.is_some() && self.web_auth_basic_file.is_some() {
+            return Err(
+                "--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one"
+                    .into(),
+            );
+        }
         if let Some(n) = &self.node_name {
             if n.is_empty() || n.len() > 253 {
                 return Err("--node-name / NODE_NAME must be 1..253 characters".into());
@@ -297,5 +324,17 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("--process-util-interval"));
+        let c = parse(&["--web-tls-cert", "c.pem"]).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.contains("--web-tls-cert") && e.contains("--web-tls-key"),
+            "{e}"
+        );
+        let c = parse(&["--web-auth-bearer-file", "t", "--web-auth-basic-file", "b"]).unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.contains("--web-auth-bearer-file") && e.contains("--web-auth-basic-file"),
+            "{e}"
+        );
     }
 }

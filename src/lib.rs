@@ -7,8 +7,8 @@
 //! `sample::nvml`, `publish::http` and the binary's wiring.
 
 pub mod agent;
-pub mod backoff;
 pub mod attribute;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod guard;

@@ -15,7 +15,8 @@ use gpu_warden::guard::state::Guard;
 use gpu_warden::pipeline::Pipeline;
 use gpu_warden::publish::annotations::AnnotationConfig;
 use gpu_warden::publish::annotator::{remove_annotations, spawn_annotator};
-use gpu_warden::publish::http::HttpLimits;
+use gpu_warden::publish::auth::Auth;
+use gpu_warden::publish::http::{HttpLimits, HttpSecurity};
 use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::nvml::NvmlSource;
@@ -314,6 +315,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        let security = HttpSecurity::load(
+            cli.web_tls_cert.as_deref(),
+            cli.web_tls_key.as_deref(),
+            cli.web_auth_bearer_file.as_deref(),
+            cli.web_auth_basic_file.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            tls = security.tls.is_some(),
+            auth = match &security.auth {
+                None => "none",
+                Some(Auth::Bearer(_)) => "bearer",
+                Some(Auth::Basic(_)) => "basic",
+            },
+            "HTTP server security"
+        );
         let listener = tokio::net::TcpListener::bind(cli.listen)
             .await
             .with_context(|| format!("cannot listen on {} (--listen)", cli.listen))?;
@@ -328,7 +345,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             pipeline,
             listener,
-            http_limits: HttpLimits::default(),
+            http_limits: HttpLimits {
+                security,
+                ..HttpLimits::default()
+            },
             guard: Some(guard),
             companions,
         };

@@ -2,23 +2,73 @@
 //! rendered once per poll; it never calls NVML. Connections are bounded in number, header
 //! size and time, so a slow or hostile client cannot starve Prometheus.
 
+use super::auth::Auth;
 use super::state::Published;
 use crate::clock::Clock;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+/// Optional TLS and authentication of the HTTP server (see docs/reliability.md,
+/// "Securing /metrics").
+#[derive(Clone, Default)]
+pub struct HttpSecurity {
+    /// Wraps every accepted connection in TLS when set.
+    pub tls: Option<TlsAcceptor>,
+    /// Credentials required on everything but `/healthz` and `/readyz` when set.
+    pub auth: Option<Auth>,
+}
+
+impl std::fmt::Debug for HttpSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl HttpSecurity {
+    /// Loads the TLS certificate and key and the credentials file named by the flags.
+    /// Errors name the flag and file; no secret is put in them or logged.
+    pub fn load(
+        tls_cert: Option<&Path>,
+        tls_key: Option<&Path>,
+        bearer_file: Option<&Path>,
+        basic_file: Option<&Path>,
+    ) -> Result<HttpSecurity, String> {
+        let tls = match (tls_cert, tls_key) {
+            (Some(c), Some(k)) => Some(super::tls::load_acceptor(c, k)?),
+            (None, None) => None,
+            _ => return Err("--web-tls-cert and --web-tls-key must be given together".into()),
+        };
+        let auth = match (bearer_file, basic_file) {
+            (Some(b), None) => Some(Auth::bearer_from_file(b)?),
+            (None, Some(b)) => Some(Auth::basic_from_file(b)?),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(
+                    "--web-auth-bearer-file and --web-auth-basic-file exclude each other".into(),
+                )
+            }
+        };
+        Ok(HttpSecurity { tls, auth })
+    }
+}
 
 /// Limits of the HTTP server.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// Connections served at once; further ones wait in the kernel's accept queue.
     pub max_connections: usize,
@@ -28,6 +78,8 @@ pub struct HttpLimits {
     pub connection_timeout: Duration,
     /// Largest request head accepted (request line plus headers), bytes; at least 8 KiB.
     pub max_header_bytes: usize,
+    /// TLS and authentication; both off by default.
+    pub security: HttpSecurity,
 }
 
 impl Default for HttpLimits {
@@ -37,6 +89,7 @@ impl Default for HttpLimits {
             header_timeout: Duration::from_secs(5),
             connection_timeout: Duration::from_secs(60),
             max_header_bytes: 16 * 1024,
+            security: HttpSecurity::default(),
         }
     }
 }
@@ -131,6 +184,31 @@ pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<B
     }
 }
 
+/// Whether `path` needs credentials when authentication is on: everything but the kubelet's
+/// probes, which cannot present any and reveal nothing but liveness.
+pub fn needs_auth(path: &str) -> bool {
+    !matches!(path, "/healthz" | "/readyz")
+}
+
+/// Answers one request, checking credentials first when `auth` is set. The presented
+/// credentials are never logged.
+pub fn handle_request(
+    state: &HttpState,
+    auth: Option<&Auth>,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if let Some(auth) = auth {
+        if needs_auth(path) && !auth.check(req.headers().get(AUTHORIZATION)) {
+            let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n".into());
+            r.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(auth.challenge()));
+            return r;
+        }
+    }
+    handle(state, req.method(), path)
+}
+
 /// Serves until `shutdown` resolves, then lets open requests finish for up to 5 s.
 pub async fn serve(
     listener: TcpListener,
@@ -155,7 +233,7 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
@@ -168,8 +246,9 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let st = state.clone();
+        let auth = limits.security.auth.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let resp = handle(&st, req.method(), req.uri().path());
+            let resp = handle_request(&st, auth.as_ref(), &req);
             let resp = if req.method() == Method::HEAD {
                 let (parts, _) = resp.into_parts();
                 Response::from_parts(parts, Full::new(Bytes::new()))
@@ -178,12 +257,35 @@ pub async fn serve(
             };
             std::future::ready(Ok::<_, Infallible>(resp))
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
         let lifetime = limits.connection_timeout;
+        let Some(tls) = limits.security.tls.clone() else {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                let _permit = permit;
+                // A connection that outlives its budget is dropped; Prometheus reconnects.
+                let _ = tokio::time::timeout(lifetime, conn).await;
+            });
+            continue;
+        };
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
             let _permit = permit;
-            // A connection that outlives its budget is dropped; Prometheus reconnects.
+            let stream = match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    // The error describes the protocol failure only, no secrets.
+                    tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
             let _ = tokio::time::timeout(lifetime, conn).await;
         });
     }

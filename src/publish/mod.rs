@@ -3,7 +3,9 @@
 
 pub mod annotations;
 pub mod annotator;
+pub mod auth;
 pub mod http;
 pub mod metrics;
 pub mod self_metrics;
 pub mod state;
+pub mod tls;
