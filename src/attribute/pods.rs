@@ -5,7 +5,7 @@ use crate::pod::{strip_runtime_scheme, ContainerInfo, PodInfo};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Pods on this node by UID.
 pub type PodMap = HashMap<String, PodInfo>;
@@ -147,11 +147,6 @@ pub fn index_json(objects: impl IntoIterator<Item = serde_json::Value>) -> PodMa
         .filter_map(|o| serde_json::from_value(o).ok())
         .collect();
     index(pods.iter())
-}
-
-/// Seconds since the Unix epoch of a wall time (0 before it).
-pub fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ impl AnnotatorHandle {
 
 /// Starts the annotator for `node` with the default [`AnnotatorTiming`].
 ///
-/// `client` should have kube's `default_retry` off (like the eviction client of
+/// `client` should have kube's `default_retry` off (the `direct` client of
 /// [`crate::kube::KubeClients`]): kube's built-in retry re-sends a 503 up to 15 times
 /// within one call, which would defeat this task's own backoff during an outage.
 /// `cfg` should have passed [`AnnotationConfig::validate`]. Must be called inside a tokio
