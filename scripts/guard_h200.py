@@ -19,6 +19,13 @@ needed, and a PNG plot per mode.
 
     OUT=/tmp/out python3 scripts/guard_h200.py --agent target/release/gpu-warden \
         --double target/release/apiserver-double --rates 4,16,32,64 --runs 5
+
+`--sweep` names each series as MODE[@FAST][/GPUS]:RATES, e.g.
+`"guard:4,16,32,64;none:4,16,32,64;guard@20ms:64,128"`: MODE is guard or none, FAST the
+guard's fast interval (default --fast-interval), GPUS the GPUs the greedy job(s) grow on
+(`0`, or `0+1` for one greedy job on each at once; default the first of --gpus). With
+`--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
+whether pressure on one GPU evicts pods of another (it must not).
 """
 import argparse
 import csv
@@ -40,6 +47,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 NODE = "h200-guard"
 HERE = os.path.dirname(os.path.abspath(__file__))
+START = time.time()
 
 
 def log(*a):
@@ -90,7 +98,7 @@ def spawn_in_cgroup(cgroup, args, logpath):
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
     return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pre,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", CUDA_DEVICE_ORDER="PCI_BUS_ID"))
 
 
 def wait_ready(logpath, timeout=60):
@@ -111,39 +119,41 @@ def load(device, extra, cgroup, logpath):
 
 
 class Sampler(threading.Thread):
-    """Free memory and per-process VRAM every ~10 ms, to a CSV."""
+    """Free memory and per-process VRAM of each GPU every ~10 ms, to a CSV."""
 
-    def __init__(self, path, device=0):
+    def __init__(self, path, devices=(0,)):
         super().__init__(daemon=True)
         self.path, self.stop_flag = path, False
-        self.h = nv.nvmlDeviceGetHandleByIndex(device)
+        self.hs = [(d, nv.nvmlDeviceGetHandleByIndex(d)) for d in devices]
 
     def run(self):
         with open(self.path, "w") as f:
             while not self.stop_flag:
-                t = time.time()
-                m = nv.nvmlDeviceGetMemoryInfo(self.h)
-                try:
-                    ps = nv.nvmlDeviceGetComputeRunningProcesses(self.h)
-                except nv.NVMLError:
-                    ps = []
-                pairs = ";".join(f"{p.pid}:{(p.usedGpuMemory or 0) // MIB}" for p in ps)
-                f.write(f"{t:.4f},{m.free // MIB},{m.used // MIB},{pairs}\n")
+                for d, h in self.hs:
+                    t = time.time()
+                    m = nv.nvmlDeviceGetMemoryInfo(h)
+                    try:
+                        ps = nv.nvmlDeviceGetComputeRunningProcesses(h)
+                    except nv.NVMLError:
+                        ps = []
+                    pairs = ";".join(f"{p.pid}:{(p.usedGpuMemory or 0) // MIB}" for p in ps)
+                    f.write(f"{t:.4f},{d},{m.free // MIB},{m.used // MIB},{pairs}\n")
                 time.sleep(0.01)
 
 
 def read_timeline(path):
+    """Rows (t, gpu, free MiB, used MiB, {pid: MiB})."""
     rows = []
     for line in open(path):
         parts = line.rstrip("\n").split(",")
-        if len(parts) < 4:
+        if len(parts) < 5:
             continue
         procs = {}
-        for kv in parts[3].split(";"):
+        for kv in parts[4].split(";"):
             if ":" in kv:
                 pid, mib = kv.split(":")
                 procs[int(pid)] = int(mib)
-        rows.append((float(parts[0]), int(parts[1]), int(parts[2]), procs))
+        rows.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), procs))
     return rows
 
 
@@ -255,6 +265,33 @@ def attribution_check(args, workdir, port, pods_by_pid):
     return ok
 
 
+def parse_sweep(args):
+    """[(label, mode, fast interval, greedy GPUs, [rates])] from --sweep or --modes/--rates."""
+    spec = args.sweep or ";".join(f"{m}:{args.rates}" for m in args.modes.split(","))
+    gpus = [int(g) for g in args.gpus.split(",")]
+    out = []
+    for item in filter(None, (x.strip() for x in spec.split(";"))):
+        label, rates = item.split(":")
+        head, _, on = label.partition("/")
+        mode, _, fast = head.partition("@")
+        if mode not in ("guard", "none"):
+            raise SystemExit(f"--sweep: unknown mode {mode!r} in {item!r}")
+        greedy_gpus = [int(g) for g in on.split("+")] if on else gpus[:1]
+        if not set(greedy_gpus) <= set(gpus):
+            raise SystemExit(f"--sweep: {item!r} grows on a GPU not in --gpus")
+        out.append((label, mode, fast or args.fast_interval, greedy_gpus, [float(r) for r in rates.split(",")]))
+    return out
+
+
+def write_policy(args, workdir, fast):
+    path = os.path.join(workdir, f"policy-{fast}.yaml")
+    with open(path, "w") as f:
+        f.write(f"mode: enforce\nhard: {args.hard:g}%\nsoft: {args.soft:g}%\ngrace: 10s\nhorizon: 5s\n"
+                f"fastInterval: {fast}\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 30s\n"
+                "rateLimit: {maxEvictions: 5, per: 60s}\n")
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent", required=True)
@@ -264,142 +301,196 @@ def main():
     ap.add_argument("--train-gib", type=float, default=100)
     ap.add_argument("--workspace-gib", type=float, default=2)
     ap.add_argument("--fast-interval", default="100ms")
+    ap.add_argument("--hard", type=float, default=5, help="hard threshold, % of the GPU free")
+    ap.add_argument("--soft", type=float, default=10, help="soft threshold, % of the GPU free")
     ap.add_argument("--modes", default="guard,none", help="guard (enforce mode), none (no agent)")
+    ap.add_argument("--sweep", help="series MODE[@FAST][/GPUS]:RATES;… (overrides --modes/--rates)")
+    ap.add_argument("--gpus", default="0", help="GPUs that each get a training process and a small CI pod")
     ap.add_argument("--skip-attribution", action="store_true")
+    ap.add_argument("--budget", type=float, default=540,
+                    help="seconds for the whole run: runs that would start after it are skipped, "
+                         "so the report is still written")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/guard-out"))
     args = ap.parse_args()
+    sweep = parse_sweep(args)
+    gpus = [int(g) for g in args.gpus.split(",")]
     os.makedirs(args.out, exist_ok=True)
     workdir = "/tmp/guard-work"
     os.makedirs(workdir, exist_ok=True)
     nv.nvmlInit()
-    total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(0)).total // MIB
-    soft_mib, hard_mib = total_mib * 0.10, total_mib * 0.05
+    total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).total // MIB
+    soft_mib, hard_mib = total_mib * args.soft / 100, total_mib * args.hard / 100
+    policies = {fast: write_policy(args, workdir, fast) for _, _, fast, _, _ in sweep}
+    policies.setdefault(args.fast_interval, write_policy(args, workdir, args.fast_interval))
 
-    policy = os.path.join(workdir, "policy.yaml")
-    with open(policy, "w") as f:
-        f.write(f"mode: enforce\nhard: 5%\nsoft: 10%\ngrace: 10s\nhorizon: 5s\nfastInterval: {args.fast_interval}\n"
-                "evictionGracePeriodSeconds: 0\ncooldownTimeout: 30s\n"
-                "rateLimit: {maxEvictions: 5, per: 60s}\n")
-
-    train = Pod("ml", "train-0", "trainer", 1_000_000)
-    small = Pod("ci", "ci-small", "build", 0, {"workload-type": "gpu-ci"})
-    for p in (train, small):
-        p.make_cgroup()
-    sampler = Sampler(os.path.join(workdir, "timeline.csv"))
+    def suffix(g):
+        return "" if g == gpus[0] else f"-{g}"
+    train = {g: Pod("ml", f"train{suffix(g) or '-0'}", "trainer", 1_000_000) for g in gpus}
+    small = {g: Pod("ci", f"ci-small{suffix(g)}", "build", 0, {"workload-type": "gpu-ci"}) for g in gpus}
+    for g in gpus:
+        train[g].make_cgroup()
+        small[g].make_cgroup()
+    sampler = Sampler(os.path.join(workdir, "timeline.csv"), gpus)
     sampler.start()
-    tlog, slog, hlog = (os.path.join(workdir, n) for n in ("train.log", "small.log", "host.log"))
-    procs = [load(0, ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
-                      "--seconds", "3600"], train.cgroup, tlog),
-             load(0, ["--hold-gib", "4", "--seconds", "3600"], small.cgroup, slog),
-             load(0, ["--hold-gib", "1", "--seconds", "3600"], None, hlog)]
-    for lp in (tlog, slog, hlog):
-        if not wait_ready(lp):
-            raise RuntimeError(f"{lp} never got ready")
-    pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][0])["pid"]
-    pid_of_last = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
-    pods_by_pid = {pid_of(tlog): ("ml", "train-0", "trainer"), pid_of(slog): ("ci", "ci-small", "build")}
-    results = []
     train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
                   "--seconds", "3600"]
+    tlog = {g: os.path.join(workdir, f"train-{g}.log") for g in gpus}
+    procs = {}
+    for g in gpus:
+        procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
+        procs[("small", g)] = load(g, ["--hold-gib", "4", "--seconds", "3600"], small[g].cgroup,
+                                   os.path.join(workdir, f"small-{g}.log"))
+    hlog = os.path.join(workdir, "host.log")
+    procs[("host", gpus[0])] = load(gpus[0], ["--hold-gib", "1", "--seconds", "3600"], None, hlog)
+    logs = list(tlog.values()) + [os.path.join(workdir, f"small-{g}.log") for g in gpus] + [hlog]
+    for lp in logs:
+        if not wait_ready(lp):
+            raise RuntimeError(f"{lp} never got ready")
+    pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
+    pods_by_pid = {}
+    for g in gpus:
+        pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+        pods_by_pid[pid_of(os.path.join(workdir, f"small-{g}.log"))] = ("ci", small[g].name, "build")
+    base_pods = list(train.values()) + list(small.values())
+    results = []
     try:
         # 1. attribution, with the agent and the double up and no greedy job yet.
         if not args.skip_attribution:
-            d, kc = start_double(args, [train, small], workdir, "attr")
-            a, port = start_agent(args, kc, workdir, policy)
+            d, kc = start_double(args, base_pods, workdir, "attr")
+            a, port = start_agent(args, kc, workdir, policies[args.fast_interval])
             attribution_check(args, workdir, port, pods_by_pid)
             stop(a)
             stop(d)
         # 2. the sweep.
-        for mode in args.modes.split(","):
-            for rate in [float(r) for r in args.rates.split(",")]:
+        for label, mode, fast, greedy_gpus, rates in sweep:
+            for rate in rates:
                 for run in range(args.runs):
+                    if time.time() - START > args.budget:
+                        log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
+                        continue
                     # A training process evicted by mistake is recorded and restarted, so one
                     # wrong eviction cannot void the runs after it.
-                    restarted = False
-                    if procs[0].poll() is not None:
-                        log("training process is gone: restarting it")
-                        procs[0] = load(0, train_args, train.cgroup, tlog)
-                        wait_ready(tlog)
-                        pods_by_pid[pid_of_last(tlog)] = ("ml", "train-0", "trainer")
-                        restarted = True
-                    greedy = Pod("ci", f"ci-greedy-{int(rate)}-{run}", "build", 0, {"workload-type": "gpu-ci"})
-                    greedy.make_cgroup()
+                    restarted = []
+                    for g in gpus:
+                        if procs[("train", g)].poll() is not None:
+                            log(f"training process on GPU {g} is gone: restarting it")
+                            procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
+                            wait_ready(tlog[g])
+                            pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+                            restarted.append(g)
+                    tag = label.replace("/", "-on-").replace("@", "-at-").replace("+", "")
+                    greedy = {g: Pod("ci", f"ci-greedy-{int(rate)}-{run}{suffix(g)}", "build", 0,
+                                     {"workload-type": "gpu-ci"}) for g in greedy_gpus}
+                    for p in greedy.values():
+                        p.make_cgroup()
                     d = a = None
                     if mode == "guard":
-                        d, kc = start_double(args, [train, small, greedy], workdir, "run")
-                        a, _ = start_agent(args, kc, workdir, policy)
-                    free_now = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(0)).free / GIB
-                    seconds = free_now / rate + 1.5
-                    glog = os.path.join(workdir, f"greedy-{mode}-{int(rate)}-{run}.log")
-                    g = load(0, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
-                                 "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy.cgroup, glog)
-                    wait_ready(glog, 30)
+                        d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run")
+                        a, _ = start_agent(args, kc, workdir, policies[fast])
+                    seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
+                                  for g in greedy_gpus) / rate + 1.5
+                    gprocs = {}
+                    for g in greedy_gpus:
+                        glog = os.path.join(workdir, f"greedy-{tag}-{int(rate)}-{run}-{g}.log")
+                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
+                                             "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy[g].cgroup, glog)
+                        wait_ready(glog, 30)
                     t0 = time.time()
-                    try:
-                        g.wait(timeout=seconds + 5)
-                    except subprocess.TimeoutExpired:
-                        g.kill()
+                    for gp in gprocs.values():
+                        try:
+                            gp.wait(timeout=max(0.1, t0 + seconds + 5 - time.time()))
+                        except subprocess.TimeoutExpired:
+                            gp.kill()
                     t1 = time.time() + 0.3
                     time.sleep(0.3)
                     stop(a)
                     stop(d)
-                    results.append(dict(mode=mode, rate=rate, run=run, t0=t0, t1=t1, greedy_pid=g.pid,
-                                        train_restarted_before=restarted, train_alive_after=procs[0].poll() is None,
-                                        greedy=greedy.name, killed=g.returncode is not None and g.returncode < 0,
-                                        train_ooms=ooms_in(tlog, t0, t1),
-                                        evictions=evictions_in(workdir, t0 - 1, t1)))
-                    log(mode, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions", results[-1]["evictions"])
+                    results.append(dict(
+                        label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
+                        greedy={g: dict(name=greedy[g].name, pid=gprocs[g].pid,
+                                        killed=gprocs[g].returncode is not None and gprocs[g].returncode < 0)
+                                for g in greedy_gpus},
+                        train_restarted_before=restarted,
+                        train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
+                        train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
+                        evictions=evictions_in(workdir, t0 - 1, t1)))
+                    log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
+                        results[-1]["evictions"])
                     # Let the GPU settle (the greedy job's memory returns to the driver).
                     time.sleep(0.5)
     finally:
         sampler.stop_flag = True
-        for p in procs:
+        for p in procs.values():
             stop(p, signal.SIGKILL)
         sampler.join(timeout=2)
     timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    report(args, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid)
+    report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid)
 
 
-def report(args, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid):
+def growth_rate(rows, pid):
+    """GiB/s the greedy process actually grew at: from 1 GiB to 90 % of its peak."""
+    pts = [(t, procs[pid]) for t, _, _, _, procs in rows if pid in procs]
+    if not pts:
+        return None
+    peak = max(m for _, m in pts)
+    a = next(((t, m) for t, m in pts if m >= 1024), None)
+    b = next(((t, m) for t, m in pts if m >= 0.9 * peak), None)
+    if a is None or b is None or b[0] - a[0] < 0.02:
+        return None
+    return (b[1] - a[1]) / 1024 / (b[0] - a[0])
+
+
+def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid):
     for r in results:
-        win = [row for row in timeline if r["t0"] - 0.5 <= row[0] <= r["t1"]]
-        soft_t = next((t for t, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
-        hard_t = next((t for t, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
-        r["soft_crossed"], r["hard_crossed"] = soft_t, hard_t
-        r["min_free_mib"] = min((free for t, free, _, _ in win if t >= r["t0"]), default=None)
         ev = sorted(r["evictions"])
-        if ev:
-            te = ev[0][0]
-            r["reaction_from_soft_ms"] = None if soft_t is None else round((te - soft_t) * 1000, 1)
-            r["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
-            before = [free for t, free, _, _ in win if t <= te]
-            r["free_at_eviction_mib"] = before[-1] if before else None
-            r["unneeded"] = [name for _, name, _ in ev if name != r["greedy"]]
-        else:
-            r["unneeded"] = []
+        greedy_names = {v["name"] for v in r["greedy"].values()}
+        r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
+        r["per_gpu"] = {}
+        for g, gr in r["greedy"].items():
+            win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+            soft_t = next((t for t, _, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
+            hard_t = next((t for t, _, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
+            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, rate_measured=growth_rate(win, gr["pid"]),
+                     min_free_mib=min((free for t, _, free, _, _ in win if t >= r["t0"]), default=None))
+            mine = [e for e in ev if e[1] == gr["name"]]
+            if mine:
+                te = mine[0][0]
+                x["reaction_from_soft_ms"] = None if soft_t is None else round((te - soft_t) * 1000, 1)
+                x["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
+                before = [free for t, _, free, _, _ in win if t <= te]
+                x["free_at_eviction_mib"] = before[-1] if before else None
+            r["per_gpu"][g] = x
     with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
-        json.dump(dict(results=results, soft_mib=soft_mib, hard_mib=hard_mib, total_mib=total_mib), f, indent=1)
-    lines = ["| mode | GiB/s | runs | runs with training OOMs | training OOM events | evictions (greedy / other) | "
-             "reaction from soft crossing, ms (median, max) | from hard crossing, ms (median) | free at eviction, MiB (min) | min free, MiB |",
+        json.dump(dict(results=results, soft_mib=soft_mib, hard_mib=hard_mib, total_mib=total_mib,
+                       sweep=[s[:4] + (s[4],) for s in sweep]), f, indent=1, default=str)
+    lines = ["| series | GiB/s asked (measured, median) | runs | runs with training OOMs | training OOM events | "
+             "evictions (greedy / other) | reaction from soft crossing, ms (median, max) | from hard crossing, ms "
+             "(median) | free at eviction, MiB (min) | min free, MiB |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
-    for mode in ("guard", "none"):
-        for rate in sorted({r["rate"] for r in results}):
-            rs = [r for r in results if r["mode"] == mode and r["rate"] == rate]
-            if not rs:
-                continue
-            react = [r["reaction_from_soft_ms"] for r in rs if r.get("reaction_from_soft_ms") is not None]
-            react_h = [r["reaction_from_hard_ms"] for r in rs if r.get("reaction_from_hard_ms") is not None]
-            free_ev = [r["free_at_eviction_mib"] for r in rs if r.get("free_at_eviction_mib") is not None]
-            greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n == r["greedy"])
+    for label, *_ in sweep:
+        for rate in sorted({r["rate"] for r in results if r["label"] == label}):
+            rs = [r for r in results if r["label"] == label and r["rate"] == rate]
+            pg = [x for r in rs for x in r["per_gpu"].values()]
+            react = [x["reaction_from_soft_ms"] for x in pg if x.get("reaction_from_soft_ms") is not None]
+            react_h = [x["reaction_from_hard_ms"] for x in pg if x.get("reaction_from_hard_ms") is not None]
+            free_ev = [x["free_at_eviction_mib"] for x in pg if x.get("free_at_eviction_mib") is not None]
+            measured = [x["rate_measured"] for x in pg if x.get("rate_measured")]
+            greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
-            lines.append(f"| {mode} | {rate:g} | {len(rs)} | {sum(1 for r in rs if r['train_ooms'] or not r['train_alive_after'])} | "
-                         f"{sum(r['train_ooms'] for r in rs)} | {greedy_ev} / {other_ev} | "
+            bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
+            m = med(measured)
+            lines.append(f"| {label} | {rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
+                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
                          f"{med(react)}, {max(react) if react else None} | {med(react_h)} | "
-                         f"{min(free_ev) if free_ev else None} | {min((r['min_free_mib'] for r in rs if r['min_free_mib'] is not None), default=None)} |")
+                         f"{min(free_ev) if free_ev else None} | "
+                         f"{min((x['min_free_mib'] for x in pg if x['min_free_mib'] is not None), default=None)} |")
     with open(os.path.join(args.out, "guard-report.md"), "w") as f:
-        f.write(f"GPU total {total_mib} MiB; soft threshold {soft_mib:.0f} MiB free, hard {hard_mib:.0f} MiB free; "
-                f"fast interval {args.fast_interval}; eviction grace period 0 s (the API double kills the pod's cgroup at once).\n\n")
+        f.write(f"GPUs {args.gpus}, {total_mib} MiB each; soft threshold {soft_mib:.0f} MiB free ({args.soft:g} %), "
+                f"hard {hard_mib:.0f} MiB free ({args.hard:g} %); default fast interval {args.fast_interval} "
+                "(a series named MODE@X used X); eviction grace period 0 s (the API double kills the pod's cgroup "
+                "at once). Every GPU in --gpus runs its own training process and small CI pod; series "
+                "MODE/0+1 grow a greedy job on each of those GPUs at once.\n\n")
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib)
@@ -412,26 +503,33 @@ def plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    picks = []
-    for mode in ("guard", "none"):
-        rs = [r for r in results if r["mode"] == mode and r["rate"] == 16] or [r for r in results if r["mode"] == mode]
-        if rs:
-            picks.append(rs[0])
-    fig, axes = plt.subplots(len(picks), 1, figsize=(10, 4 * len(picks)), squeeze=False)
-    for ax, r in zip(axes[:, 0], picks):
-        win = [row for row in timeline if r["t0"] - 0.5 <= row[0] <= r["t1"]]
+    panels = []
+    for label in dict.fromkeys(r["label"] for r in results):
+        rs = [r for r in results if r["label"] == label]
+        r = next((x for x in rs if x["rate"] == 16), rs[0])
+        panels += [(r, g) for g in r["greedy"]]
+    panels = panels[:4]
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 4 * len(panels)), squeeze=False)
+    for ax, (r, g) in zip(axes[:, 0], panels):
+        win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
         ts = [row[0] - r["t0"] for row in win]
         names = dict(pods_by_pid)
-        names[r["greedy_pid"]] = ("ci", r["greedy"], "build")
+        for gg, gr in r["greedy"].items():
+            names[gr["pid"]] = ("ci", gr["name"], "build")
         for pid, (ns, pod, _) in names.items():
-            ax.plot(ts, [row[3].get(pid, 0) / 1024 for row in win], label=f"{ns}/{pod}")
-        ax.plot(ts, [row[1] / 1024 for row in win], "k--", label="free")
+            ys = [row[4].get(pid, 0) / 1024 for row in win]
+            if any(ys):
+                ax.plot(ts, ys, label=f"{ns}/{pod}")
+        ax.plot(ts, [row[2] / 1024 for row in win], "k--", label="free")
         ax.axhline(soft_mib / 1024, color="orange", lw=0.8, label="soft")
         ax.axhline(hard_mib / 1024, color="red", lw=0.8, label="hard")
-        for te, name, status in r["evictions"]:
+        here = {r["greedy"][g]["name"]} | set(r["unneeded"])
+        for te, name, status in (e for e in r["evictions"] if e[1] in here):
             ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
-        ax.set_title(f"{'guard (enforce)' if r['mode'] == 'guard' else 'no guard'}: greedy at {r['rate']:g} GiB/s; "
-                     f"training OOM events: {r['train_ooms']}")
+        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}): "
+                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
         ax.set_xlabel("seconds since the greedy job started growing")
         ax.set_ylabel("GiB")
         ax.legend(fontsize=7, loc="center left")

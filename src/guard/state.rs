@@ -14,7 +14,7 @@
 use super::policy::{Mode, Policy};
 use super::pressure::{Levels, Pressure};
 use super::rank::{self, fmt_bytes, Excluded, Victim};
-use super::trend::Trend;
+use super::trend::{self, Trend};
 use crate::pod::PodInfo;
 use crate::snapshot::{GpuHealth, MemoryInfo, ProcessSample, Snapshot};
 use serde::{Serialize, Serializer};
@@ -691,10 +691,16 @@ impl Guard {
             _ => return None,
         };
 
-        // Growth is fitted from the moment free went below soft (see `Trend::slope_since`).
-        let time_to_full = st
-            .below_soft_since
-            .and_then(|since| st.trend.time_to_full_since(memory.free, since));
+        // Growth is fitted from the moment free went below soft (see `Trend::slope_since`);
+        // until that fit has readings enough, growth that was steady before the crossing
+        // counts when it leaves too little time to wait for them.
+        let time_to_full = st.below_soft_since.and_then(|since| {
+            st.trend.time_to_full_since(memory.free, since).or_else(|| {
+                st.trend
+                    .time_to_full_entering(memory.free, since)
+                    .filter(|t| *t <= trend::LEAD_IN_URGENT)
+            })
+        });
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
         } else if memory.free < levels.soft {
@@ -1092,6 +1098,46 @@ mod tests {
         assert_eq!(d.trigger, Trigger::SoftTrend);
         let ttf = d.time_to_full.unwrap();
         assert!(ttf > secs(0.7) && ttf < secs(0.9), "{ttf:?}");
+    }
+
+    #[test]
+    fn fast_growth_into_soft_acts_on_the_crossing_reading() {
+        // 2500 MiB/s: soft is crossed at 0.5 s with 750 MiB free (0.3 s left). Waiting for
+        // three readings after the crossing would meet hard pressure first.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 8000).is_empty());
+        for (i, used) in [8250, 8500, 8750, 9000].into_iter().enumerate() {
+            assert!(w.fast(0.1 * (i + 1) as f64, used).is_empty(), "{used}");
+        }
+        let d = one(w.fast(0.5, 9250));
+        assert_eq!(d.trigger, Trigger::SoftTrend);
+
+        // 250 MiB/s into soft leaves seconds: the decision waits for a fit after the
+        // crossing (three readings over 200 ms), which tells it from a step.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 8800).is_empty());
+        let mut first = None;
+        for i in 1..=20u64 {
+            let t = 0.1 * i as f64;
+            if let Some(d) = w.fast(t, 8800 + 25 * i).pop() {
+                first = Some((t, d.trigger));
+                break;
+            }
+        }
+        // Soft crossed at 0.9 s (used 9025); the fit has three readings at 1.1 s.
+        let (t, trigger) = first.unwrap();
+        assert_eq!(trigger, Trigger::SoftTrend);
+        assert!((t - 1.1).abs() < 1e-9, "{t}");
+
+        // A step across soft after a flat lead-in is no trend: grace applies.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 8000).is_empty());
+        for i in 1..=4u64 {
+            assert!(w.fast(0.1 * i as f64, 8000).is_empty());
+        }
+        for i in 5..=30u64 {
+            assert!(w.fast(0.1 * i as f64, 9250).is_empty(), "tick {i}");
+        }
     }
 
     #[test]

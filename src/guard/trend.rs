@@ -10,12 +10,19 @@ use std::time::Duration;
 
 /// How far back the fit looks by default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
-/// Most points kept by default (50 at the 100 ms fast interval fit in 5 s).
-pub const DEFAULT_CAPACITY: usize = 64;
+/// Most points kept by default: 5 s of readings at a 20 ms fast interval.
+pub const DEFAULT_CAPACITY: usize = 256;
 /// Fewer points than this say nothing about a trend.
 pub const MIN_POINTS: usize = 3;
 /// Points closer together than this in total are too short a baseline to extrapolate from.
 pub const MIN_SPAN: Duration = Duration::from_millis(200);
+/// How far before the soft crossing [`Trend::time_to_full_entering`] looks for growth that
+/// was already under way.
+pub const LEAD_IN: Duration = Duration::from_secs(1);
+/// A lead-in projection acts only when the GPU would be full sooner than this. With more
+/// time left, waiting [`MIN_SPAN`] for a fit after the crossing costs nothing and tells a
+/// job that stopped growing at the crossing from one that did not.
+pub const LEAD_IN_URGENT: Duration = Duration::from_secs(1);
 
 /// A bounded series of memory readings of one GPU and the growth rate they show.
 #[derive(Debug, Clone)]
@@ -90,7 +97,16 @@ impl Trend {
     /// allocation that crossed soft and then stayed flat would otherwise look like steep
     /// growth for a whole window and pre-empt the grace period.
     pub fn slope_since(&self, from: Duration) -> Option<f64> {
-        let mut pts = self.points.iter().filter(|&&(t, _)| t >= from).copied();
+        self.slope_between(from, Duration::MAX)
+    }
+
+    /// Least-squares growth over the readings taken at or after `from` and before `until`.
+    fn slope_between(&self, from: Duration, until: Duration) -> Option<f64> {
+        let mut pts = self
+            .points
+            .iter()
+            .filter(|&&(t, _)| t >= from && t < until)
+            .copied();
         let (t0, y0) = pts.next()?;
         let (mut n, mut tn) = (1usize, t0);
         // Centre on the first point so seconds and bytes stay small enough for f64.
@@ -124,13 +140,34 @@ impl Trend {
 
     /// Like [`Trend::time_to_full`], fitting only the readings at or after `from`.
     pub fn time_to_full_since(&self, free: u64, from: Duration) -> Option<Duration> {
-        let slope = self.slope_since(from)?;
-        if slope < 1.0 {
-            // Less than a byte per second is noise, not growth.
-            return None;
-        }
-        Duration::try_from_secs_f64(free as f64 / slope).ok()
+        project(free, self.slope_since(from)?)
     }
+
+    /// Time to full for growth that was already steady when free memory crossed soft at
+    /// `crossed`, before [`Trend::time_to_full_since`] has readings enough of its own.
+    ///
+    /// Fitting only after the crossing costs [`MIN_SPAN`] of waiting; a job growing at
+    /// 64 GiB/s fills an H200 from a 10 % soft threshold in about that long. Growth that
+    /// was under way through the [`LEAD_IN`] before the crossing is no step allocation, so
+    /// its projection is trusted at once. Both the readings before the crossing alone and
+    /// all readings since the lead-in began must show growth; the slower projection of the
+    /// two is returned, so a step at the crossing on top of slow growth is not mistaken
+    /// for fast growth.
+    pub fn time_to_full_entering(&self, free: u64, crossed: Duration) -> Option<Duration> {
+        let from = crossed.saturating_sub(LEAD_IN);
+        let before = project(free, self.slope_between(from, crossed)?)?;
+        let all = project(free, self.slope_since(from)?)?;
+        Some(before.max(all))
+    }
+}
+
+/// How long `free` bytes last at `slope` bytes per second; `None` unless memory grows.
+fn project(free: u64, slope: f64) -> Option<Duration> {
+    if slope < 1.0 {
+        // Less than a byte per second is noise, not growth.
+        return None;
+    }
+    Duration::try_from_secs_f64(free as f64 / slope).ok()
 }
 
 #[cfg(test)]
@@ -237,6 +274,60 @@ mod tests {
         assert_eq!(t.slope_since(ms(1000)), Some(0.0));
         assert_eq!(t.time_to_full_since(800 * MIB, ms(1000)), None);
         assert_eq!(t.slope_since(ms(1600)), None, "too few points after");
+    }
+
+    #[test]
+    fn growth_under_way_before_the_crossing_projects_at_once() {
+        // 2500 MiB/s for 400 ms, crossing soft at 500 ms with 750 MiB free.
+        let ramp = trend(&[
+            (0, 8000),
+            (100, 8250),
+            (200, 8500),
+            (300, 8750),
+            (500, 9250),
+        ]);
+        assert_eq!(
+            ramp.time_to_full_since(750 * MIB, ms(500)),
+            None,
+            "one point after"
+        );
+        let t = ramp.time_to_full_entering(750 * MIB, ms(500)).unwrap();
+        assert!(t > ms(290) && t < ms(310), "{t:?}");
+
+        // Flat, then one 1250 MiB step at the crossing: the readings before show nothing.
+        let step = trend(&[
+            (0, 8000),
+            (100, 8000),
+            (200, 8000),
+            (300, 8000),
+            (500, 9250),
+        ]);
+        assert_eq!(step.time_to_full_entering(750 * MIB, ms(500)), None);
+
+        // Slow growth, then a step: the slower (pre-crossing) projection is the one returned.
+        let slow = trend(&[
+            (0, 8000),
+            (100, 8010),
+            (200, 8020),
+            (300, 8030),
+            (500, 9250),
+        ]);
+        let t = slow.time_to_full_entering(750 * MIB, ms(500)).unwrap();
+        assert!(t > Duration::from_secs(7), "{t:?}");
+
+        // Too short a baseline before the crossing.
+        let short = trend(&[(300, 8750), (400, 9000), (500, 9250)]);
+        assert_eq!(short.time_to_full_entering(750 * MIB, ms(500)), None);
+
+        // Readings older than the lead-in do not count.
+        let old = trend(&[
+            (0, 7000),
+            (100, 7500),
+            (200, 8000),
+            (1400, 8000),
+            (1500, 9250),
+        ]);
+        assert_eq!(old.time_to_full_entering(750 * MIB, ms(1500)), None);
     }
 
     #[test]
