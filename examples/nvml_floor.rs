@@ -3,6 +3,12 @@
 //! agent's per-poll cost with this (issue 7).
 //!
 //!     cargo run --release --example nvml_floor -- [iterations] [--with-slow-counters]
+//!     cargo run --release --example nvml_floor -- [iterations] --per-call
+//!
+//! `--per-call` times each kind of call on its own (mean µs per call over every GPU and
+//! iteration), including the per-process calls gpu-warden makes on a slower cadence
+//! (process utilization every 5 s, a process's name once per pid), so a poll that slows
+//! down with many processes can be pinned to the call that does it.
 
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::structs::device::FieldId;
@@ -21,6 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let devices: Vec<_> = (0..nvml.device_count()?)
         .map(|i| nvml.device_by_index(i))
         .collect::<Result<_, _>>()?;
+    if args.iter().any(|a| a == "--per-call") {
+        per_call(&nvml, &devices, iterations);
+        return Ok(());
+    }
     let fields = [
         FieldId(82),
         FieldId(142),
@@ -68,6 +78,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sink % 10
     );
     Ok(())
+}
+
+/// Mean wall time of each kind of call, one line each.
+fn per_call(nvml: &Nvml, devices: &[nvml_wrapper::Device], iterations: u32) {
+    let fields = [FieldId(82), FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
+    let mut totals: Vec<(&'static str, Duration, u64, u64)> = Vec::new();
+    let mut time = |name: &'static str, f: &mut dyn FnMut() -> u64| {
+        let t = Instant::now();
+        let n = f();
+        let took = t.elapsed();
+        match totals.iter_mut().find(|e| e.0 == name) {
+            Some(e) => {
+                e.1 += took;
+                e.2 += 1;
+                e.3 = n;
+            }
+            None => totals.push((name, took, 1, n)),
+        }
+    };
+    for _ in 0..iterations {
+        for d in devices {
+            time("memory_info", &mut || d.memory_info().map_or(0, |m| m.used));
+            time("utilization_rates", &mut || {
+                d.utilization_rates().map_or(0, |u| u64::from(u.gpu))
+            });
+            time("encoder_utilization", &mut || {
+                d.encoder_utilization().map_or(0, |u| u64::from(u.utilization))
+            });
+            time("temperature", &mut || {
+                d.temperature(TemperatureSensor::Gpu).map_or(0, u64::from)
+            });
+            time("power_usage", &mut || d.power_usage().map_or(0, u64::from));
+            time("clock_info(SM)", &mut || {
+                d.clock_info(Clock::SM).map_or(0, u64::from)
+            });
+            time("field_values(5)", &mut || {
+                d.field_values_for(&fields).map_or(0, |v| v.len() as u64)
+            });
+            let mut pids = Vec::new();
+            time("running_compute_processes", &mut || {
+                let ps = d.running_compute_processes().unwrap_or_default();
+                pids = ps.iter().map(|p| p.pid).collect();
+                pids.len() as u64
+            });
+            time("running_graphics_processes", &mut || {
+                d.running_graphics_processes().map_or(0, |p| p.len() as u64)
+            });
+            time("process_utilization_stats(0)", &mut || {
+                d.process_utilization_stats(0u64).map_or(0, |p| p.len() as u64)
+            });
+            for pid in &pids {
+                time("sys_process_name (per pid)", &mut || {
+                    nvml.sys_process_name(*pid, 64).map_or(0, |n| n.len() as u64)
+                });
+            }
+        }
+    }
+    for (name, took, calls, last) in totals {
+        println!(
+            "{name}: {:.1} µs mean over {calls} calls (last answer {last})",
+            took.as_secs_f64() * 1e6 / calls as f64
+        );
+    }
 }
 
 /// This process's user + system CPU time, from /proc/self/stat (clock ticks of 10 ms; the

@@ -152,7 +152,7 @@ class Load:
             return
         env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
         self.p = spawn([sys.executable, os.path.abspath(__file__), "--load", kind, "--device", str(a.device),
-                        "--seconds", str(a.seconds + a.warmup + 60)], env=env, stdout=subprocess.PIPE,
+                        "--seconds", str(int(a.seconds + a.warmup + 60))], env=env, stdout=subprocess.PIPE,
                        log_path=os.path.join(a.out, f"load-{kind}.log"))
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -169,8 +169,14 @@ class Load:
                 self.rates.append((ev["t"], ev["rate"]))
 
     def wait_ready(self, timeout):
-        ok = self.ready.wait(timeout)
-        return ok and (self.p is None or self.p.poll() is None)
+        # Poll in short steps: a child that died (a bad argument, no GPU) ends the wait at once.
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.ready.wait(0.2):
+                break
+            if self.p is not None and self.p.poll() is not None:
+                return False
+        return self.ready.is_set() and (self.p is None or self.p.poll() is None)
 
     def rate_between(self, t0, t1):
         r = [v for t, v in self.rates if t0 <= t <= t1 + 1.0]
@@ -385,7 +391,7 @@ def measure(a, port, load, ref):
             ref_out["error"] = repr(e)
 
     def run_dmon():
-        text, med = dmon(a.device, max(3, a.seconds - 2), os.path.join(a.out, f"dmon-{load.kind}.txt"))
+        text, med = dmon(a.device, int(max(3, a.seconds - 2)), os.path.join(a.out, f"dmon-{load.kind}.txt"))
         dmon_out.update(text=text, med=med)
 
     threads = []
@@ -451,7 +457,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agent", default="target/release/gpu-warden")
     ap.add_argument("--device", type=int, default=0, help="NVML index = CUDA index (PCI bus order)")
-    ap.add_argument("--seconds", type=int, default=10, help="measured window per load")
+    ap.add_argument("--seconds", type=float, default=10, help="measured window per load")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--cost-seconds", type=int, default=15, help="per GPM on/off cost window")
     ap.add_argument("--loads", default="idle,matmul,copy,h2d")

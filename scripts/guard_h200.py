@@ -389,16 +389,21 @@ def main():
                         a, _ = start_agent(args, kc, workdir, policies[fast])
                     seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
                                   for g in greedy_gpus) / rate + 1.5
-                    gprocs = {}
-                    for g in greedy_gpus:
-                        glog = os.path.join(workdir, f"greedy-{tag}-{int(rate)}-{run}-{g}.log")
-                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
-                                             "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy[g].cgroup, glog)
-                        wait_ready(glog, 30)
+                    gprocs, glogs = {}, {}
+                    # Every window (OOMs, evictions, the timeline) opens before the greedy jobs
+                    # start: with several of them, the first grows while the next still starts.
                     t0 = time.time()
+                    for g in greedy_gpus:
+                        glogs[g] = os.path.join(workdir, f"greedy-{tag}-{int(rate)}-{run}-{g}.log")
+                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
+                                             "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy[g].cgroup,
+                                         glogs[g])
+                    for g in greedy_gpus:
+                        wait_ready(glogs[g], 30)
+                    ready_at = time.time()
                     for gp in gprocs.values():
                         try:
-                            gp.wait(timeout=max(0.1, t0 + seconds + 5 - time.time()))
+                            gp.wait(timeout=max(0.1, ready_at + seconds + 5 - time.time()))
                         except subprocess.TimeoutExpired:
                             gp.kill()
                     t1 = time.time() + 0.3

@@ -1,149 +1,1419 @@
 #!/usr/bin/env python3
-"""First real-GPU cost figures for gpu-warden (issue 7, partial): per-poll wall and CPU,
-resident memory, /metrics latency, against nvidia-smi and a pynvml collection of the same
-fields. Prints a markdown table.
+"""gpu-warden's real-GPU cost figures (issue 7), all in one run of about 5 minutes.
 
-    python3 scripts/perf_h200.py --agent target/release/gpu-warden --seconds 30 --procs 8
+Measures, in this order (phases share work; each prints its elapsed time):
+
+1. agent phases with 0, 8 and 64 CUDA processes (`--procs-list`), agent run as
+   `--backend nvml --kube off --poll-interval 1s --guard-mode off` with `GPU_WARDEN_GPM=off`:
+   polls, wall per poll (`gpu_warden_poll_duration_seconds` deltas), CPU per poll and % of one
+   core from the sum of `/proc/<pid>/task/*/schedstat` (ns on CPU; `utime+stime` ticks and the
+   process CPU clock beside it), VmRSS and an Rss breakdown by mapping from `/proc/<pid>/smaps`.
+   The idle phase lasts `--window-seconds`, the others `--seconds`;
+2. `/metrics` latency against the idle agent: the compiled client (`--scrape-load`,
+   `examples/scrape_load.rs`) at 1 and 64 clients, and the Python 1-client figure of earlier runs;
+3. the guard's fast memory watch active: `apiserver-double` with this node, the agent with
+   `--guard-mode dry-run --annotations off` through KUBECONFIG, RSS and CPU over `--window-seconds`
+   (and a shorter control run with the guard off, when time allows);
+4. a Python exporter as teams write it (pynvml + prometheus_client, `generate_latest()` per
+   scrape), with and without the slow counters; `nvidia-smi --query-gpu` wall and CPU per run;
+   the NVML floor (`--floor`, examples/nvml_floor.rs) with its peak RSS and an Rss breakdown;
+5. ratios.
+
+Everything printed is also written to `$OUT/perf.md`, raw figures to `$OUT/perf.json` and the
+agents' and helpers' log tails to `$OUT/logs.txt` (OUT defaults to a new temporary folder).
+A missing module or a failing measurement prints one line and the run goes on.
+
+    cargo build --release -p gpu-warden -p apiserver-double --example scrape_load --example nvml_floor
+    OUT=/tmp/perf python3 scripts/perf_h200.py --agent target/release/gpu-warden \\
+        --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
+        --floor target/release/examples/nvml_floor
+
+Smoke test without a GPU (simulated agent; load, NVML and nvidia-smi sections are skipped):
+
+    python3 scripts/perf_h200.py --backend sim --agent target/release/gpu-warden \\
+        --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
+        --window-seconds 5 --seconds 3
 """
 import argparse
 import http.client
+import importlib.metadata
+import importlib.util
+import json
 import os
+import platform
+import re
+import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-
-import pynvml as nv
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 TICK = os.sysconf("SC_CLK_TCK")
+MIB = 1 << 20
+NODE = "h200-perf"
+
+try:
+    import pynvml as nv
+    NV_IMPORT_ERROR = None
+except Exception as e:  # ImportError, or a broken install
+    nv = None
+    NV_IMPORT_ERROR = f"{type(e).__name__}: {e}"
+
+try:
+    import prometheus_client as prom
+    PROM_IMPORT_ERROR = None
+except Exception as e:
+    prom = None
+    PROM_IMPORT_ERROR = f"{type(e).__name__}: {e}"
 
 
-def cpu_s(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICK
+# --------------------------------------------------------------------------- report
+
+class Report:
+    """Prints, and keeps everything printed as markdown plus raw figures as JSON. Both files
+    are rewritten after every section, so a run cut short still leaves what it measured."""
+
+    def __init__(self, out):
+        self.out = out
+        self.md = []
+        self.data = {"sections": {}, "timing_s": {}, "notes": []}
+        self.logs = []
+        self.t_start = time.monotonic()
+
+    def say(self, text=""):
+        print(text, flush=True)
+        self.md.append(text)
+
+    def note(self, text):
+        """A line about something skipped or failed: printed and kept in the JSON too."""
+        self.say(f"> **note:** {text}")
+        self.say()
+        self.data["notes"].append(text)
+
+    def table(self, headers, rows):
+        if self.md and self.md[-1].strip():
+            self.say()
+        self.say("| " + " | ".join(headers) + " |")
+        self.say("|" + "---|" * len(headers))
+        for r in rows:
+            self.say("| " + " | ".join(str(c) for c in r) + " |")
+        self.say()
+
+    def put(self, section, key, value):
+        self.data["sections"].setdefault(section, {})[key] = value
+
+    def log(self, title, text):
+        self.logs.append(f"===== {title}\n{text.rstrip()}\n")
+
+    def elapsed(self):
+        return time.monotonic() - self.t_start
+
+    def save(self):
+        try:
+            os.makedirs(self.out, exist_ok=True)
+            with open(os.path.join(self.out, "perf.md"), "w") as f:
+                f.write("\n".join(self.md) + "\n")
+            with open(os.path.join(self.out, "perf.json"), "w") as f:
+                json.dump(self.data, f, indent=1, default=str)
+            with open(os.path.join(self.out, "logs.txt"), "w") as f:
+                f.write("\n".join(self.logs))
+        except OSError as e:
+            print(f"cannot write to {self.out}: {e}", flush=True)
 
 
-def rss_mib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+def section(rep, key, title, fn, *args):
+    """Runs one section; a failure prints one line (traceback to logs.txt) and the run goes on."""
+    rep.say(f"## {title}")
+    rep.say()
+    t0 = time.monotonic()
+    result = None
+    try:
+        result = fn(*args)
+    except Exception as e:  # one failing measurement never ends the run
+        rep.note(f"section '{title}' failed: {type(e).__name__}: {e}")
+        rep.log(f"traceback: {title}", traceback.format_exc())
+    dt = time.monotonic() - t0
+    rep.data["timing_s"][key] = round(dt, 1)
+    rep.say(f"_section took {dt:.1f} s; {rep.elapsed():.0f} s since start_")
+    rep.say()
+    rep.save()
+    return result
+
+
+def f3(x, digits=3):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+# --------------------------------------------------------------------------- processes
+
+CHILDREN = []
+
+
+def spawn(argv, **kw):
+    p = subprocess.Popen(argv, **kw)
+    CHILDREN.append(p)
+    return p
+
+
+def stop(p, timeout=10):
+    if p is None or p.returncode is not None:
+        return
+    try:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    except (OSError, ChildProcessError):
+        pass
+
+
+def stop_all():
+    for p in CHILDREN:
+        try:
+            if p.returncode is None and p.poll() is None:
+                p.kill()
+        except (OSError, ChildProcessError):
+            pass
+    for p in CHILDREN:
+        try:
+            if p.returncode is None:
+                p.wait(timeout=5)
+        except (OSError, ChildProcessError, subprocess.TimeoutExpired):
+            pass
+
+
+def tail(path, lines=60):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"(cannot read {path}: {e})"
+
+
+def last_line(path):
+    lines = [ln for ln in tail(path, 5).splitlines() if ln.strip()]
+    return lines[-1].strip()[:400] if lines else "(empty log)"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_child(pid):
+    """The first child of pid (for the program /usr/bin/time runs), or None."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = f.read().split()
+            if kids:
+                return int(kids[0])
+    except (OSError, ValueError):
+        pass
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        return int(d)
+            except (OSError, ValueError, IndexError):
+                pass
     return None
 
 
-def scrape(port, path="/metrics"):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    t = time.perf_counter()
-    c.request("GET", path)
-    body = c.getresponse().read()
-    c.close()
-    return time.perf_counter() - t, body
+TIME = "/usr/bin/time"
+
+
+def run_with_rusage(argv, timeout=120, sample=None, peak_rss=False):
+    """Runs argv to the end; returns a dict: rc, out, err, wall_s, ru (rusage of that child
+    alone, from os.wait4), sample (last value of sample(pid) taken every 100 ms while it ran)
+    and, with peak_rss, peak_rss_kib and how it was measured.
+
+    Peak RSS needs care: ru_maxrss of a child Python starts is at least the RSS of this Python
+    (vfork/fork: the pre-exec process is counted), so it is measured by GNU time (its forked
+    copy is ~2 MiB) when /usr/bin/time exists, else by sampling VmHWM of the program."""
+    timed = peak_rss and os.access(TIME, os.X_OK)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r", suffix=".time") as tfile:
+        cmd = [TIME, "-f", "%M", "-o", tfile.name] + argv if timed else argv
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        last, hwm, target = None, None, None if timed else p.pid
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                pid, status, ru = os.wait4(p.pid, 0)
+                break
+            if sample is not None or peak_rss:
+                if target is None:
+                    target = find_child(p.pid)
+                if target is not None:
+                    if sample is not None:
+                        try:
+                            last = sample(target) or last
+                        except Exception:
+                            pass
+                    h = proc_status(target).get("VmHWM_MiB")
+                    hwm = h if h is not None else hwm
+                time.sleep(0.1)
+            else:
+                time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        r = {"rc": p.returncode, "out": out.read().decode(errors="replace"),
+             "err": err.read().decode(errors="replace"), "wall_s": wall, "ru": ru, "sample": last}
+        if peak_rss:
+            r["peak_rss_kib"], r["peak_rss_how"] = None, None
+            if timed:
+                try:
+                    r["peak_rss_kib"] = int(tfile.read().strip().splitlines()[-1])
+                    r["peak_rss_how"] = "/usr/bin/time %M"
+                except (ValueError, IndexError):
+                    pass
+            if r["peak_rss_kib"] is None and hwm is not None:
+                r["peak_rss_kib"], r["peak_rss_how"] = hwm * 1024, "VmHWM sampled every 100 ms"
+            r["vmhwm_sampled_mib"] = hwm
+        return r
+
+
+# --------------------------------------------------------------------------- /proc readers
+
+def cpu_snapshot(pid):
+    """On-CPU time of a live process three ways: the sum of field 1 of every thread's schedstat
+    (ns; threads that already exited are missing), utime+stime from /proc/<pid>/stat (10 ms
+    ticks) and the process CPU clock (ns, exited threads included)."""
+    snap = {"t": time.monotonic(), "sched_s": None, "ticks_s": None, "clock_s": None, "threads": None}
+    total, n = 0, 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+                n += 1
+            except (OSError, ValueError, IndexError):
+                pass
+        if n:
+            snap["sched_s"], snap["threads"] = total / 1e9, n
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        snap["ticks_s"] = (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        snap["clock_s"] = time.clock_gettime(((~pid) << 3) | 2)  # CPUCLOCK_SCHED of the process
+    except (OSError, ValueError, OverflowError, AttributeError):
+        pass
+    return snap
+
+
+def cpu_delta(a, b, key):
+    if a.get(key) is None or b.get(key) is None:
+        return None
+    return b[key] - a[key]
+
+
+def proc_status(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem", "VmSize"):
+                    out[k + "_MiB"] = int(v.split()[0]) / 1024
+                elif k == "Threads":
+                    out["Threads"] = int(v.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+SMAP_HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+\s+\S{4}\s")
+GROUPS = ["the binary", "libnvidia-ml*", "other .so", "[heap]", "anonymous", "[stack]", "/dev/*",
+          "other"]
+
+
+def smaps_breakdown(pid):
+    """Rss and Pss (KiB) of a process by mapping group, and its largest mappings by Rss."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    exe = exe.removesuffix(" (deleted)")
+    groups = {g: {"rss_kib": 0, "pss_kib": 0, "mappings": 0} for g in GROUPS}
+    by_name = {}
+    cur = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if SMAP_HEADER.match(line):
+                parts = line.split(None, 5)
+                path = parts[5].strip() if len(parts) > 5 else ""
+                clean = path.removesuffix(" (deleted)")
+                base = os.path.basename(clean)
+                if clean and (clean == exe or (exe and base == os.path.basename(exe))):
+                    g = "the binary"
+                elif base.startswith("libnvidia-ml"):
+                    g = "libnvidia-ml*"
+                elif re.search(r"\.so(\.|$)", base):
+                    g = "other .so"
+                elif path == "[heap]":
+                    g = "[heap]"
+                elif path.startswith("[stack"):
+                    g = "[stack]"
+                elif path == "":
+                    g = "anonymous"
+                elif clean.startswith("/dev/"):
+                    g = "/dev/*"
+                else:
+                    g = "other"
+                name = path if path else "(anonymous)"
+                cur = (g, name)
+                groups[g]["mappings"] += 1
+                by_name.setdefault(name, {"group": g, "rss_kib": 0, "mappings": 0})
+                by_name[name]["mappings"] += 1
+            elif cur is not None and (line.startswith("Rss:") or line.startswith("Pss:")):
+                kib = int(line.split()[1])
+                if line.startswith("Rss:"):
+                    groups[cur[0]]["rss_kib"] += kib
+                    by_name[cur[1]]["rss_kib"] += kib
+                else:
+                    groups[cur[0]]["pss_kib"] += kib
+    top = sorted(({"name": k, **v} for k, v in by_name.items()), key=lambda x: -x["rss_kib"])[:12]
+    total = sum(g["rss_kib"] for g in groups.values())
+    return {"exe": exe, "total_rss_kib": total, "groups": groups, "top": top}
+
+
+def print_breakdown(rep, title, bd, compare=None, compare_title=None):
+    rep.say(f"Rss by mapping, {title} (total {bd['total_rss_kib'] / 1024:.1f} MiB):")
+    rep.say()
+    headers = ["group", "Rss, MiB", "Pss, MiB", "mappings"]
+    if compare:
+        headers.append(f"{compare_title} Rss, MiB")
+    rows = []
+    for g in GROUPS:
+        v = bd["groups"][g]
+        if v["mappings"] == 0 and not (compare and compare["groups"][g]["mappings"]):
+            continue
+        row = [g, f"{v['rss_kib'] / 1024:.2f}", f"{v['pss_kib'] / 1024:.2f}", v["mappings"]]
+        if compare:
+            row.append(f"{compare['groups'][g]['rss_kib'] / 1024:.2f}")
+        rows.append(row)
+    rep.table(headers, rows)
+    rep.say("Largest mappings by Rss: " + "; ".join(
+        f"`{os.path.basename(t['name']) or t['name']}` {t['rss_kib'] / 1024:.2f} MiB"
+        + (f" ({t['mappings']} maps)" if t["mappings"] > 1 else "")
+        for t in bd["top"][:8]))
+    rep.say()
+
+
+# --------------------------------------------------------------------------- HTTP
+
+def http_get(port, path="/metrics", timeout=5):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        t = time.perf_counter()
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        return r.status, body, time.perf_counter() - t
+    finally:
+        c.close()
 
 
 def metric(body, name):
-    for line in body.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
+    """Sum of every series of `name` (with or without labels); None when absent."""
+    total, seen = 0.0, False
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            try:
+                total += float(line.rsplit(None, 1)[-1])
+                seen = True
+            except ValueError:
+                pass
+    return total if seen else None
+
+
+def poll_counters(port):
+    _, body, _ = http_get(port)
+    return (metric(body, "gpu_warden_poll_duration_seconds_count"),
+            metric(body, "gpu_warden_poll_duration_seconds_sum"))
+
+
+# --------------------------------------------------------------------------- agent
+
+class Agent:
+    def __init__(self, a, tag, extra, env_extra=None):
+        self.port = free_port()
+        self.tag = tag
+        self.logpath = os.path.join(a.workdir, f"agent-{tag}.log")
+        if a.backend == "sim":
+            src = ["--backend", "sim", "--scenario", a.scenario]
+        else:
+            src = ["--backend", "nvml"]
+        self.argv = [a.agent] + src + ["--listen", f"127.0.0.1:{self.port}", "--poll-interval", "1s"] + extra
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("GPU_WARDEN_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env["GPU_WARDEN_GPM"] = "off"
+        env.update(env_extra or {})
+        self.env = env
+        self.p = spawn(self.argv, env=env, stdout=subprocess.DEVNULL, stderr=open(self.logpath, "w"))
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.p.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.p.returncode}: {last_line(self.logpath)}")
+            try:
+                if http_get(self.port, "/readyz", timeout=1)[0] == 200:
+                    n, _ = poll_counters(self.port)
+                    if n is not None and n >= 1:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"agent not ready after {timeout} s: {last_line(self.logpath)}")
+
+    def stop(self, rep):
+        stop(self.p)
+        rep.log(f"agent {self.tag}: {' '.join(self.argv)}", tail(self.logpath, 80))
+
+
+def measure_window(agent, seconds):
+    """CPU, polls and RSS of a running agent over `seconds`."""
+    pid = agent.p.pid
+    n0, s0 = poll_counters(agent.port)
+    c0 = cpu_snapshot(pid)
+    rss = []
+    end = c0["t"] + seconds
+    while True:
+        st = proc_status(pid)
+        if "VmRSS_MiB" in st:
+            rss.append(st["VmRSS_MiB"])
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(1.0, left))
+    c1 = cpu_snapshot(pid)
+    n1, s1 = poll_counters(agent.port)
+    st = proc_status(pid)
+    wall = c1["t"] - c0["t"]
+    polls = (n1 - n0) if n0 is not None and n1 is not None else None
+    r = {"window_s": round(wall, 2), "polls": polls, "threads_start": c0["threads"], "threads_end": c1["threads"],
+         "status_end": st, "rss_mib_max": max(rss) if rss else None, "rss_mib_min": min(rss) if rss else None,
+         "rss_mib_end": st.get("VmRSS_MiB")}
+    r["wall_per_poll_ms"] = (s1 - s0) / polls * 1e3 if polls else None
+    for key, name in (("sched_s", "schedstat"), ("ticks_s", "ticks"), ("clock_s", "cpuclock")):
+        d = cpu_delta(c0, c1, key)
+        r[f"cpu_{name}_s"] = d
+        r[f"cpu_{name}_pct"] = d / wall * 100 if d is not None and wall > 0 else None
+        r[f"cpu_{name}_per_poll_ms"] = d / polls * 1e3 if d is not None and polls else None
+    return r
+
+
+def phase_row(name, nprocs, r):
+    return [name, "—" if nprocs is None else nprocs, f3(r.get("polls"), 0), f3(r.get("wall_per_poll_ms")),
+            f3(r.get("cpu_schedstat_per_poll_ms")), f3(r.get("cpu_cpuclock_per_poll_ms")),
+            f3(r.get("cpu_ticks_per_poll_ms"), 2), f3(r.get("cpu_schedstat_pct")),
+            f"{f3(r.get('rss_mib_end'), 1)} / {f3(r.get('rss_mib_max'), 1)}",
+            r.get("threads_end")]
+
+
+PHASE_HEADERS = ["phase", "CUDA procs", "polls", "wall per poll, ms", "CPU per poll, ms (schedstat)",
+                 "CPU per poll, ms (process clock)", "CPU per poll, ms (utime+stime ticks)",
+                 "CPU, % of one core (schedstat)", "RSS end / max, MiB", "threads"]
+
+
+# --------------------------------------------------------------------------- GPU processes
+
+def nvml_process_count():
+    if nv is None or not NVML_OK[0]:
+        return None
+    n = 0
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        try:
+            n += len(nv.nvmlDeviceGetComputeRunningProcesses(h))
+        except nv.NVMLError:
+            pass
+    return n
+
+
+def smi_process_count():
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode == 0:
+            return len([x for x in r.stdout.splitlines() if x.strip()])
+    except (OSError, subprocess.TimeoutExpired):
+        pass
     return None
 
 
-def latency(port, workers, per_worker):
+def gpu_process_count():
+    try:
+        n = nvml_process_count()
+        if n is not None:
+            return n
+    except Exception:
+        pass
+    return smi_process_count()
+
+
+NVML_OK = [False]
+
+
+class Loads:
+    """The CUDA processes of the load phases (scripts/gpu_load.py)."""
+
+    def __init__(self, a, rep):
+        self.a, self.rep, self.procs = a, rep, []
+        self.baseline = None
+
+    def ready_count(self):
+        n = 0
+        for _, path in self.procs:
+            try:
+                with open(path) as f:
+                    if '"ready"' in f.read():
+                        n += 1
+            except OSError:
+                pass
+        return n
+
+    def grow_to(self, n, timeout=90):
+        """Starts processes up to n in all and waits until the GPU lists them; returns how
+        many are there (and says so when fewer)."""
+        if self.baseline is None:
+            self.baseline = gpu_process_count() or 0
+        t0 = time.monotonic()
+        while len(self.procs) < n:
+            i = len(self.procs)
+            path = os.path.join(self.a.workdir, f"load-{i}.log")
+            p = spawn([sys.executable, os.path.join(HERE, "gpu_load.py"), "--hold-gib", "0.25", "--seconds", "900"],
+                      stdout=open(path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            self.procs.append((p, path))
+        deadline = t0 + timeout
+        last_print = t0
+        while True:
+            alive = sum(1 for p, _ in self.procs if p.poll() is None)
+            listed = gpu_process_count()
+            ready = self.ready_count()
+            have = (listed - self.baseline) if listed is not None else ready
+            if have >= n or alive == 0 or time.monotonic() > deadline:
+                break
+            if time.monotonic() - last_print > 10:
+                self.rep.say(f"waiting for {n} CUDA processes: {have} listed by the GPU, {ready} ready, {alive} alive, "
+                             f"{time.monotonic() - t0:.0f} s")
+                last_print = time.monotonic()
+            time.sleep(0.5)
+        dt = time.monotonic() - t0
+        dead = [(p, path) for p, path in self.procs if p.poll() is not None]
+        if dead:
+            self.rep.note(f"{len(dead)} of {len(self.procs)} load processes exited (first exit status "
+                          f"{dead[0][0].returncode}); see logs.txt")
+            self.rep.log(f"load process {dead[0][1]}", tail(dead[0][1], 30))
+        if have < n:
+            self.rep.note(f"only {have} of {n} CUDA processes listed after {dt:.0f} s"
+                          + (f"; the phase runs with {have}" if have > 0 else ""))
+        else:
+            self.rep.say(f"{have} CUDA processes listed by the GPU after {dt:.1f} s")
+        return have, dt
+
+    def kill(self):
+        for p, _ in self.procs:
+            try:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 10
+        for p, _ in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for p, _ in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
+        # The driver tears contexts down after the processes end; wait until the GPU is idle.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            n = gpu_process_count()
+            if n is None or n <= (self.baseline or 0):
+                return n
+            time.sleep(0.5)
+        return gpu_process_count()
+
+
+# --------------------------------------------------------------------------- sections
+
+def module_version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except Exception:
+        return None
+
+
+def info_section(rep, a):
+    rep.say(f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; host: {platform.node()}; kernel: {platform.release()}; "
+            f"cores: {os.cpu_count()}; Python {platform.python_version()}")
+    rep.say(f"- command: `{' '.join(sys.argv)}`")
+    rep.say(f"- backend: {a.backend}; OUT: {a.out}")
+    mods = []
+    mods.append("pynvml " + (f"ok ({module_version('nvidia-ml-py') or module_version('pynvml')})" if nv else
+                             f"MISSING ({NV_IMPORT_ERROR})"))
+    mods.append("prometheus_client " + (f"ok ({module_version('prometheus_client')})" if prom else
+                                        f"MISSING ({PROM_IMPORT_ERROR})"))
+    # Only whether the loads can start: importing torch here would cost seconds and memory.
+    mods.append("torch " + ("found" if importlib.util.find_spec("torch") else "MISSING (the load phases will fail)"))
+    rep.say("- Python modules: " + "; ".join(mods))
+    info = {"modules": mods, "argv": sys.argv}
+    for name, path in (("agent", a.agent), ("scrape_load", a.scrape_load), ("apiserver-double", a.double),
+                       ("nvml_floor", a.floor)):
+        ok = bool(path) and os.access(path, os.X_OK)
+        info[name] = path
+        rep.say(f"- {name}: {path or '(not given)'}{'' if ok or not path else ' — NOT EXECUTABLE/MISSING'}")
+    try:
+        v = subprocess.run([a.agent, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        rep.say(f"- agent version: {v}")
+        info["agent_version"] = v
+    except (OSError, subprocess.TimeoutExpired) as e:
+        rep.note(f"cannot run the agent: {e}")
+    if a.backend == "nvml":
+        if nv is not None:
+            try:
+                nv.nvmlInit()
+                NVML_OK[0] = True
+                gpus = []
+                for i in range(nv.nvmlDeviceGetCount()):
+                    h = nv.nvmlDeviceGetHandleByIndex(i)
+                    name = nv.nvmlDeviceGetName(h)
+                    gpus.append(name.decode() if isinstance(name, bytes) else name)
+                drv = nv.nvmlSystemGetDriverVersion()
+                drv = drv.decode() if isinstance(drv, bytes) else drv
+                rep.say(f"- GPUs: {len(gpus)} × {', '.join(sorted(set(gpus)))}; driver {drv}")
+                info["gpus"], info["driver"] = gpus, drv
+            except Exception as e:
+                rep.note(f"NVML init failed in this script: {e}")
+        try:
+            r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+            rep.say(f"- nvidia-smi -L: {r.stdout.strip() or r.stderr.strip()}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            rep.note(f"nvidia-smi not runnable: {e}")
+        n = gpu_process_count()
+        rep.say(f"- GPU compute processes before the run: {n}")
+        info["gpu_processes_before"] = n
+    rep.data["info"] = info
+    rep.say()
+
+
+def scrape_load_run(a, port, clients, per_client, pid):
+    c0 = cpu_snapshot(pid)
+    r = subprocess.run([a.scrape_load, "--addr", f"127.0.0.1:{port}", "--path", "/metrics", "--clients", str(clients),
+                        "--requests-per-client", str(per_client)], capture_output=True, text=True, timeout=120)
+    c1 = cpu_snapshot(pid)
+    if r.returncode != 0:
+        raise RuntimeError(f"scrape_load exited {r.returncode}: {r.stderr.strip()[:300]}")
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    d = cpu_delta(c0, c1, "sched_s")
+    if d is not None and j.get("ok"):
+        j["agent_cpu_per_request_us"] = d / j["ok"] * 1e6
+    return j
+
+
+def latency_section(rep, a, agent):
+    res = {}
+    # Python, 1 client, a new connection per request: the figure of the earlier runs.
+    lat = []
+    for _ in range(200):
+        lat.append(http_get(agent.port)[2] * 1e3)
+    lat.sort()
+    res["python_1_client"] = {"requests": len(lat), "p50_ms": lat[len(lat) // 2],
+                              "p99_ms": lat[int(len(lat) * 0.99) - 1], "max_ms": lat[-1]}
+    rows = [["Python http.client, new connection per request", 1, 200, 0,
+             f3(res["python_1_client"]["p50_ms"]), "—", f3(res["python_1_client"]["p99_ms"]),
+             f3(res["python_1_client"]["max_ms"]), "—", "—"]]
+    if not a.scrape_load or not os.access(a.scrape_load, os.X_OK):
+        rep.note(f"--scrape-load missing ({a.scrape_load or 'not given'}): no compiled-client latency "
+                 "(cargo build --release --example scrape_load)")
+    else:
+        for spec in a.scrape_runs.split(","):
+            try:
+                clients, per = (int(x) for x in spec.lower().split("x"))
+                j = scrape_load_run(a, agent.port, clients, per, agent.p.pid)
+                res[f"compiled_{clients}x{per}"] = j
+                rows.append(["scrape_load (compiled), keep-alive", clients, j["requests"], j["errors"],
+                             f3(j["p50_ms"]), f3(j["p90_ms"]), f3(j["p99_ms"]), f3(j["max_ms"]),
+                             j["bytes_per_response"], f3(j.get("agent_cpu_per_request_us"), 1)])
+                if j["errors"]:
+                    rep.note(f"scrape_load {spec}: {j['errors']} errors, first: {j.get('first_error')}")
+            except Exception as e:
+                rep.note(f"scrape_load {spec} failed: {type(e).__name__}: {e}")
+    rep.table(["client", "clients", "requests", "errors", "p50, ms", "p90, ms", "p99, ms", "max, ms",
+               "bytes per response", "agent CPU per request, µs (schedstat)"], rows)
+    rep.put("latency", "results", res)
+    return res
+
+
+def agent_phase(rep, a, loads, nprocs, seconds, with_latency):
+    key = f"procs_{nprocs}"
+    have = 0
+    if nprocs > 0:
+        if a.backend == "sim":
+            rep.note(f"{nprocs}-process phase skipped: --backend sim has no CUDA processes")
+            return None
+        have, waited = loads.grow_to(nprocs, timeout=a.load_wait)
+        rep.put(key, "procs_listed", have)
+        rep.put(key, "procs_wait_s", round(waited, 1))
+        if have <= 0:
+            rep.note(f"{nprocs}-process phase skipped: no CUDA process came up")
+            return None
+    agent = Agent(a, key, ["--kube", "off", "--guard-mode", "off"])
+    try:
+        agent.wait_ready()
+        time.sleep(1.0)  # the first polls (NVML init, first process-util read) are outside the window
+        r = measure_window(agent, seconds)
+        r["procs_requested"], r["procs_listed"] = nprocs, have if nprocs else gpu_process_count()
+        try:
+            r["smaps"] = smaps_breakdown(agent.p.pid)
+        except OSError as e:
+            rep.note(f"cannot read smaps: {e}")
+        rep.put(key, "window", r)
+        name = "idle GPU" if nprocs == 0 else f"{nprocs} CUDA processes"
+        rep.table(PHASE_HEADERS, [phase_row(name, have if nprocs else r["procs_listed"], r)])
+        st = r["status_end"]
+        rep.say(f"RSS detail: VmRSS {f3(st.get('VmRSS_MiB'), 1)} MiB = RssAnon {f3(st.get('RssAnon_MiB'), 1)} + "
+                f"RssFile {f3(st.get('RssFile_MiB'), 1)} + RssShmem {f3(st.get('RssShmem_MiB'), 1)}; "
+                f"VmHWM {f3(st.get('VmHWM_MiB'), 1)} MiB; VmSize {f3(st.get('VmSize_MiB'), 0)} MiB; "
+                f"threads {r['threads_start']} → {r['threads_end']}")
+        s, c = r.get("cpu_schedstat_s"), r.get("cpu_cpuclock_s")
+        if s is not None and c is not None and c > 0 and abs(s - c) / c > 0.05:
+            rep.note(f"schedstat sum ({s * 1e3:.1f} ms) and process CPU clock ({c * 1e3:.1f} ms) differ by more "
+                     "than 5 %: a thread ended during the window (its time is only in the process clock)")
+        rep.say()
+        if "smaps" in r and nprocs == 0:
+            print_breakdown(rep, "agent, idle GPU", r["smaps"])
+        if with_latency:
+            rep.say("### /metrics latency (this agent)")
+            rep.say()
+            t0 = time.monotonic()
+            try:
+                latency_section(rep, a, agent)
+            except Exception as e:
+                rep.note(f"latency measurement failed: {type(e).__name__}: {e}")
+                rep.log("traceback: latency", traceback.format_exc())
+            rep.data["timing_s"]["latency"] = round(time.monotonic() - t0, 1)
+            rep.say(f"_latency took {time.monotonic() - t0:.1f} s_")
+            rep.say()
+        return r
+    finally:
+        agent.stop(rep)
+
+
+def start_double(rep, a):
+    if not a.double or not os.access(a.double, os.X_OK):
+        raise RuntimeError(f"--double missing ({a.double or 'not given'}): "
+                           "cargo build --release -p apiserver-double")
+    fixtures = os.path.join(a.workdir, "fixtures.yaml")
+    text = None
+    if a.backend == "sim":
+        # The scenario's pods, so the simulated processes attribute to pods as in a cluster.
+        r = subprocess.run([a.agent, "--backend", "sim", "--scenario", a.scenario, "--node-name", NODE,
+                            "--print-sim-pods"], capture_output=True, text=True, timeout=20)
+        if r.returncode == 0 and r.stdout.strip():
+            text = r.stdout
+    if text is None:
+        text = json.dumps({"nodes": [{"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"},
+                                                   "annotations": {}}}],
+                           "pods": []})
+    with open(fixtures, "w") as f:
+        f.write(text)
+    kc = os.path.join(a.workdir, "kubeconfig")
+    port = free_port()
+    logpath = os.path.join(a.workdir, "double.log")
+    # Bookmarks every 60 s, about what a real API server sends: a 1 s bookmark would add
+    # watch traffic to the agent's CPU that a cluster does not cause.
+    p = spawn([a.double, "--listen", f"127.0.0.1:{port}", "--fixtures", fixtures, "--kubeconfig-out", kc,
+               "--bookmark-interval", "60s"], stdout=subprocess.PIPE, stderr=open(logpath, "w"))
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"apiserver-double exited {p.returncode}: {last_line(logpath)}")
+        if os.path.exists(kc):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return p, kc, logpath
+            except OSError:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError("apiserver-double did not start within 15 s")
+
+
+def fast_watch_lines(logpath):
+    """The agent's 'fast memory watch' log lines (JSON log format), as (on, raw line)."""
     out = []
-    lock = threading.Lock()
+    try:
+        with open(logpath, errors="replace") as f:
+            for line in f:
+                if "fast memory watch" not in line:
+                    continue
+                on = None
+                try:
+                    j = json.loads(line)
+                    on = (j.get("fields") or {}).get("on", j.get("on"))
+                except ValueError:
+                    m = re.search(r"\bon[=:]\s*(true|false)", line)
+                    on = m and m.group(1) == "true"
+                out.append((on, line.strip()))
+    except OSError:
+        pass
+    return out
 
-    def run():
-        mine = [scrape(port)[0] for _ in range(per_worker)]
-        with lock:
-            out.extend(mine)
-    ts = [threading.Thread(target=run) for _ in range(workers)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    out.sort()
-    return out[len(out) // 2] * 1000, out[int(len(out) * 0.99) - 1] * 1000
+
+def fast_watch_section(rep, a, window, control_seconds):
+    double, kc, dlog = start_double(rep, a)
+    res = {}
+    try:
+        for tag, mode, seconds in (("fast_watch", "dry-run", window), ("kube_guard_off", "off", control_seconds)):
+            if seconds <= 0:
+                rep.note(f"{tag} run skipped (no time left in --deadline-seconds)")
+                continue
+            agent = Agent(a, tag, ["--node-name", NODE, "--guard-mode", mode, "--annotations", "off",
+                                   "--log-format", "json"], {"KUBECONFIG": kc})
+            try:
+                agent.wait_ready()
+                # The guard decides only once the pod view has synced ("held" is null then).
+                state, deadline = None, time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    try:
+                        state = json.loads(http_get(agent.port, "/state", timeout=2)[1])
+                        g = state.get("guard")
+                        if g is not None and g.get("held") is None:
+                            break
+                    except (OSError, ValueError):
+                        pass
+                    time.sleep(0.2)
+                time.sleep(1.0)
+                r = measure_window(agent, seconds)
+                try:
+                    r["smaps"] = smaps_breakdown(agent.p.pid)
+                except OSError as e:
+                    rep.note(f"cannot read smaps: {e}")
+                guard = (state or {}).get("guard")
+                lines = fast_watch_lines(agent.logpath)
+                r["guard_present"] = guard is not None
+                r["guard_held"] = guard.get("held") if isinstance(guard, dict) else None
+                r["guard_status"] = guard.get("status") if isinstance(guard, dict) else None
+                r["fast_watch_log"] = [ln for _, ln in lines][-5:]
+                r["fast_watch_on"] = lines[-1][0] if lines else False
+                res[tag] = r
+                rep.put("fast_watch", tag, r)
+                label = ("guard dry-run, fast watch" if mode != "off" else "guard off, same kube client (control)")
+                rep.table(PHASE_HEADERS, [phase_row(label, 0, r)])
+                gs = r["guard_status"] or {}
+                mode_seen = gs.get("mode") if isinstance(gs, dict) else None
+                rep.say(f"/state: guard {'present' if guard is not None else 'ABSENT'}"
+                        f"{'' if mode_seen is None else f', mode {mode_seen}'}"
+                        f", held: {r['guard_held']!r}; fast memory watch per the log: "
+                        f"{'ON' if r['fast_watch_on'] else 'off / not logged'}"
+                        f" ({len(lines)} log line(s) 'fast memory watch')")
+                if mode != "off" and not r["fast_watch_on"]:
+                    rep.note("the fast watch did not report on: the figures above are NOT with the fast watch active "
+                             "(see logs.txt for the agent's log)")
+                if mode != "off" and guard is None:
+                    rep.note("/state shows no guard")
+                rep.say()
+            finally:
+                agent.stop(rep)
+        fw, ctl = res.get("fast_watch"), res.get("kube_guard_off")
+        if fw and "smaps" in fw:
+            idle = (rep.data["sections"].get("procs_0") or {}).get("window") or {}
+            print_breakdown(rep, "agent with the fast watch", fw["smaps"], compare=idle.get("smaps"),
+                            compare_title="idle phase (kube off)")
+        idle = (rep.data["sections"].get("procs_0") or {}).get("window") or {}
+        base, what = (ctl, "the control run (same kube client, guard off)") if ctl else \
+            (idle, "the idle phase (kube off: the kube client's own cost is included, an upper bound)")
+        if fw and base and fw.get("cpu_schedstat_pct") is not None and base.get("cpu_schedstat_pct") is not None:
+            extra = fw["cpu_schedstat_pct"] - base["cpu_schedstat_pct"]
+            # 100 ms fast interval: about 9 memory-only reads per second between full polls.
+            per_read = extra / 100 / 9 * 1e6
+            rep.say(f"Fast watch cost: {extra:+.3f} % of one core over {what}, about {per_read:.1f} µs CPU per "
+                    f"memory-only read (9 reads/s between full polls at the default 100 ms fastInterval); "
+                    f"RSS {f3(fw.get('rss_mib_end'), 1)} MiB against {f3(base.get('rss_mib_end'), 1)} MiB.")
+            rep.put("fast_watch", "extra_cpu_pct", extra)
+            rep.put("fast_watch", "extra_cpu_baseline", what)
+            rep.put("fast_watch", "cpu_per_fast_read_us", per_read)
+            rep.say()
+    finally:
+        stop(double)
+        rep.log("apiserver-double", tail(dlog, 40))
+    return res
 
 
-def pynvml_collection(h):
-    nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
-    nv.nvmlDeviceGetUtilizationRates(h)
-    nv.nvmlDeviceGetEncoderUtilization(h)
-    nv.nvmlDeviceGetDecoderUtilization(h)
-    nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
-    nv.nvmlDeviceGetPowerUsage(h)
-    nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
-    nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
-    nv.nvmlDeviceGetPcieReplayCounter(h)
-    nv.nvmlDeviceGetFieldValues(h, [82, 142, 143, 144, 145])
-    nv.nvmlDeviceGetComputeRunningProcesses(h)
+def field_value(v):
+    t = getattr(v, "valueType", 0)
+    u = v.value
+    return {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(t, "ullVal"), u
 
+
+class PyExporter:
+    """What a Python exporter does per collection: the NVML calls of gpu-warden's poll, one
+    Gauge per field labelled gpu/UUID, set every collection; generate_latest() per scrape."""
+
+    def __init__(self, rep):
+        self.rep = rep
+        self.handles = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            u = nv.nvmlDeviceGetUUID(h)
+            self.handles.append((str(i), u.decode() if isinstance(u, bytes) else u, h))
+        mem_kw = {"version": nv.nvmlMemory_v2} if hasattr(nv, "nvmlMemory_v2") else {}
+        if not mem_kw:
+            rep.note("this pynvml has no nvmlMemory_v2: memory_info v1 used")
+
+        def fields(h):
+            out = {}
+            vals = nv.nvmlDeviceGetFieldValues(h, [82, 142, 143, 144, 145])
+            for fid, v in zip(("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+                               "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "gpu_row_remap_pending",
+                               "DCGM_FI_DEV_ROW_REMAP_FAILURE"), vals):
+                if getattr(v, "nvmlReturn", 0) == 0:
+                    attr, u = field_value(v)
+                    out[fid] = float(getattr(u, attr, 0))
+            return out
+
+        def mem(h):
+            m = nv.nvmlDeviceGetMemoryInfo(h, **mem_kw)
+            return {"DCGM_FI_DEV_FB_FREE": m.free / MIB, "DCGM_FI_DEV_FB_USED": m.used / MIB,
+                    "DCGM_FI_DEV_FB_RESERVED": getattr(m, "reserved", 0) / MIB}
+
+        def util(h):
+            u = nv.nvmlDeviceGetUtilizationRates(h)
+            return {"DCGM_FI_DEV_GPU_UTIL": u.gpu, "DCGM_FI_DEV_MEM_COPY_UTIL": u.memory}
+
+        # (name, function of the handle returning {gauge: value}, slow)
+        calls = [
+            ("memory_info", mem, False),
+            ("utilization", util, False),
+            ("encoder", lambda h: {"DCGM_FI_DEV_ENC_UTIL": nv.nvmlDeviceGetEncoderUtilization(h)[0]}, False),
+            ("decoder", lambda h: {"DCGM_FI_DEV_DEC_UTIL": nv.nvmlDeviceGetDecoderUtilization(h)[0]}, False),
+            ("temperature", lambda h: {"DCGM_FI_DEV_GPU_TEMP": nv.nvmlDeviceGetTemperature(
+                h, nv.NVML_TEMPERATURE_GPU)}, False),
+            ("power", lambda h: {"DCGM_FI_DEV_POWER_USAGE": nv.nvmlDeviceGetPowerUsage(h) / 1000}, False),
+            ("energy", lambda h: {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+                                  nv.nvmlDeviceGetTotalEnergyConsumption(h)}, True),
+            ("sm clock", lambda h: {"DCGM_FI_DEV_SM_CLOCK": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)}, False),
+            ("mem clock", lambda h: {"DCGM_FI_DEV_MEM_CLOCK": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)}, False),
+            ("pcie replay", lambda h: {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": nv.nvmlDeviceGetPcieReplayCounter(h)}, True),
+            ("field values", fields, False),
+            ("compute processes", lambda h: {"gpu_processes": len(nv.nvmlDeviceGetComputeRunningProcesses(h))}, False),
+        ]
+        # Drop what this GPU/driver/pynvml does not support, once, as an exporter would.
+        self.calls = []
+        for name, fn, slow in calls:
+            try:
+                for _, _, h in self.handles:
+                    fn(h)
+                self.calls.append((name, fn, slow))
+            except Exception as e:
+                rep.note(f"pynvml call '{name}' unusable here ({type(e).__name__}: {e}); left out")
+        self.gauges = {}
+        if prom is not None:
+            names = set()
+            for _, fn, _ in self.calls:
+                for _, _, h in self.handles:
+                    names.update(fn(h).keys())
+            for n in sorted(names):
+                self.gauges[n] = prom.Gauge(n, f"{n} (pynvml)", ["gpu", "UUID"])
+
+    def collect(self, slow, gauges):
+        for gpu, uuid, h in self.handles:
+            for _, fn, is_slow in self.calls:
+                if is_slow and not slow:
+                    continue
+                vals = fn(h)
+                if gauges:
+                    for k, v in vals.items():
+                        self.gauges[k].labels(gpu, uuid).set(v)
+
+    def time(self, n, slow, gauges, scrape):
+        for _ in range(5):
+            self.collect(slow, gauges)
+            if scrape:
+                prom.generate_latest()
+        walls = []
+        c0, t0 = time.process_time(), time.perf_counter()
+        size = 0
+        for _ in range(n):
+            t = time.perf_counter()
+            self.collect(slow, gauges)
+            if scrape:
+                size = len(prom.generate_latest())
+            walls.append(time.perf_counter() - t)
+        wall = (time.perf_counter() - t0) / n * 1e3
+        cpu = (time.process_time() - c0) / n * 1e3
+        return {"n": n, "wall_ms": wall, "cpu_ms": cpu, "wall_p50_ms": statistics.median(walls) * 1e3,
+                "exposition_bytes": size if scrape else None}
+
+
+def pynvml_section(rep, a):
+    if a.backend == "sim":
+        rep.note("skipped: --backend sim")
+        return None
+    if nv is None:
+        rep.note(f"skipped: pynvml not importable ({NV_IMPORT_ERROR})")
+        return None
+    if not NVML_OK[0]:
+        rep.note("skipped: NVML did not initialise in this script")
+        return None
+    ex = PyExporter(rep)
+    rep.say(f"{len(ex.handles)} GPU(s); NVML calls per collection: " + ", ".join(
+        n + (" (slow)" if s else "") for n, s in ((c[0], c[2]) for c in ex.calls)))
+    rep.say()
+    if prom is None:
+        rep.note(f"prometheus_client not importable ({PROM_IMPORT_ERROR}): pynvml calls only, no Gauges, "
+                 "no generate_latest()")
+    variants = []
+    n = a.pynvml_collections
+    for slow in (True, False):
+        sl = "with energy + PCIe replay" if slow else "without energy + PCIe replay (gpu-warden reads them every 10 s)"
+        if prom is not None:
+            variants.append((f"pynvml + Gauges + generate_latest(), {sl}", slow, True, True))
+            variants.append((f"pynvml + Gauges, no generate_latest(), {sl}", slow, True, False))
+        variants.append((f"pynvml calls only, {sl}", slow, False, False))
+    res = {}
+    rows = []
+    for label, slow, gauges, scrape in variants:
+        try:
+            r = ex.time(n, slow, gauges, scrape)
+            res[label] = {"slow": slow, "gauges": gauges, "generate_latest": scrape, **r}
+            rows.append([label, n, f3(r["wall_ms"]), f3(r["wall_p50_ms"]), f3(r["cpu_ms"]),
+                         r["exposition_bytes"] if r["exposition_bytes"] is not None else "—"])
+        except Exception as e:
+            rep.note(f"{label}: {type(e).__name__}: {e}")
+    if prom is not None:
+        try:
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(n):
+                prom.generate_latest()
+            gl = {"wall_ms": (time.perf_counter() - t0) / n * 1e3, "cpu_ms": (time.process_time() - c0) / n * 1e3}
+            res["generate_latest() alone"] = gl
+            rows.append(["generate_latest() alone (default registry: these gauges + process/platform/gc)", n,
+                         f3(gl["wall_ms"]), "—", f3(gl["cpu_ms"]), "—"])
+        except Exception as e:
+            rep.note(f"generate_latest alone: {e}")
+    rep.table(["Python exporter variant", "collections", "wall per collection, ms (mean)", "wall, ms (p50)",
+               "CPU per collection, ms (process_time)", "exposition bytes"], rows)
+    rep.put("pynvml", "variants", res)
+    return res
+
+
+SMI_FIELDS = ("index,uuid,pci.bus_id,name,driver_version,memory.total,memory.used,memory.free,memory.reserved,"
+              "utilization.gpu,utilization.memory,utilization.encoder,utilization.decoder,temperature.gpu,"
+              "temperature.memory,power.draw,clocks.current.sm,clocks.current.memory")
+
+
+def smi_section(rep, a):
+    if a.backend == "sim":
+        rep.note("skipped: --backend sim")
+        return None
+    if shutil.which("nvidia-smi") is None:
+        rep.note("skipped: nvidia-smi not on PATH")
+        return None
+    runs = []
+    for _ in range(a.smi_runs):
+        x = run_with_rusage(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv"], timeout=60)
+        if x["rc"] != 0:
+            rep.note(f"nvidia-smi exited {x['rc']}: {(x['err'] or x['out']).strip()[:200]}")
+        ru = x["ru"]
+        runs.append({"wall_ms": x["wall_s"] * 1e3, "cpu_ms": (ru.ru_utime + ru.ru_stime) * 1e3,
+                     "user_ms": ru.ru_utime * 1e3, "sys_ms": ru.ru_stime * 1e3})
+    # One more run for its peak RSS (under /usr/bin/time, so not in the timings above).
+    x = run_with_rusage(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv"], timeout=60, peak_rss=True)
+    peak = x.get("peak_rss_kib")
+    r = {"runs": len(runs),
+         "wall_ms_median": statistics.median(x["wall_ms"] for x in runs),
+         "cpu_ms_median": statistics.median(x["cpu_ms"] for x in runs),
+         "cpu_ms_mean": statistics.mean(x["cpu_ms"] for x in runs),
+         "user_ms_median": statistics.median(x["user_ms"] for x in runs),
+         "sys_ms_median": statistics.median(x["sys_ms"] for x in runs),
+         "peak_rss_mib": peak / 1024 if peak else None, "peak_rss_how": x.get("peak_rss_how"), "all": runs}
+    rep.table(["collector", "runs", "wall, ms (median)", "CPU, ms (median; user + sys)", "CPU, ms (mean)",
+               "peak RSS, MiB"],
+              [["nvidia-smi --query-gpu (18 fields) --format=csv", r["runs"], f3(r["wall_ms_median"], 1),
+                f"{f3(r['cpu_ms_median'], 1)} ({f3(r['user_ms_median'], 1)} + {f3(r['sys_ms_median'], 1)})",
+                f3(r["cpu_ms_mean"], 1), f3(r["peak_rss_mib"], 1)]])
+    rep.say("CPU per run is the child's own rusage (os.wait4), i.e. what RUSAGE_CHILDREN adds per run; "
+            f"peak RSS from one extra run ({r['peak_rss_how'] or 'not measured'}).")
+    rep.say()
+    rep.put("nvidia_smi", "result", r)
+    return r
+
+
+FLOOR_RE = re.compile(r"([\d.]+) µs wall, ([\d.]+) µs CPU per poll")
+
+
+def floor_section(rep, a):
+    if a.backend == "sim":
+        rep.note("skipped: --backend sim")
+        return None
+    if not a.floor:
+        rep.note("skipped: no --floor (cargo build --release --example nvml_floor)")
+        return None
+    if not os.access(a.floor, os.X_OK):
+        rep.note(f"skipped: --floor {a.floor} is not executable")
+        return None
+    res, rows = {}, []
+    for extra in ([], ["--with-slow-counters"]):
+        label = "with slow counters" if extra else "without slow counters"
+        x = run_with_rusage([a.floor, str(a.floor_iterations)] + extra, timeout=120, sample=smaps_breakdown,
+                            peak_rss=True)
+        rc, out, err, wall, ru, bd = x["rc"], x["out"], x["err"], x["wall_s"], x["ru"], x["sample"]
+        line = (out.strip() or err.strip()).splitlines()
+        line = line[-1] if line else ""
+        rep.say(f"`{os.path.basename(a.floor)} {a.floor_iterations} {' '.join(extra)}` → {line}")
+        if rc != 0:
+            rep.note(f"nvml_floor {label} exited {rc}")
+        m = FLOOR_RE.search(line)
+        peak = x.get("peak_rss_kib")
+        r = {"rc": rc, "line": line, "run_wall_s": wall, "peak_rss_mib": peak / 1024 if peak else None,
+             "peak_rss_how": x.get("peak_rss_how"), "vmhwm_sampled_mib": x.get("vmhwm_sampled_mib"),
+             "process_cpu_s": ru.ru_utime + ru.ru_stime,
+             "wall_us": float(m.group(1)) if m else None, "cpu_us": float(m.group(2)) if m else None,
+             "smaps": bd}
+        res[label] = r
+        rows.append([label, a.floor_iterations, f3(r["wall_us"], 1), f3(r["cpu_us"], 1),
+                     f"{f3(r['peak_rss_mib'], 1)} ({r['peak_rss_how'] or 'not measured'})",
+                     f3(r["vmhwm_sampled_mib"], 1), f3(bd["total_rss_kib"] / 1024, 1) if bd else "—",
+                     f3(r["process_cpu_s"], 2), f3(wall, 2)])
+    rep.say()
+    rep.table(["NVML floor", "iterations", "wall per poll, µs", "CPU per poll, µs (its own ticks)",
+               "peak RSS, MiB", "VmHWM sampled, MiB", "Rss while looping, MiB (smaps)",
+               "process CPU incl. NVML init, s", "run wall, s"], rows)
+    rep.put("floor", "results", res)
+    bd = (res.get("with slow counters") or {}).get("smaps") or (res.get("without slow counters") or {}).get("smaps")
+    idle = (rep.data["sections"].get("procs_0") or {}).get("window") or {}
+    if bd:
+        print_breakdown(rep, "NVML floor (a process that only loads NVML and loops)", bd,
+                        compare=idle.get("smaps"), compare_title="agent idle")
+    return res
+
+
+def ratio(x, y):
+    return f"{x / y:.1f}×" if x is not None and y not in (None, 0) else "—"
+
+
+def ratios_section(rep, a):
+    s = rep.data["sections"]
+    idle = (s.get("procs_0") or {}).get("window") or {}
+    a_cpu, a_wall = idle.get("cpu_schedstat_per_poll_ms"), idle.get("wall_per_poll_ms")
+    py = (s.get("pynvml") or {}).get("variants") or {}
+    smi = (s.get("nvidia_smi") or {}).get("result") or {}
+    fl = (s.get("floor") or {}).get("results") or {}
+    rows = []
+
+    def pyv(slow):
+        for k, v in py.items():
+            if v["slow"] == slow and v["gauges"] and v["generate_latest"]:
+                return k, v
+        for k, v in py.items():
+            if v["slow"] == slow and not v["gauges"]:
+                return k, v
+        return None, None
+
+    for slow in (True, False):
+        k, v = pyv(slow)
+        if v:
+            rows.append([f"Python exporter: {k}", f3(v["cpu_ms"]), ratio(v["cpu_ms"], a_cpu), f3(v["wall_ms"]),
+                         ratio(v["wall_ms"], a_wall)])
+    if smi:
+        rows.append(["nvidia-smi --query-gpu per run", f3(smi["cpu_ms_median"], 2), ratio(smi["cpu_ms_median"], a_cpu),
+                     f3(smi["wall_ms_median"], 2), ratio(smi["wall_ms_median"], a_wall)])
+    for label, r in fl.items():
+        if r.get("wall_us") is not None:
+            rows.append([f"NVML floor, {label} (per iteration)", f3(r["cpu_us"] / 1e3, 4),
+                         ratio(r["cpu_us"] / 1e3, a_cpu), f3(r["wall_us"] / 1e3, 4), ratio(r["wall_us"] / 1e3, a_wall)])
+    fast, slow_ = (fl.get("without slow counters") or {}).get("wall_us"), (fl.get("with slow counters") or {}).get("wall_us")
+    if fast is not None and slow_ is not None:
+        # The agent reads the slow counters on one poll in 10 (--slow-counter-interval 10s).
+        blended = (fast + (slow_ - fast) / 10) / 1e3
+        rows.append(["NVML floor blended as the agent polls (slow counters 1 poll in 10)", "—", "—", f3(blended, 4),
+                     ratio(blended, a_wall)])
+        rep.put("ratios", "floor_blended_wall_ms", blended)
+        if a_wall is not None and blended > 0:
+            rep.put("ratios", "agent_wall_over_floor_blended", a_wall / blended)
+            rows.append(["→ gpu-warden wall per poll ÷ blended floor (its overhead over NVML alone)", "—", "—",
+                         f"{a_wall / blended:.2f}×", "—"])
+    rep.say(f"gpu-warden idle poll: {f3(a_cpu)} ms CPU (schedstat), {f3(a_wall)} ms wall per poll. "
+            "Ratio columns: the other collector's figure divided by gpu-warden's (>1× = gpu-warden cheaper; "
+            "for the floor rows <1× is expected: the floor is what NVML alone costs).")
+    rep.say()
+    if a_cpu is None and a_wall is None:
+        rep.note("no idle-phase agent figures: ratios cannot be computed")
+    if rows:
+        rep.table(["collector", "CPU per collection, ms", "÷ agent CPU per poll", "wall per collection, ms",
+                   "÷ agent wall per poll"], rows)
+    else:
+        rep.note("no other collector was measured (pynvml, nvidia-smi and floor sections skipped or failed)")
+    rep.put("ratios", "agent_cpu_per_poll_ms", a_cpu)
+    rep.put("ratios", "agent_wall_per_poll_ms", a_wall)
+
+
+def summary_section(rep, a):
+    s = rep.data["sections"]
+    rows = []
+    for key in sorted((k for k in s if k.startswith("procs_")), key=lambda k: int(k.split("_")[1])):
+        w = s[key].get("window")
+        if w:
+            n = int(key.split("_")[1])
+            rows.append(phase_row("idle GPU" if n == 0 else f"{n} CUDA processes", w.get("procs_listed"), w))
+    fw = s.get("fast_watch") or {}
+    for tag, label in (("fast_watch", "guard dry-run, fast watch (kube)"), ("kube_guard_off", "guard off (kube)")):
+        if fw.get(tag):
+            rows.append(phase_row(label, 0, fw[tag]))
+    if rows:
+        rep.table(PHASE_HEADERS, rows)
+    # Rss by mapping group across every process measured: where the agent's memory goes,
+    # next to a process that only loads NVML.
+    cols = []
+    for key in sorted((k for k in s if k.startswith("procs_")), key=lambda k: int(k.split("_")[1])):
+        w = s[key].get("window") or {}
+        if w.get("smaps"):
+            n = int(key.split("_")[1])
+            cols.append(("agent, idle" if n == 0 else f"agent, {n} procs", w["smaps"]))
+    if (fw.get("fast_watch") or {}).get("smaps"):
+        cols.append(("agent, fast watch", fw["fast_watch"]["smaps"]))
+    for label, r in (((s.get("floor") or {}).get("results")) or {}).items():
+        if r.get("smaps"):
+            cols.append((f"NVML floor, {label}", r["smaps"]))
+    if cols:
+        rep.say("Rss by mapping group, MiB:")
+        rep.table(["group"] + [c[0] for c in cols],
+                  [[g] + [f"{c[1]['groups'][g]['rss_kib'] / 1024:.2f}" for c in cols] for g in GROUPS]
+                  + [["total"] + [f"{c[1]['total_rss_kib'] / 1024:.2f}" for c in cols]])
+    lat = ((s.get("latency") or {}).get("results")) or {}
+    bits = []
+    for k, v in lat.items():
+        bits.append(f"{k}: p50 {f3(v.get('p50_ms'))} / p99 {f3(v.get('p99_ms'))} ms")
+    if bits:
+        rep.say("/metrics latency: " + "; ".join(bits))
+        rep.say()
+
+
+# --------------------------------------------------------------------------- main
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("--procs", type=int, default=8)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--agent", required=True, help="target/release/gpu-warden")
+    ap.add_argument("--seconds", type=int, default=20, help="window of the 8/64-process phases (default 20)")
+    ap.add_argument("--window-seconds", type=int, default=60,
+                    help="window of the idle phase and of the fast-watch phase (RSS/CPU; default 60)")
+    ap.add_argument("--procs", type=int, default=None, help="old form: --procs N means --procs-list 0,N")
+    ap.add_argument("--procs-list", default=None, help="CUDA processes per phase (default 0,8,64)")
+    ap.add_argument("--load-wait", type=float, default=90, help="longest wait for the loads to appear (default 90 s)")
     ap.add_argument("--floor", help="target/release/examples/nvml_floor (cargo build --release --example nvml_floor)")
+    ap.add_argument("--floor-iterations", type=int, default=2000)
+    ap.add_argument("--scrape-load", help="target/release/examples/scrape_load (cargo build --release --example scrape_load)")
+    ap.add_argument("--scrape-runs", default="1x500,64x50", help="CLIENTSxREQUESTS_PER_CLIENT,... (default 1x500,64x50)")
+    ap.add_argument("--double", help="target/release/apiserver-double (cargo build --release -p apiserver-double)")
+    ap.add_argument("--pynvml-collections", type=int, default=200)
+    ap.add_argument("--smi-runs", type=int, default=10)
+    ap.add_argument("--deadline-seconds", type=float, default=290,
+                    help="when the run is late, the fast-watch window shrinks (not below 20 s) and its control run "
+                         "is dropped so the whole run ends about here (default 290)")
+    ap.add_argument("--backend", choices=["nvml", "sim"], default="nvml",
+                    help="sim: smoke test without a GPU (agent plays --scenario; load/NVML/nvidia-smi sections skipped)")
+    ap.add_argument("--scenario", default=os.path.join(REPO, "examples", "a10g-timesliced.yaml"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or None, help="output folder (default $OUT, else a temp dir)")
     a = ap.parse_args()
-    rows = []
-    nv.nvmlInit()
-    h = nv.nvmlDeviceGetHandleByIndex(0)
-    loads = []
-    for phase, nprocs in (("idle", 0), (f"{a.procs} processes", a.procs)):
-        while len(loads) < nprocs:
-            loads.append(subprocess.Popen([sys.executable, os.path.join(HERE, "gpu_load.py"), "--hold-gib", "1",
-                                           "--seconds", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        if nprocs:
-            deadline = time.time() + 60
-            while len(nv.nvmlDeviceGetComputeRunningProcesses(h)) < nprocs and time.time() < deadline:
-                time.sleep(0.2)
-        port = 19500 + nprocs
-        agent = subprocess.Popen([a.agent, "--backend", "nvml", "--kube", "off", "--listen", f"127.0.0.1:{port}",
-                                  "--poll-interval", "1s", "--guard-mode", "off"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(2)
-        c0, t0 = cpu_s(agent.pid), time.time()
-        _, b0 = scrape(port)
-        time.sleep(a.seconds)
-        c1, t1 = cpu_s(agent.pid), time.time()
-        _, b1 = scrape(port)
-        polls = metric(b1, "gpu_warden_poll_duration_seconds_count") - metric(b0, "gpu_warden_poll_duration_seconds_count")
-        poll_s = metric(b1, "gpu_warden_poll_duration_seconds_sum") - metric(b0, "gpu_warden_poll_duration_seconds_sum")
-        p50_1, p99_1 = latency(port, 1, 200)
-        p50_64, p99_64 = latency(port, 64, 20)
-        rows.append((phase, polls, poll_s / polls * 1000, (c1 - c0) / (t1 - t0) * 100, (c1 - c0) / polls * 1000,
-                     rss_mib(agent.pid), p50_1, p99_1, p50_64, p99_64))
-        agent.terminate()
-        agent.wait()
-    # pynvml collection of the same fields, and nvidia-smi per collection.
-    n = 200
-    t, c = time.perf_counter(), time.process_time()
-    for _ in range(n):
-        pynvml_collection(h)
-    py_wall, py_cpu = (time.perf_counter() - t) / n * 1000, (time.process_time() - c) / n * 1000
-    q = ("index,uuid,pci.bus_id,name,driver_version,memory.total,memory.used,memory.free,memory.reserved,"
-         "utilization.gpu,utilization.memory,utilization.encoder,utilization.decoder,temperature.gpu,"
-         "temperature.memory,power.draw,clocks.current.sm,clocks.current.memory")
-    smi = []
-    for _ in range(10):
-        t = time.perf_counter()
-        subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv"], capture_output=True)
-        smi.append((time.perf_counter() - t) * 1000)
-    for p in loads:
-        p.kill()
-    print("| phase | polls | gpu-warden wall per poll, ms | CPU, % of one core | CPU per poll, ms | RSS, MiB | /metrics p50 / p99, 1 client, ms | p50 / p99, 64 clients, ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]:.0f} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:.1f} | {r[6]:.2f} / {r[7]:.2f} | {r[8]:.2f} / {r[9]:.2f} |")
-    print()
-    print(f"pynvml, the same fields per collection (1 GPU): {py_wall:.3f} ms wall, {py_cpu:.3f} ms CPU (mean of {n})")
-    print(f"nvidia-smi --query-gpu (18 fields) per collection: median {statistics.median(smi):.1f} ms wall (10 runs)")
-    if a.floor:
-        for extra in ([], ["--with-slow-counters"]):
-            out = subprocess.run([a.floor, "2000"] + extra, capture_output=True, text=True)
-            print(out.stdout.strip() or out.stderr.strip())
+    if a.procs_list is None:
+        a.procs_list = f"0,{a.procs}" if a.procs is not None else "0,8,64"
+    procs_list = sorted({int(x) for x in a.procs_list.split(",") if x.strip()})
+    a.out = a.out or tempfile.mkdtemp(prefix="perf-h200-")
+    os.makedirs(a.out, exist_ok=True)
+    a.workdir = tempfile.mkdtemp(prefix="perf-h200-work-")
+    for name in ("agent", "scrape_load", "double", "floor"):
+        v = getattr(a, name)
+        if v:
+            setattr(a, name, os.path.abspath(v))
+
+    rep = Report(a.out)
+
+    def on_term(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_term)
+
+    loads = Loads(a, rep)
+    try:
+        rep.say("# gpu-warden performance run (issue 7)")
+        rep.say()
+        section(rep, "info", "Setup", info_section, rep, a)
+        first = True
+        for n in procs_list:
+            seconds = a.window_seconds if n == 0 else a.seconds
+            title = (f"Agent, idle GPU ({seconds} s window)" if n == 0 else
+                     f"Agent, {n} CUDA processes ({seconds} s window)")
+            r = section(rep, f"procs_{n}", title, agent_phase, rep, a, loads, n, seconds, first)
+            if r is not None:
+                first = False
+        if loads.procs:
+            t0 = time.monotonic()
+            left = loads.kill()
+            rep.say(f"loads stopped in {time.monotonic() - t0:.1f} s; GPU compute processes now: {left}")
+            rep.say()
+        # Fast watch: shrink the window if the run is late, so it ends near --deadline-seconds.
+        reserve = 25 if a.backend == "nvml" else 2  # pynvml + nvidia-smi + floor
+        left = a.deadline_seconds - rep.elapsed() - reserve - 8
+        window = a.window_seconds
+        if left < window:
+            window = max(20 if a.backend == "nvml" else 2, int(left))
+        control = a.seconds if left - window - 8 >= a.seconds else 0
+        if window != a.window_seconds:
+            rep.note(f"run is late ({rep.elapsed():.0f} s): the fast-watch window is {window} s, not {a.window_seconds}")
+        section(rep, "fast_watch", f"Agent with the guard's fast memory watch ({window} s window)",
+                fast_watch_section, rep, a, window, control)
+        section(rep, "pynvml", "Python exporter (pynvml + prometheus_client)", pynvml_section, rep, a)
+        section(rep, "nvidia_smi", "nvidia-smi --query-gpu", smi_section, rep, a)
+        section(rep, "floor", "NVML floor (examples/nvml_floor.rs)", floor_section, rep, a)
+        section(rep, "summary", "Summary", summary_section, rep, a)
+        section(rep, "ratios", "Ratios", ratios_section, rep, a)
+    except KeyboardInterrupt as e:
+        rep.note(f"interrupted ({e}); partial results kept")
+    finally:
+        try:
+            loads.kill() if loads.procs else None
+        except Exception:
+            pass
+        stop_all()
+        rep.say(f"Total {rep.elapsed():.0f} s. Files: {os.path.join(a.out, 'perf.md')}, perf.json, logs.txt")
+        rep.data["timing_s"]["total"] = round(rep.elapsed(), 1)
+        rep.save()
+        shutil.rmtree(a.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

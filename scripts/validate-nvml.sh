@@ -31,7 +31,7 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 
-"$BIN" --backend nvml --listen "127.0.0.1:$PORT" --poll-interval 1s --process-util-interval 1s \
+"$BIN" --backend nvml --listen "127.0.0.1:$PORT" --poll-interval 1s --process-util-interval 1s --slow-counter-interval 1s \
   --per-process-metrics --node-name h200-validation > "$OUT/agent.log" 2>&1 & pids+=($!)
 AGENT=$!
 for _ in $(seq 1 50); do curl -sf "127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.2; done
