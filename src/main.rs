@@ -116,7 +116,7 @@ fn sim_source(cli: &Cli) -> anyhow::Result<Opened> {
 
 fn nvml_source(cli: &Cli, s: NvmlSource) -> Opened {
     Opened {
-        source: Box::new(s),
+        source: Box::new(s.with_gpm_interval(cli.gpm_interval)),
         scenario: None,
         proc_root: cli
             .proc_root

@@ -167,6 +167,26 @@ pub fn prof_from_raw(raw: &[Option<f64>]) -> Option<ProfSample> {
 /// series never flaps.
 pub const MIN_WINDOW: Duration = Duration::from_millis(100);
 
+/// The shortest window a sample is computed over when samples are wanted every `interval`.
+///
+/// A tenth of slack, because full polls land a little early or late: with a 1 s interval
+/// and 1 s polls every poll still samples, and a 10 s interval does not slip to 11 s.
+/// Never below [`MIN_WINDOW`], so the guard's immediate poll never takes a sample.
+pub fn window_for(interval: Duration) -> Duration {
+    interval.saturating_sub(interval / 10).max(MIN_WINDOW)
+}
+
+/// The sampling interval to apply now: `interval` once figures exist, and the shortest
+/// window before that, so the DCGM_FI_PROF_* series appear at the first poll after start
+/// (or after a failure) instead of one whole `--gpm-interval` later.
+pub fn interval_now(interval: Duration, have_figures: bool) -> Duration {
+    if have_figures {
+        interval
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// The ring of two GPM samples one GPU keeps: the previous sample stays until the next one
 /// is taken, then the metrics are computed over the pair and the older one is dropped (an
 /// NVML GPM sample frees its buffer on drop). Times are monotonic offsets.
@@ -182,12 +202,13 @@ impl<S> Default for SampleRing<S> {
 }
 
 impl<S> SampleRing<S> {
-    /// Whether a new sample should be taken at `at`: there is no previous one, the window
-    /// since it reached [`MIN_WINDOW`], or the clock went backwards (start again).
-    pub fn due(&self, at: Duration) -> bool {
+    /// Whether a new sample should be taken at `at` when samples are wanted every
+    /// `interval`: there is no previous one, the window since it reached
+    /// [`window_for`]`(interval)`, or the clock went backwards (start again).
+    pub fn due(&self, at: Duration, interval: Duration) -> bool {
         match &self.prev {
             None => true,
-            Some((t, _)) => at < *t || at - *t >= MIN_WINDOW,
+            Some((t, _)) => at < *t || at - *t >= window_for(interval),
         }
     }
 
@@ -337,7 +358,7 @@ mod tests {
     fn ring_computes_over_consecutive_pairs() {
         let mut r: SampleRing<u32> = SampleRing::default();
         let s = Duration::from_secs;
-        assert!(r.due(s(0)));
+        assert!(r.due(s(0), s(1)));
         assert!(!r.primed());
         assert_eq!(r.advance(s(0), 1, |a, b, w| (*a, *b, w)), None);
         assert!(r.primed());
@@ -363,10 +384,28 @@ mod tests {
         let mut r: SampleRing<u32> = SampleRing::default();
         let ms = Duration::from_millis;
         r.advance(ms(1000), 1, |_, _, _| ());
-        assert!(!r.due(ms(1000)));
-        assert!(!r.due(ms(1050)), "a PollNow 50 ms later takes no sample");
-        assert!(r.due(ms(1100)));
-        assert!(r.due(ms(900)), "a clock that went backwards starts again");
+        let every_poll = ms(1);
+        assert!(!r.due(ms(1000), every_poll));
+        assert!(
+            !r.due(ms(1050), every_poll),
+            "a PollNow 50 ms later takes no sample"
+        );
+        assert!(r.due(ms(1100), every_poll));
+        assert!(
+            r.due(ms(900), every_poll),
+            "a clock that went backwards starts again"
+        );
+        // --gpm-interval 1s with 1 s polls that land 50 ms early: every poll still samples.
+        assert!(r.due(ms(1950), ms(1000)));
+        // --gpm-interval 10s: the polls in between repeat the last figures.
+        assert!(!r.due(ms(2000), ms(10_000)));
+        assert!(!r.due(ms(9000), ms(10_000)));
+        assert!(r.due(ms(10_000), ms(10_000)));
+        assert_eq!(window_for(ms(10_000)), ms(9000));
+        // Before the first figures, the first poll 100 ms after the priming sample computes.
+        assert!(r.due(ms(2000), interval_now(ms(10_000), false)));
+        assert!(!r.due(ms(2000), interval_now(ms(10_000), true)));
+        assert_eq!(window_for(ms(50)), MIN_WINDOW);
         // A sample offered at the same instant replaces the old one without a window.
         assert_eq!(r.advance(ms(1000), 2, |_, _, _| ()), None);
         assert_eq!(r.advance(ms(2000), 3, |a, b, _| (*a, *b)), Some((2, 3)));

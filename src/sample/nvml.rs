@@ -102,6 +102,9 @@ pub struct NvmlSource {
     xid_thread: Option<JoinHandle<()>>,
     /// Origin of the monotonic times GPM windows are measured with.
     epoch: Instant,
+    /// How often a GPM sample is taken (`--gpm-interval`); full polls in between repeat
+    /// the last figures.
+    gpm_interval: Duration,
 }
 
 impl NvmlSource {
@@ -150,7 +153,16 @@ impl NvmlSource {
             stop,
             xid_thread,
             epoch,
+            gpm_interval: Duration::ZERO,
         })
+    }
+
+    /// Takes a GPM sample at most every `interval` (by default every full poll). Computing
+    /// the ten metrics costs NVML about 1.8 ms per GPU on an H200, so a node with many GPUs
+    /// may trade the window's length for CPU (docs/gpm.md).
+    pub fn with_gpm_interval(mut self, interval: Duration) -> Self {
+        self.gpm_interval = interval;
+        self
     }
 
     fn open_device(nvml: &'static Nvml, index: u32) -> Result<DeviceState, NvmlError> {
@@ -245,7 +257,7 @@ fn prime_gpm(d: &mut DeviceState, at: Duration) {
             d.gpm.ring.advance(at, s, |_, _, _| ());
             tracing::info!(
                 gpu,
-                "GPM supported: DCGM_FI_PROF_* are read every full poll"
+                "GPM supported: DCGM_FI_PROF_* are read every --gpm-interval"
             );
         }
         Err(e) => tracing::debug!(gpu, error = %e, "first GPM sample failed; the polls retry it"),
@@ -422,6 +434,7 @@ fn read_gpm(
     r: &mut Reader<'_>,
     gpu: u32,
     at: Duration,
+    interval: Duration,
 ) -> Option<ProfSample> {
     if r.lost || r.unsupported.contains(&Field::Prof) {
         return None;
@@ -435,9 +448,12 @@ fn read_gpm(
             }
         }
     }
-    if !g.ring.due(at) {
-        // A full poll right after the last one (the guard's PollNow): keep the window
-        // growing and report the figures computed last.
+    if !g
+        .ring
+        .due(at, gpm::interval_now(interval, g.last.is_some()))
+    {
+        // A full poll right after the last one (the guard's PollNow), or one inside
+        // `--gpm-interval`: keep the window growing and report the figures computed last.
         return g.last;
     }
     let sample = r.read(Field::Prof, || gpm_permission(gpu, dev.gpm_sample()))?;
@@ -510,6 +526,7 @@ impl NvmlSource {
         xid: Option<u64>,
         req: PollRequest,
         at: Duration,
+        gpm_interval: Duration,
         out: &mut RawPoll,
     ) -> GpuSample {
         if d.lost {
@@ -590,7 +607,7 @@ impl NvmlSource {
                 })
             })
         };
-        let prof = read_gpm(nvml, dev, &mut d.gpm, &mut r, d.id.index, at);
+        let prof = read_gpm(nvml, dev, &mut d.gpm, &mut r, d.id.index, at, gpm_interval);
         let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
         let listed = r.read(Field::Processes, || {
             let compute = dev.running_compute_processes()?;
@@ -703,10 +720,11 @@ impl GpuSource for NvmlSource {
         };
         let xids = self.xids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nvml = self.nvml;
-        let epoch = self.epoch;
+        let (epoch, gpm_interval) = (self.epoch, self.gpm_interval);
         for d in &mut self.devices {
             let xid = xids.get(&d.id.index).copied();
-            let s = Self::sample_device(nvml, d, xid, req, epoch.elapsed(), &mut out);
+            let at = epoch.elapsed();
+            let s = Self::sample_device(nvml, d, xid, req, at, gpm_interval, &mut out);
             out.gpus.push(s);
         }
         out
