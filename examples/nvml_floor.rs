@@ -15,6 +15,15 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Nvml;
 use std::time::{Duration, Instant};
 
+/// Memory temperature and the four row-remap fields, as `sample::nvml` reads them.
+const FIELDS: [FieldId; 5] = [
+    FieldId(82),
+    FieldId(142),
+    FieldId(143),
+    FieldId(144),
+    FieldId(145),
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let iterations: u32 = args
@@ -31,13 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_call(&nvml, &devices, iterations);
         return Ok(());
     }
-    let fields = [
-        FieldId(82),
-        FieldId(142),
-        FieldId(143),
-        FieldId(144),
-        FieldId(145),
-    ];
+    let fields = FIELDS;
     let mut sink = 0u64;
     let cpu0 = cpu_time();
     let t0 = Instant::now();
@@ -82,7 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Mean wall time of each kind of call, one line each.
 fn per_call(nvml: &Nvml, devices: &[nvml_wrapper::Device], iterations: u32) {
-    let fields = [FieldId(82), FieldId(142), FieldId(143), FieldId(144), FieldId(145)];
+    let fields = FIELDS;
     let mut totals: Vec<(&'static str, Duration, u64, u64)> = Vec::new();
     let mut time = |name: &'static str, f: &mut dyn FnMut() -> u64| {
         let t = Instant::now();
@@ -104,7 +107,8 @@ fn per_call(nvml: &Nvml, devices: &[nvml_wrapper::Device], iterations: u32) {
                 d.utilization_rates().map_or(0, |u| u64::from(u.gpu))
             });
             time("encoder_utilization", &mut || {
-                d.encoder_utilization().map_or(0, |u| u64::from(u.utilization))
+                d.encoder_utilization()
+                    .map_or(0, |u| u64::from(u.utilization))
             });
             time("temperature", &mut || {
                 d.temperature(TemperatureSensor::Gpu).map_or(0, u64::from)
@@ -126,11 +130,13 @@ fn per_call(nvml: &Nvml, devices: &[nvml_wrapper::Device], iterations: u32) {
                 d.running_graphics_processes().map_or(0, |p| p.len() as u64)
             });
             time("process_utilization_stats(0)", &mut || {
-                d.process_utilization_stats(0u64).map_or(0, |p| p.len() as u64)
+                d.process_utilization_stats(0u64)
+                    .map_or(0, |p| p.len() as u64)
             });
             for pid in &pids {
                 time("sys_process_name (per pid)", &mut || {
-                    nvml.sys_process_name(*pid, 64).map_or(0, |n| n.len() as u64)
+                    nvml.sys_process_name(*pid, 64)
+                        .map_or(0, |n| n.len() as u64)
                 });
             }
         }
