@@ -227,7 +227,9 @@ def evictions_in(workdir, t0, t1):
         return out
     for line in open(path):
         r = json.loads(line)
-        if r["path"].endswith("/eviction") and r["method"] == "POST" and t0 <= r["timeUnix"] <= t1:
+        # Only accepted evictions (2xx) count; a refused one (429, 5xx) removed nothing.
+        if (r["path"].endswith("/eviction") and r["method"] == "POST" and t0 <= r["timeUnix"] <= t1
+                and 200 <= r["status"] < 300):
             out.append((r["timeUnix"], r["path"].split("/")[-2], r["status"]))
     return out
 
@@ -374,8 +376,12 @@ def main():
                     for g in gpus:
                         if procs[("train", g)].poll() is not None:
                             log(f"training process on GPU {g} is gone: restarting it")
+                            # The log is appended to: wait for a "ready" line beyond the old ones.
+                            seen = open(tlog[g]).read().count('"ready"')
                             procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
-                            wait_ready(tlog[g])
+                            deadline = time.time() + 90
+                            while open(tlog[g]).read().count('"ready"') <= seen and time.time() < deadline:
+                                time.sleep(0.1)
                             pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
                             restarted.append(g)
                     tag = label.replace("/", "-on-").replace("@", "-at-").replace("+", "")
@@ -467,7 +473,7 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
             r["per_gpu"][g] = x
     with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
         json.dump(dict(results=results, soft_mib=soft_mib, hard_mib=hard_mib, total_mib=total_mib,
-                       sweep=[s[:4] + (s[4],) for s in sweep]), f, indent=1, default=str)
+                       sweep=sweep), f, indent=1, default=str)
     lines = ["| series | GiB/s asked (measured, median) | runs | runs with training OOMs | training OOM events | "
              "evictions (greedy / other) | reaction from soft crossing, ms (median, max) | from hard crossing, ms "
              "(median) | free at eviction, MiB (min) | min free, MiB |",
@@ -535,7 +541,7 @@ def plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib):
             ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
         ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}): "
                      f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
-        ax.set_xlabel("seconds since the greedy job started growing")
+        ax.set_xlabel("seconds since the greedy job was launched")
         ax.set_ylabel("GiB")
         ax.legend(fontsize=7, loc="center left")
     fig.tight_layout()

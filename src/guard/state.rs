@@ -694,12 +694,15 @@ impl Guard {
         // Growth is fitted from the moment free went below soft (see `Trend::slope_since`);
         // until that fit has readings enough, growth that was steady before the crossing
         // counts when it leaves too little time to wait for them.
+        // A fit after the crossing that shows no growth is never overridden.
         let time_to_full = st.below_soft_since.and_then(|since| {
-            st.trend.time_to_full_since(memory.free, since).or_else(|| {
+            if st.trend.has_fit_since(since) {
+                st.trend.time_to_full_since(memory.free, since)
+            } else {
                 st.trend
                     .time_to_full_entering(memory.free, since)
                     .filter(|t| *t <= trend::LEAD_IN_URGENT)
-            })
+            }
         });
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
@@ -1138,6 +1141,34 @@ mod tests {
         for i in 5..=30u64 {
             assert!(w.fast(0.1 * i as f64, 9250).is_empty(), "tick {i}");
         }
+    }
+
+    #[test]
+    fn the_lead_in_never_overrides_a_fit_that_shows_no_growth() {
+        // Ramp into soft at 0.5 s while decisions are held (pod view down), then flat: on
+        // release the fit after the crossing shows no growth, so grace applies.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 8000).is_empty());
+        w.guard.hold_decisions(Some("pod watch is down".into()));
+        for i in 1..=5u64 {
+            assert!(w.fast(0.1 * i as f64, 8000 + 250 * i).is_empty());
+        }
+        for i in 6..=11u64 {
+            assert!(w.fast(0.1 * i as f64, 9250).is_empty());
+        }
+        w.guard.hold_decisions(None);
+        assert!(w.fast(1.2, 9250).is_empty());
+
+        // Growth that stopped 400 ms short of soft, then a 10 MiB tick across it.
+        let mut w = World::new(Policy::default(), [pod("a")], vec![proc_in("a", 0, 3000)]);
+        assert!(w.poll(0.0, 7750).is_empty());
+        for i in 1..=5u64 {
+            assert!(w.fast(0.1 * i as f64, 7750 + 250 * i).is_empty());
+        }
+        for i in 6..=9u64 {
+            assert!(w.fast(0.1 * i as f64, 9000).is_empty());
+        }
+        assert!(w.fast(1.0, 9010).is_empty());
     }
 
     #[test]

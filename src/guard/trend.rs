@@ -143,6 +143,18 @@ impl Trend {
         project(free, self.slope_since(from)?)
     }
 
+    /// Whether the readings at or after `from` are enough for a fit of their own (see
+    /// [`Trend::slope`]), whatever it shows.
+    pub fn has_fit_since(&self, from: Duration) -> bool {
+        let mut pts = self.points.iter().filter(|&&(t, _)| t >= from);
+        let (first, n) = match pts.next() {
+            Some(&(t0, _)) => (t0, 1 + pts.clone().count()),
+            None => return false,
+        };
+        let last = self.points.back().map_or(first, |p| p.0);
+        n >= MIN_POINTS && last - first >= MIN_SPAN
+    }
+
     /// Time to full for growth that was already steady when free memory crossed soft at
     /// `crossed`, before [`Trend::time_to_full_since`] has readings enough of its own.
     ///
@@ -152,11 +164,30 @@ impl Trend {
     /// its projection is trusted at once. Both the readings before the crossing alone and
     /// all readings since the lead-in began must show growth; the slower projection of the
     /// two is returned, so a step at the crossing on top of slow growth is not mistaken
-    /// for fast growth.
+    /// for fast growth. And the growth must still be going on at the crossing: the last
+    /// step before it and the step onto it must each grow at least a quarter as fast as the fit
+    /// before the crossing, so growth that stopped short of soft, followed by a small
+    /// allocation that tips it over, is not projected forward.
     pub fn time_to_full_entering(&self, free: u64, crossed: Duration) -> Option<Duration> {
         let from = crossed.saturating_sub(LEAD_IN);
-        let before = project(free, self.slope_between(from, crossed)?)?;
+        let before_slope = self.slope_between(from, crossed)?;
+        let before = project(free, before_slope)?;
         let all = project(free, self.slope_since(from)?)?;
+        let mut pre = self
+            .points
+            .iter()
+            .rev()
+            .filter(|&&(t, _)| t >= from && t < crossed);
+        let last_pre = *pre.next()?;
+        let second_pre = *pre.next()?;
+        let at_crossing = *self.points.iter().find(|&&(t, _)| t >= crossed)?;
+        let still_growing = |a: (Duration, u64), b: (Duration, u64)| {
+            let dt = b.0.saturating_sub(a.0).as_secs_f64();
+            dt > 0.0 && (b.1 as f64 - a.1 as f64) / dt >= before_slope / 4.0
+        };
+        if !still_growing(second_pre, last_pre) || !still_growing(last_pre, at_crossing) {
+            return None;
+        }
         Some(before.max(all))
     }
 }
@@ -319,6 +350,28 @@ mod tests {
         let short = trend(&[(300, 8750), (400, 9000), (500, 9250)]);
         assert_eq!(short.time_to_full_entering(750 * MIB, ms(500)), None);
 
+        // Growth stopped 400 ms before the crossing; a 10 MiB tick then tips it over.
+        let stopped = trend(&[
+            (0, 7750),
+            (250, 8375),
+            (500, 9000),
+            (600, 9000),
+            (700, 9000),
+            (800, 9000),
+            (900, 9000),
+            (1000, 9010),
+        ]);
+        assert_eq!(stopped.time_to_full_entering(990 * MIB, ms(1000)), None);
+        // Growth that paused, then a large step across soft: the pause before it counts.
+        let paused = trend(&[
+            (0, 7750),
+            (250, 8375),
+            (500, 9000),
+            (900, 9000),
+            (1000, 9500),
+        ]);
+        assert_eq!(paused.time_to_full_entering(500 * MIB, ms(1000)), None);
+
         // Readings older than the lead-in do not count.
         let old = trend(&[
             (0, 7000),
@@ -328,6 +381,16 @@ mod tests {
             (1500, 9250),
         ]);
         assert_eq!(old.time_to_full_entering(750 * MIB, ms(1500)), None);
+    }
+
+    #[test]
+    fn a_fit_of_its_own_needs_three_readings_over_the_minimum_span() {
+        let t = trend(&[(0, 100), (100, 100), (200, 100), (300, 100)]);
+        assert!(t.has_fit_since(ms(0)));
+        assert!(t.has_fit_since(ms(100)), "flat is still a fit");
+        assert!(!t.has_fit_since(ms(150)), "two readings");
+        assert!(!t.has_fit_since(ms(400)));
+        assert!(!trend(&[(0, 1), (50, 2), (100, 3), (150, 4)]).has_fit_since(ms(0)));
     }
 
     #[test]

@@ -169,18 +169,20 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(100);
 
 /// The shortest window a sample is computed over when samples are wanted every `interval`.
 ///
-/// A tenth of slack, because full polls land a little early or late: with a 1 s interval
-/// and 1 s polls every poll still samples, and a 10 s interval does not slip to 11 s.
-/// Never below [`MIN_WINDOW`], so the guard's immediate poll never takes a sample.
+/// Some slack — a tenth, at most 100 ms — because full polls land a few milliseconds early
+/// or late: with a 1 s interval and 1 s polls every poll still samples, and a 10 s interval
+/// samples on the tenth poll (neither the ninth nor the eleventh). Never below
+/// [`MIN_WINDOW`], so the guard's immediate poll never takes a sample.
 pub fn window_for(interval: Duration) -> Duration {
-    interval.saturating_sub(interval / 10).max(MIN_WINDOW)
+    let slack = (interval / 10).min(Duration::from_millis(100));
+    interval.saturating_sub(slack).max(MIN_WINDOW)
 }
 
-/// The sampling interval to apply now: `interval` once figures exist, and the shortest
-/// window before that, so the DCGM_FI_PROF_* series appear at the first poll after start
-/// (or after a failure) instead of one whole `--gpm-interval` later.
-pub fn interval_now(interval: Duration, have_figures: bool) -> Duration {
-    if have_figures {
+/// The sampling interval to apply now: `interval` once metrics have been computed (or
+/// tried), and the shortest window before that, so the DCGM_FI_PROF_* series appear at the
+/// first poll after start instead of one whole `--gpm-interval` later.
+pub fn interval_now(interval: Duration, computed_once: bool) -> Duration {
+    if computed_once {
         interval
     } else {
         Duration::ZERO
@@ -400,8 +402,16 @@ mod tests {
         // --gpm-interval 10s: the polls in between repeat the last figures.
         assert!(!r.due(ms(2000), ms(10_000)));
         assert!(!r.due(ms(9000), ms(10_000)));
-        assert!(r.due(ms(10_000), ms(10_000)));
-        assert_eq!(window_for(ms(10_000)), ms(9000));
+        assert!(
+            !r.due(ms(10_002), ms(10_000)),
+            "the tenth 1 s poll, not the ninth"
+        );
+        assert!(
+            r.due(ms(10_950), ms(10_000)),
+            "… landing 50 ms early still samples"
+        );
+        assert_eq!(window_for(ms(10_000)), ms(9_900));
+        assert_eq!(window_for(ms(1_000)), ms(900));
         // Before the first figures, the first poll 100 ms after the priming sample computes.
         assert!(r.due(ms(2000), interval_now(ms(10_000), false)));
         assert!(!r.due(ms(2000), interval_now(ms(10_000), true)));

@@ -85,9 +85,11 @@ struct GpmState {
     supported: bool,
     /// The previous poll's sample (an NVML buffer, freed on drop).
     ring: SampleRing<GpmSample<'static>>,
-    /// The figures computed last, reported again while the window is shorter than
-    /// [`gpm::MIN_WINDOW`].
+    /// The figures computed last, reported again by the polls inside `--gpm-interval`.
     last: Option<ProfSample>,
+    /// Metrics were computed (or tried) at least once, so `--gpm-interval` applies: a GPU
+    /// whose metrics keep failing is not asked again at every poll.
+    computed_once: bool,
     /// The first computed figures were logged with the units NVML reported.
     announced: bool,
 }
@@ -448,10 +450,7 @@ fn read_gpm(
             }
         }
     }
-    if !g
-        .ring
-        .due(at, gpm::interval_now(interval, g.last.is_some()))
-    {
+    if !g.ring.due(at, gpm::interval_now(interval, g.computed_once)) {
         // A full poll right after the last one (the guard's PollNow), or one inside
         // `--gpm-interval`: keep the window growing and report the figures computed last.
         return g.last;
@@ -459,6 +458,7 @@ fn read_gpm(
     let sample = r.read(Field::Prof, || gpm_permission(gpu, dev.gpm_sample()))?;
     let ids = gpm::metric_ids();
     let results = g.ring.advance(at, sample, |older, newer, _window| {
+        g.computed_once = true;
         r.read(Field::Prof, || {
             gpm_permission(gpu, gpm_metrics_get(nvml, older, newer, &ids))
         })
