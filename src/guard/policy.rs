@@ -31,6 +31,8 @@ use std::time::Duration;
 const KIB: u64 = 1024;
 const GIB: u64 = 1024 * MIB;
 const TIB: u64 = 1024 * GIB;
+/// The shortest `fastInterval` a policy may ask for.
+pub const MIN_FAST_INTERVAL: Duration = Duration::from_millis(5);
 
 /// What the guard does when it decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -414,6 +416,18 @@ impl Policy {
                 ));
             }
         }
+        // The trend keeps 256 readings: at 5 ms that is 1.28 s, enough for the 1 s lead-in
+        // before a soft crossing; shorter would also read NVML hundreds of times a second.
+        if self.fast_interval < MIN_FAST_INTERVAL {
+            return Err(invalid(
+                "fastInterval",
+                format!(
+                    "must be at least {}; got {}",
+                    humantime::format_duration(MIN_FAST_INTERVAL),
+                    humantime::format_duration(self.fast_interval)
+                ),
+            ));
+        }
         if self.fast_interval > self.grace {
             return Err(invalid(
                 "fastInterval",
@@ -721,6 +735,11 @@ annotationPrefix: example.com
             ("grace: 0s", "grace", &["above zero"]),
             ("horizon: 0ms", "horizon", &["above zero"]),
             ("fastInterval: 0s", "fastInterval", &["above zero"]),
+            (
+                "fastInterval: 2ms",
+                "fastInterval",
+                &["at least 5ms", "2ms"],
+            ),
             ("cooldownTimeout: 0s", "cooldownTimeout", &["above zero"]),
             ("rateLimit: {per: 0s}", "rateLimit.per", &["above zero"]),
             (
