@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, get, root, run_to_exit, Agent, Reply};
+use support::{free_port, get, parse_reply, root, run_to_exit, Agent, Reply};
 use tokio_rustls::rustls::{self, pki_types::CertificateDer, ClientConfig, RootCertStore};
 
 const SIM: &[&str] = &[
@@ -83,25 +83,7 @@ fn tls_get(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
         Err(e) => return Err(e),
     }
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Ok(Reply {
-        status,
-        headers,
-        body: body.to_string(),
-    })
+    parse_reply(&buf)
 }
 
 /// Starts the agent with `args` on a free port and waits for `/readyz` over TLS.

@@ -65,7 +65,13 @@ pub fn raw_request(port: u16, raw: &[u8]) -> std::io::Result<Reply> {
             }
         }
     }
-    let end = find(&buf, b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no header end"))?;
+    parse_reply(&buf)
+}
+
+/// Parses a whole HTTP/1.1 response: status line, headers, and everything after them as
+/// the body.
+pub fn parse_reply(buf: &[u8]) -> std::io::Result<Reply> {
+    let end = find(buf, b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no header end"))?;
     let head = String::from_utf8_lossy(&buf[..end]).to_string();
     let mut lines = head.lines();
     let status = lines
