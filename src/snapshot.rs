@@ -4,7 +4,7 @@
 //! design contract: `None` means the backend could not (or may not) give the value, and
 //! the exporters emit no series for it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
 /// One MiB in bytes; NVML reports bytes, dcgm-exporter exports MiB.
@@ -22,8 +22,10 @@ pub struct MemoryInfo {
     pub reserved: u64,
 }
 
-/// Row-remapping state of an HBM GPU (Ampere and newer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Row-remapping state of an HBM GPU (Ampere and newer). Scenario files give it in the
+/// same shape (fields left out are 0 / false).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RemappedRows {
     pub correctable: u64,
     pub uncorrectable: u64,
@@ -32,7 +34,10 @@ pub struct RemappedRows {
 }
 
 /// Profiling ratios (0..1) and PCIe byte rates, from NVML GPM on Hopper and newer.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+/// Scenario files give it in the same shape, with the PCIe rates named `pcie_tx_bytes` /
+/// `pcie_rx_bytes` (dcgm-exporter's family names); a field left out has no series.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProfSample {
     pub gr_engine_active: Option<f64>,
     pub sm_active: Option<f64>,
@@ -42,8 +47,34 @@ pub struct ProfSample {
     pub pipe_fp64_active: Option<f64>,
     pub pipe_fp32_active: Option<f64>,
     pub pipe_fp16_active: Option<f64>,
+    #[serde(rename(deserialize = "pcie_tx_bytes"))]
     pub pcie_tx_bytes_per_second: Option<f64>,
+    #[serde(rename(deserialize = "pcie_rx_bytes"))]
     pub pcie_rx_bytes_per_second: Option<f64>,
+}
+
+impl ProfSample {
+    /// The ratio fields with their scenario names.
+    pub fn ratios(&self) -> [(&'static str, Option<f64>); 8] {
+        [
+            ("gr_engine_active", self.gr_engine_active),
+            ("sm_active", self.sm_active),
+            ("sm_occupancy", self.sm_occupancy),
+            ("pipe_tensor_active", self.pipe_tensor_active),
+            ("dram_active", self.dram_active),
+            ("pipe_fp64_active", self.pipe_fp64_active),
+            ("pipe_fp32_active", self.pipe_fp32_active),
+            ("pipe_fp16_active", self.pipe_fp16_active),
+        ]
+    }
+
+    /// The byte-rate fields with their scenario names.
+    pub fn rates(&self) -> [(&'static str, Option<f64>); 2] {
+        [
+            ("pcie_tx_bytes", self.pcie_tx_bytes_per_second),
+            ("pcie_rx_bytes", self.pcie_rx_bytes_per_second),
+        ]
+    }
 }
 
 /// Whether a GPU answered this poll.

@@ -3,6 +3,7 @@
 //! The format is documented for users in `docs/scenarios.md`.
 
 use super::Field;
+use crate::snapshot::{ProfSample, RemappedRows};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
 use std::path::Path;
@@ -82,70 +83,13 @@ pub struct GpuSpec {
     pub enc_util_pct: Option<u32>,
     pub dec_util_pct: Option<u32>,
     pub pcie_replays: Option<u64>,
-    pub remapped_rows: Option<RemappedRowsSpec>,
+    pub remapped_rows: Option<RemappedRows>,
     /// Profiling figures as NVML GPM gives them on Hopper and newer (`DCGM_FI_PROF_*`).
-    pub prof: Option<ProfSpec>,
+    pub prof: Option<ProfSample>,
 }
 
 fn one() -> u32 {
     1
-}
-
-/// Row-remapping counters of an HBM GPU.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RemappedRowsSpec {
-    #[serde(default)]
-    pub correctable: u64,
-    #[serde(default)]
-    pub uncorrectable: u64,
-    #[serde(default)]
-    pub pending: bool,
-    #[serde(default)]
-    pub failure: bool,
-}
-
-/// Profiling figures of a GPU: ratios 0..1 and PCIe bytes per second. Each is optional;
-/// one left out has no series, like an unsupported reading.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ProfSpec {
-    pub gr_engine_active: Option<f64>,
-    pub sm_active: Option<f64>,
-    pub sm_occupancy: Option<f64>,
-    pub pipe_tensor_active: Option<f64>,
-    pub dram_active: Option<f64>,
-    pub pipe_fp64_active: Option<f64>,
-    pub pipe_fp32_active: Option<f64>,
-    pub pipe_fp16_active: Option<f64>,
-    /// Bytes per second.
-    pub pcie_tx_bytes: Option<f64>,
-    /// Bytes per second.
-    pub pcie_rx_bytes: Option<f64>,
-}
-
-impl ProfSpec {
-    /// The ratio fields with their scenario names.
-    pub fn ratios(&self) -> [(&'static str, Option<f64>); 8] {
-        [
-            ("gr_engine_active", self.gr_engine_active),
-            ("sm_active", self.sm_active),
-            ("sm_occupancy", self.sm_occupancy),
-            ("pipe_tensor_active", self.pipe_tensor_active),
-            ("dram_active", self.dram_active),
-            ("pipe_fp64_active", self.pipe_fp64_active),
-            ("pipe_fp32_active", self.pipe_fp32_active),
-            ("pipe_fp16_active", self.pipe_fp16_active),
-        ]
-    }
-
-    /// The byte-rate fields with their scenario names.
-    pub fn rates(&self) -> [(&'static str, Option<f64>); 2] {
-        [
-            ("pcie_tx_bytes", self.pcie_tx_bytes),
-            ("pcie_rx_bytes", self.pcie_rx_bytes),
-        ]
-    }
 }
 
 /// A process on one GPU.
@@ -766,7 +710,7 @@ mod tests {
         let p = sc.gpus[0].prof.unwrap();
         assert_eq!(p.gr_engine_active, Some(0.83));
         assert_eq!(p.pipe_fp64_active, Some(0.0));
-        assert_eq!(p.pcie_tx_bytes, Some(1.2e9));
+        assert_eq!(p.pcie_tx_bytes_per_second, Some(1.2e9));
         assert_eq!(p.sm_active, None);
         assert!(Scenario::parse(MINIMAL, "t.yaml").unwrap().gpus[0]
             .prof

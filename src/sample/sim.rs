@@ -3,10 +3,7 @@
 
 use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
-use crate::snapshot::{
-    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, ProfSample, RemappedRows,
-    MIB,
-};
+use crate::snapshot::{GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, MIB};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -380,30 +377,10 @@ impl SimSource {
         let sm_clock = read(Field::SmClock, s.sm_clock_mhz.map(u64::from));
         let mem_clock = read(Field::MemClock, s.mem_clock_mhz.map(u64::from));
         let replays = read(Field::PcieReplays, s.pcie_replays);
-        let remapped = read(Field::RemappedRows, s.remapped_rows.map(|_| 0)).and_then(|_| {
-            s.remapped_rows.map(|r| RemappedRows {
-                correctable: r.correctable,
-                uncorrectable: r.uncorrectable,
-                pending: r.pending,
-                failure: r.failure,
-            })
-        });
+        let remapped = read(Field::RemappedRows, s.remapped_rows.map(|_| 0)).and(s.remapped_rows);
         // The GPM figures, as NVML's GPM gives them on Hopper and newer (already in DCGM's
         // units: ratios 0..1, bytes per second).
-        let prof = read(Field::Prof, s.prof.map(|_| 0)).and_then(|_| {
-            s.prof.map(|p| ProfSample {
-                gr_engine_active: p.gr_engine_active,
-                sm_active: p.sm_active,
-                sm_occupancy: p.sm_occupancy,
-                pipe_tensor_active: p.pipe_tensor_active,
-                dram_active: p.dram_active,
-                pipe_fp64_active: p.pipe_fp64_active,
-                pipe_fp32_active: p.pipe_fp32_active,
-                pipe_fp16_active: p.pipe_fp16_active,
-                pcie_tx_bytes_per_second: p.pcie_tx_bytes,
-                pcie_rx_bytes_per_second: p.pcie_rx_bytes,
-            })
-        });
+        let prof = read(Field::Prof, s.prof.map(|_| 0)).and(s.prof);
         let procs_ok = read(Field::Processes, Some(0)).is_some();
         let util_ok = req.process_utilization && read(Field::ProcessUtilization, Some(0)).is_some();
         if procs_ok {
