@@ -12,7 +12,7 @@ use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
 use crate::sample::{GpuSource, MemoryReading};
 use crate::snapshot::{MemoryInfo, Snapshot};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -78,7 +78,26 @@ pub type Dispatch = (Decision, Arc<PodMap>);
 
 struct GuardCore {
     parts: GuardParts,
-    recent: VecDeque<Decision>,
+    recent: VecDeque<Recent>,
+}
+
+/// A recent decision and what became of each pod tried, as /state shows it.
+struct Recent {
+    decision: Decision,
+    outcomes: BTreeMap<String, EvictionOutcome>,
+}
+
+/// One pod of a recent decision in /state: planned or tried, and its outcome.
+#[derive(serde::Serialize)]
+struct RecentVictim<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    reason: &'a str,
+    /// An [`EvictionOutcome`] label, `pending` (planned, no outcome yet), `not_tried` (the
+    /// walk ended first) or `dry_run`.
+    result: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
 }
 
 /// The agent's state between events: the pipeline and the guard. The event loop (and the
@@ -115,7 +134,9 @@ impl Core {
                 g.refresh_hold();
                 let pods = g.parts.pods.pods();
                 let decisions = g.parts.guard.observe(&snap, &pods, now);
+                g.note_resolutions();
                 out = g.dispatch(decisions, pods);
+                g.parts.pods.set_urgent(g.parts.guard.any_below_soft());
                 let pressure = snap
                     .gpus
                     .iter()
@@ -147,11 +168,18 @@ impl Core {
         g.parts.guard.take_refresh_request()
     }
 
-    /// What the executor got for decision `id`.
+    /// What the executor got for decision `id`. A pod skipped because its fresh read
+    /// disagreed with the pod view makes the view relist.
     pub fn on_outcomes(&mut self, id: u64, results: Outcomes) {
         if let Some(g) = &mut self.guard {
             let now = self.clock.mono();
             for (uid, outcome) in results {
+                if let EvictionOutcome::Skipped(why) = &outcome {
+                    g.parts.pods.distrust(&format!(
+                        "a fresh read of pod {uid} disagrees with the pod view ({why})"
+                    ));
+                }
+                g.record(id, &uid, &outcome);
                 g.parts.guard.record_outcome(id, &uid, outcome, now);
             }
         }
@@ -204,6 +232,33 @@ impl GuardCore {
         self.parts.guard.hold_decisions(reason);
     }
 
+    /// Keeps `outcome` of pod `uid` with its recent decision, for /state.
+    fn record(&mut self, id: u64, uid: &str, outcome: &EvictionOutcome) {
+        if let Some(r) = self.recent.iter_mut().find(|r| r.decision.id == id) {
+            r.outcomes.insert(uid.to_string(), outcome.clone());
+        }
+    }
+
+    /// Logs what the guard learned of evictions that were in doubt.
+    fn note_resolutions(&mut self) {
+        for r in self.parts.guard.take_resolutions() {
+            match &r.outcome {
+                EvictionOutcome::Evicted => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    "eviction that was in doubt was carried out: the pod is gone or terminating"
+                ),
+                other => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    detail = other.detail().unwrap_or(""),
+                    "eviction that was in doubt was not carried out"
+                ),
+            }
+            self.record(r.decision_id, &r.uid, &r.outcome);
+        }
+    }
+
     fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) -> Vec<Dispatch> {
         let mut out = Vec::new();
         for d in decisions {
@@ -216,7 +271,10 @@ impl GuardCore {
                 "{}",
                 d.summary()
             );
-            self.recent.push_back(d.clone());
+            self.recent.push_back(Recent {
+                decision: d.clone(),
+                outcomes: BTreeMap::new(),
+            });
             while self.recent.len() > RECENT_DECISIONS {
                 self.recent.pop_front();
             }
@@ -231,15 +289,43 @@ impl GuardCore {
         serde_json::json!({
             "status": self.parts.guard.status(),
             "held": self.parts.guard.held(),
-            "recentDecisions": self.recent.iter().map(|d| serde_json::json!({
-                "id": d.id, "gpu": d.gpu, "uuid": d.uuid, "mode": d.mode,
-                "trigger": d.trigger.as_str(), "summary": d.summary(),
-                "victims": d.planned_victims().iter().map(|v| serde_json::json!({
-                    "namespace": v.namespace, "name": v.name, "reason": v.reason,
-                })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
+            "recentDecisions": self.recent.iter().map(|r| {
+                let d = &r.decision;
+                serde_json::json!({
+                    "id": d.id, "gpu": d.gpu, "uuid": d.uuid, "mode": d.mode,
+                    "trigger": d.trigger.as_str(), "summary": d.summary(),
+                    "victims": recent_victims(r),
+                })
+            }).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The planned victims and every other pod tried, in rank order, with what became of each.
+fn recent_victims(r: &Recent) -> Vec<RecentVictim<'_>> {
+    let d = &r.decision;
+    let walked = !r.outcomes.is_empty();
+    d.candidates
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| *i < d.planned || r.outcomes.contains_key(&v.uid))
+        .map(|(_, v)| {
+            let outcome = r.outcomes.get(&v.uid);
+            let result = match (outcome, d.mode) {
+                (Some(o), _) => o.as_str(),
+                (None, Mode::DryRun) => "dry_run",
+                (None, _) if walked => "not_tried",
+                (None, _) => "pending",
+            };
+            RecentVictim {
+                namespace: &v.namespace,
+                name: &v.name,
+                reason: &v.reason,
+                result,
+                detail: outcome.and_then(EvictionOutcome::detail),
+            }
+        })
+        .collect()
 }
 
 /// Runs until `shutdown` resolves; then stops the sampler, the companions and lets HTTP

@@ -187,13 +187,8 @@ fn guard_parts(
                 .saturating_sub(Duration::from_secs(10))
                 .max(Duration::from_secs(5));
             Some(Arc::new(
-                Enforcer::new(
-                    c,
-                    node.to_string(),
-                    self_metrics.clone(),
-                    policy.eviction_grace_period_seconds,
-                )
-                .with_walk_budget(budget),
+                Enforcer::new(c, node.to_string(), self_metrics.clone(), &policy)
+                    .with_walk_budget(budget),
             ))
         }
         _ => None,

@@ -95,8 +95,13 @@ impl World {
         let clients =
             gpu_warden::kube::from_config(kube::Config::new(server.url().parse()?), "test")?;
         let metrics = SelfMetrics::new("test")?;
+        let policy = Policy {
+            mode,
+            eviction_grace_period_seconds: GRACE,
+            ..Policy::default()
+        };
         let enforcer =
-            Enforcer::new(&clients, NODE, metrics.clone(), GRACE).with_timeouts(eviction, events);
+            Enforcer::new(&clients, NODE, metrics.clone(), &policy).with_timeouts(eviction, events);
         let pod_map: PodMap = pods.iter().map(|p| (uid(p.name), info(p))).collect();
         let processes = pods
             .iter()
@@ -140,10 +145,7 @@ impl World {
             processes,
             errors: vec![],
         };
-        let guard = Guard::new(Policy {
-            mode,
-            ..Policy::default()
-        });
+        let guard = Guard::new(policy);
         Ok(World {
             server,
             metrics,
@@ -336,7 +338,7 @@ async fn enforce_evicts_the_top_candidate_with_grace_and_tells_why() -> Result {
         "9600 of 10000 MiB used, 400 MiB free",
         "This pod used 3000 MiB",
         "declared request 0 MiB",
-        "Ranked 1 of 2: uses 2.9 GiB over its request of 0 MiB",
+        "Ranked 1 of 2: uses 2.9 GiB, 2.9 GiB over its request of 0 MiB",
         "GitLab CI job 987654 (https://gitlab.example.com/ml/models/-/jobs/987654)",
     ] {
         assert!(n.contains(frag), "{frag:?} not in {n:?}");
@@ -507,10 +509,11 @@ async fn server_errors_and_missing_pods() -> Result {
     Ok(())
 }
 
-/// (5): a hanging eviction times out (bounded by the per-request timeout) and the walk
-/// moves on.
+/// In doubt is not failed: an eviction that gets no answer may still be carried out, so
+/// the walk stops there (the next candidate is not evicted), the outcome is `InDoubt`, and
+/// the guard waits on that GPU until the pod is seen gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hanging_eviction_times_out_and_the_next_is_evicted() -> Result {
+async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
     let pods = [p("ci", "stuck", 0, 3000), p("ci", "next", 1, 3000)];
     let mut w = World::with_timeouts(
         Mode::Enforce,
@@ -535,12 +538,242 @@ async fn a_hanging_eviction_times_out_and_the_next_is_evicted() -> Result {
         took >= Duration::from_millis(300) && took < Duration::from_secs(2),
         "{took:?}"
     );
+    assert_eq!(
+        outcomes.len(),
+        1,
+        "the walk stops at the doubt: {outcomes:?}"
+    );
     assert!(
-        matches!(&outcomes[0].1, EvictionOutcome::Failed(m) if m.contains("no answer within 300 ms")),
+        matches!(&outcomes[0].1, EvictionOutcome::InDoubt(m) if m.contains("no answer within 300 ms")),
         "{outcomes:?}"
     );
-    assert_eq!(outcomes[1], evicted("next"));
+    assert!(w.server.pod("ci", "next").is_some());
+    let posts: Vec<String> = w
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        posts,
+        vec!["/api/v1/namespaces/ci/pods/stuck/eviction".to_string()]
+    );
+    assert!(
+        matches!(w.phase(), GpuPhase::InDoubt { .. }),
+        "{:?}",
+        w.phase()
+    );
+    assert_eq!(w.evictions_metric("ci", "in_doubt"), 1);
+    // Still under pressure a second later, with the pod still in view: no new decision.
+    let ds = w
+        .guard
+        .observe(&w.snapshot, &w.pods, Duration::from_secs(1));
+    assert!(ds.is_empty(), "{ds:#?}");
+    // The pod is seen gone: the doubt resolves as evicted, and the guard cools down on it.
+    w.pods.remove(&uid("stuck"));
+    let ds = w
+        .guard
+        .observe(&w.snapshot, &w.pods, Duration::from_secs(2));
+    assert!(ds.is_empty(), "{ds:#?}");
+    assert!(
+        matches!(w.phase(), GpuPhase::Cooldown { .. }),
+        "{:?}",
+        w.phase()
+    );
     Ok(())
+}
+
+/// A server that answers an eviction late (after the client gave up) and carries it out:
+/// one pod goes, as planned, never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_eviction_that_is_carried_out_evicts_one_pod_not_two() -> Result {
+    let pods = [p("ci", "slow", 0, 3000), p("ci", "next", 1, 3000)];
+    let mut w = World::with_timeouts(
+        Mode::Enforce,
+        &pods,
+        9600,
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+    )
+    .await?;
+    w.server.inject(
+        Fault::new(
+            "/api/v1/namespaces/ci/pods/slow/eviction",
+            FaultAction::Delay(Duration::from_millis(700)),
+        )
+        .method(Method::POST)
+        .times(1),
+    );
+    let d = w.decide(0.0);
+    let outcomes = w.execute(&d, 0.1).await;
+    assert!(
+        matches!(&outcomes[..], [(u, EvictionOutcome::InDoubt(_))] if *u == uid("slow")),
+        "{outcomes:?}"
+    );
+    // The server carries it out after the client gave up.
+    let t0 = Instant::now();
+    while w.server.evictions().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the late eviction never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The watch shows the pod terminating: resolved as evicted, cooldown, no second victim.
+    w.pods.get_mut(&uid("slow")).unwrap().terminating = true;
+    let ds = w
+        .guard
+        .observe(&w.snapshot, &w.pods, Duration::from_secs(1));
+    assert!(ds.is_empty(), "{ds:#?}");
+    assert!(
+        matches!(w.phase(), GpuPhase::Cooldown { .. }),
+        "{:?}",
+        w.phase()
+    );
+    let names: Vec<String> = w.server.evictions().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["slow".to_string()]);
+    Ok(())
+}
+
+/// The connection breaks after the request body: whether or not the server carried the
+/// eviction out, the outcome is in doubt and nobody else is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_lost_after_the_request_is_in_doubt() -> Result {
+    for apply in [true, false] {
+        let pods = [p("ci", "cut", 0, 3000), p("ci", "next", 1, 3000)];
+        let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+        w.server.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/cut/eviction",
+                FaultAction::DropAfterBody { apply },
+            )
+            .method(Method::POST)
+            .times(1),
+        );
+        let d = w.decide(0.0);
+        let outcomes = w.execute(&d, 0.1).await;
+        assert!(
+            matches!(&outcomes[..], [(u, EvictionOutcome::InDoubt(_))] if *u == uid("cut")),
+            "apply={apply}: {outcomes:?}"
+        );
+        assert_eq!(
+            w.server.evictions().len(),
+            usize::from(apply),
+            "apply={apply}"
+        );
+        assert!(w.server.pod("ci", "next").is_some());
+        assert!(w
+            .server
+            .pod("ci", "next")
+            .unwrap()
+            .pointer("/metadata/deletionTimestamp")
+            .is_none());
+    }
+    Ok(())
+}
+
+/// Fresh before acting: a pod the (stale) view thinks evictable but whose fresh read says
+/// otherwise is not evicted; the walk moves to the next candidate, itself read fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_changed_since_the_plan_is_not_evicted() -> Result {
+    let pods = [
+        p("ci", "now-never", 0, 3000),
+        p("ci", "recreated", 1, 3000),
+        p("ci", "moved", 2, 3000),
+        p("ci", "ok", 3, 3000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    w.server.update_pod("ci", "now-never", |p| {
+        p["metadata"]["annotations"]["gpu-warden.io/evict"] = json!("never");
+    });
+    w.server.update_pod("ci", "moved", |p| {
+        p["spec"]["nodeName"] = json!("other-node");
+    });
+    w.server.delete_pod("ci", "recreated");
+    w.server.add_pod(json!({
+        "metadata": {"name": "recreated", "namespace": "ci", "uid": "uid-new"},
+        "spec": {"nodeName": NODE, "priority": 1},
+    }))?;
+    let d = w.decide(0.0);
+    assert_eq!(d.planned, 1, "{}", d.summary());
+    let outcomes = w.execute(&d, 0.1).await;
+    let results: Vec<(&str, &str)> = outcomes
+        .iter()
+        .map(|(u, o)| (u.as_str(), o.as_str()))
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("uid-now-never", "skipped"),
+            // re-created under its name: the pod we chose is gone
+            ("uid-recreated", "already_gone"),
+        ],
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(&outcomes[0].1, EvictionOutcome::Skipped(m) if m.contains("evict: never")),
+        "{outcomes:?}"
+    );
+    // The old pod's gone-ness reclaims the plan: nobody evicted at all.
+    assert!(
+        w.server.evictions().is_empty(),
+        "{:?}",
+        w.server.evictions()
+    );
+    assert_eq!(w.attempted(), Vec::<String>::new());
+    // The skipped pod is not a candidate for a while.
+    assert!(w
+        .guard
+        .status()
+        .refused
+        .iter()
+        .any(|r| r.uid == uid("now-never")));
+    Ok(())
+}
+
+/// The UID precondition: the double answers 409 as a real server does, and the outcome is
+/// AlreadyGone (the pod chosen is not the one under that name now).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uid_precondition_is_honoured() -> Result {
+    let pods = [p("ci", "a", 0, 3000)];
+    let w = World::new(Mode::Enforce, &pods, 9600).await?;
+    let client = reqwest_like_post(
+        &w.server.url(),
+        "/api/v1/namespaces/ci/pods/a/eviction",
+        r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"a","namespace":"ci"},"deleteOptions":{"preconditions":{"uid":"someone-else"}}}"#,
+    )
+    .await?;
+    assert!(client.starts_with("HTTP/1.1 409"), "{client}");
+    assert!(
+        client.contains(
+            "the UID in the precondition (someone-else) does not match the UID in record (uid-a)"
+        ),
+        "{client}"
+    );
+    assert!(w.server.evictions().is_empty());
+    assert!(w
+        .server
+        .pod("ci", "a")
+        .unwrap()
+        .pointer("/metadata/deletionTimestamp")
+        .is_none());
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 POST over a raw socket; returns the whole answer.
+async fn reqwest_like_post(base: &str, path: &str, body: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut sock = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).await?;
+    let mut out = String::new();
+    sock.read_to_string(&mut out).await?;
+    Ok(out)
 }
 
 /// (6): one Node Event per decision; events.k8s.io answering 404 falls back to core/v1
@@ -605,8 +838,8 @@ async fn events_are_best_effort_with_a_core_v1_fallback() -> Result {
     Ok(())
 }
 
-/// (7): the API server is down → every attempt is Failed quickly, nothing panics, and the
-/// guard is back to watching (nothing was reclaimed).
+/// (7): the API server is down → the fresh read of the first victim fails at once,
+/// nothing is evicted, nothing panics, and the GPU pauses before deciding again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_down_fails_fast() -> Result {
     let pods = [p("ci", "a", 0, 3000), p("ci", "b", 1, 3000)];
@@ -628,15 +861,20 @@ async fn api_server_down_fails_fast() -> Result {
         "{:?}",
         t0.elapsed()
     );
-    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    // The fresh read of the first victim fails: nothing is evicted, nothing more tried.
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
     assert!(
-        outcomes
-            .iter()
-            .all(|(_, o)| matches!(o, EvictionOutcome::Failed(_))),
+        matches!(&outcomes[0].1, EvictionOutcome::Aborted(m) if m.contains("fresh read")),
         "{outcomes:?}"
     );
-    assert_eq!(w.evictions_metric("ci", "failed"), 2);
-    assert_eq!(w.phase(), GpuPhase::Watching);
+    assert_eq!(w.evictions_metric("ci", "aborted"), 1);
+    assert!(w.server.eviction_attempts().is_empty());
+    // The GPU pauses briefly instead of deciding again on every poll.
+    assert!(
+        matches!(w.phase(), GpuPhase::Cooldown { ref waiting_for_pids, .. } if waiting_for_pids.is_empty()),
+        "{:?}",
+        w.phase()
+    );
     w.server.set_down(false);
     Ok(())
 }

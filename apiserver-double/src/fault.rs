@@ -57,7 +57,11 @@ impl Fault {
     }
 
     pub(crate) fn matches(&self, method: &Method, path: &str, is_watch: bool) -> bool {
-        if matches!(self.action, FaultAction::DropWatchAfter(_)) && !is_watch {
+        if matches!(
+            self.action,
+            FaultAction::DropWatchAfter(_) | FaultAction::StallWatch
+        ) && !is_watch
+        {
             return false;
         }
         if self.times == Some(0) {
@@ -82,4 +86,15 @@ pub enum FaultAction {
     /// chunk) after this many `ADDED`/`MODIFIED`/`DELETED`/`ERROR` events (bookmarks are not
     /// counted). `0` breaks it right after the response headers.
     DropWatchAfter(usize),
+    /// For watch requests only: answer `200` with the response headers, then send nothing
+    /// more (no events, no bookmarks, no end) while the connection stays open: a watch that
+    /// stalls silently, as behind a proxy that lost its upstream.
+    StallWatch,
+    /// Read the whole request body, then break the connection without an answer. With
+    /// `apply: true` the request is carried out first (the client cannot know it was);
+    /// with `apply: false` it is not.
+    DropAfterBody {
+        /// Whether the request takes effect before the connection breaks.
+        apply: bool,
+    },
 }

@@ -78,6 +78,8 @@ struct Ctx {
     content_type: Option<String>,
     body: Bytes,
     drop_after: Option<usize>,
+    /// Serve a watch's headers, then nothing ([`FaultAction::StallWatch`]).
+    stall: bool,
 }
 
 impl Ctx {
@@ -97,8 +99,37 @@ impl Ctx {
     }
 }
 
-/// Handles one request: records it, applies the down state and faults, routes it.
-pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<RespBody> {
+/// The connection is to be broken without an answer ([`FaultAction::DropAfterBody`]).
+#[derive(Debug)]
+pub(crate) struct DropConnection;
+
+impl std::fmt::Display for DropConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("injected fault: connection dropped after the request body")
+    }
+}
+
+impl std::error::Error for DropConnection {}
+
+/// Handles one request in a task of its own, as a real API server does: a request the
+/// client gave up on (timeout, closed connection) is still carried out.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, DropConnection> {
+    let mut shutdown = shared.shutdown.subscribe();
+    let task = tokio::spawn(handle_inner(shared, req));
+    tokio::select! {
+        joined = task => joined.unwrap_or_else(|_| Ok(error(500, "apiserver-double: handler panicked"))),
+        _ = shutdown.wait_for(|down| *down) => Err(DropConnection),
+    }
+}
+
+/// Records the request, applies the down state, the freeze and faults, routes it.
+async fn handle_inner(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, DropConnection> {
     let at = Instant::now();
     let time = SystemTime::now();
     let (parts, body) = req.into_parts();
@@ -119,7 +150,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         .iter()
         .any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
 
-    let (id, down, fault) = shared.mutate(|s| {
+    let id = shared.mutate(|s| {
         let id = s.next_request_id;
         s.next_request_id += 1;
         s.requests.push(RecordedRequest {
@@ -133,25 +164,33 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             body: RecordedBody::from_bytes(&bytes),
             status: None,
         });
+        id
+    });
+    // A frozen server holds every request here; the gate is fair, so when it thaws the
+    // held requests go on in the order they arrived.
+    drop(shared.gate.clone().lock_owned().await);
+    let (down, fault) = shared.mutate(|s| {
         let fault = if s.down {
             None
         } else {
             s.take_fault(&method, &path, is_watch)
         };
-        (id, s.down, fault)
+        (s.down, fault)
     });
 
     if down {
-        return finish(
+        return Ok(finish(
             &shared,
             id,
             error(503, "the API server is down (apiserver-double set_down)"),
-        );
+        ));
     }
     if too_large {
-        return finish(&shared, id, error(413, "request body too large"));
+        return Ok(finish(&shared, id, error(413, "request body too large")));
     }
     let mut drop_after = None;
+    let mut stall = false;
+    let mut drop_connection = None;
     match fault {
         Some(FaultAction::Status(code)) => {
             let mut resp = error(code, &format!("injected fault: HTTP {code}"));
@@ -159,7 +198,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
                 resp.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            return finish(&shared, id, resp);
+            return Ok(finish(&shared, id, resp));
         }
         Some(FaultAction::Delay(d)) => tokio::time::sleep(d).await,
         Some(FaultAction::Hang) => {
@@ -168,7 +207,13 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
             return std::future::pending().await;
         }
         Some(FaultAction::DropWatchAfter(n)) => drop_after = Some(n),
+        Some(FaultAction::StallWatch) => stall = true,
+        Some(FaultAction::DropAfterBody { apply }) => drop_connection = Some(apply),
         None => {}
+    }
+    if drop_connection == Some(false) {
+        notify(&shared, id);
+        return Err(DropConnection);
     }
     let ctx = Ctx {
         method,
@@ -177,9 +222,14 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         content_type,
         body: bytes,
         drop_after,
+        stall,
     };
     let resp = route(&shared, &ctx);
-    finish(&shared, id, resp)
+    let resp = finish(&shared, id, resp);
+    if drop_connection.is_some() {
+        return Err(DropConnection);
+    }
+    Ok(resp)
 }
 
 /// Stores the answer's status in the request log and runs the request hook.
@@ -403,6 +453,7 @@ fn list_or_watch(
             bookmarks: ctx.flag("allowWatchBookmarks"),
             timeout,
             drop_after: ctx.drop_after,
+            stall: ctx.stall,
         };
         let body = watch::start(shared.clone(), req);
         let mut resp = Response::new(body.boxed());
@@ -488,10 +539,23 @@ fn evict(shared: &Arc<Shared>, ctx: &Ctx, ns: &str, name: &str) -> Response<Resp
         .and_then(Value::as_i64);
     let dry_run = ctx.dry_run();
 
+    let want_uid = body
+        .pointer("/deleteOptions/preconditions/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let outcome = shared.mutate(|s| {
         let pod = s.get(Kind::Pod, ns, name).cloned();
+        let uid_of = |p: &Value| {
+            p.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         let outcome = match &pod {
             None => EvictionOutcome::NotFound,
+            Some(p) if want_uid.as_ref().is_some_and(|u| *u != uid_of(p)) => {
+                EvictionOutcome::UidMismatch
+            }
             Some(_) if s.protected.contains(&(ns.to_string(), name.to_string())) => {
                 EvictionOutcome::Blocked
             }
@@ -528,6 +592,27 @@ fn evict(shared: &Arc<Shared>, ctx: &Ctx, ns: &str, name: &str) -> Response<Resp
     });
     match outcome {
         (EvictionOutcome::NotFound, _) => json_response(404, &status::not_found("pods", "", name)),
+        (EvictionOutcome::UidMismatch, _) => {
+            let have = shared
+                .read(|s| s.get(Kind::Pod, ns, name).cloned())
+                .and_then(|p| {
+                    p.pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .unwrap_or_default();
+            json_response(
+                409,
+                &status::failure(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on pods \"{name}\": the UID in the precondition ({}) does not match the UID in record ({have}). The object might have been deleted and then recreated",
+                        want_uid.as_deref().unwrap_or("")
+                    ),
+                ),
+            )
+        }
         (EvictionOutcome::Blocked, _) => json_response(429, &status::pdb_blocked()),
         (EvictionOutcome::Accepted, schedule) => {
             if let Some((uid, delay)) = schedule {

@@ -150,6 +150,8 @@ pub enum EvictionOutcome {
     Blocked,
     /// 404: no such pod.
     NotFound,
+    /// 409: `deleteOptions.preconditions.uid` names another pod than the one under that name.
+    UidMismatch,
 }
 
 /// One eviction request.

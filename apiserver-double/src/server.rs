@@ -1,6 +1,5 @@
 //! The handle tests hold, the builder, and the accept loop.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -345,6 +344,28 @@ impl ApiServer {
         }
     }
 
+    /// Freezes the server (`true`): connections are still accepted and requests read, but
+    /// nothing is answered and open watches send nothing, as an API server whose storage
+    /// stalls. Thawing it (`false`) carries out every held request in the order it arrived
+    /// — even those whose client gave up meanwhile, as a real server does — and watches
+    /// resume.
+    pub fn set_frozen(&self, frozen: bool) {
+        let mut held = crate::state::lock(&self.shared.frozen_guard);
+        if frozen && held.is_none() {
+            // Uncontended unless a request is passing the gate this very instant.
+            let gate = self.shared.gate.clone();
+            *held = Some(loop {
+                if let Ok(g) = gate.clone().try_lock_owned() {
+                    break g;
+                }
+                std::thread::yield_now();
+            });
+        } else if !frozen {
+            *held = None;
+        }
+        self.shared.frozen.send_replace(frozen);
+    }
+
     /// Simulates an API server restart: the resourceVersion jumps by 1000 and the watch
     /// history is forgotten, so every open watch gets an `ERROR` event with a 410 `Expired`
     /// Status and ends, and any watch resuming from an older resourceVersion gets the same.
@@ -399,7 +420,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let svc_shared = shared.clone();
     let svc = service_fn(move |req| {
         let shared = svc_shared.clone();
-        async move { Ok::<_, Infallible>(crate::http::handle(shared, req).await) }
+        async move { crate::http::handle(shared, req).await }
     });
     let conn = http1::Builder::new()
         .keep_alive(true)

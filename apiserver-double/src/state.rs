@@ -316,6 +316,11 @@ pub(crate) struct Shared {
     pub(crate) evict_hook: Mutex<Option<EvictHookArc>>,
     pub(crate) request_hook: Mutex<Option<RequestHookArc>>,
     pub(crate) addr: std::net::SocketAddr,
+    /// Every request passes this fair lock; a frozen server holds it (`frozen_guard`).
+    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) frozen_guard: Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>,
+    /// Whether the server is frozen: open watches wait while it is.
+    pub(crate) frozen: watch::Sender<bool>,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it.
@@ -334,6 +339,9 @@ impl Shared {
             evict_hook: Mutex::new(None),
             request_hook: Mutex::new(None),
             addr,
+            gate: Arc::new(tokio::sync::Mutex::new(())),
+            frozen_guard: Mutex::new(None),
+            frozen: watch::Sender::new(false),
         }
     }
 

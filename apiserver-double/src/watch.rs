@@ -45,6 +45,8 @@ pub(crate) struct WatchRequest {
     pub(crate) timeout: Duration,
     /// Break the connection after this many events.
     pub(crate) drop_after: Option<usize>,
+    /// Send nothing at all after the headers ([`crate::FaultAction::StallWatch`]).
+    pub(crate) stall: bool,
 }
 
 impl WatchRequest {
@@ -80,7 +82,12 @@ impl WatchRequest {
 /// Starts a watch task; returns the response body it feeds.
 pub(crate) fn start(shared: Arc<Shared>, req: WatchRequest) -> ChannelBody {
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(run(shared, req, tx));
+    if req.stall {
+        // Keep the stream open and silent until the client goes away.
+        tokio::spawn(async move { tx.closed().await });
+    } else {
+        tokio::spawn(run(shared, req, tx));
+    }
     ChannelBody { rx }
 }
 
@@ -100,16 +107,23 @@ fn bookmark(kind: Kind, rv: u64, initial_end: bool) -> Value {
     json!({"type": "BOOKMARK", "object": {"kind": kind.kind(), "apiVersion": "v1", "metadata": meta}})
 }
 
-/// Sends events, counting them against `drop_after`.
+/// Sends events, counting them against `drop_after`, and holding them while the server is
+/// frozen.
 struct Sender {
     tx: Tx,
     sent: usize,
     drop_after: Option<usize>,
+    frozen: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Sender {
+    async fn thawed(&mut self) {
+        let _ = self.frozen.wait_for(|f| !*f).await;
+    }
+
     /// `false` when the stream is over (client gone, or the fault broke it).
     async fn event(&mut self, v: &Value) -> bool {
+        self.thawed().await;
         if self.tx.send(Ok(line(v))).await.is_err() {
             return false;
         }
@@ -118,6 +132,7 @@ impl Sender {
     }
 
     async fn bookmark(&mut self, v: &Value) -> bool {
+        self.thawed().await;
         self.tx.send(Ok(line(v))).await.is_ok()
     }
 
@@ -147,6 +162,7 @@ async fn run(shared: Arc<Shared>, req: WatchRequest, tx: Tx) {
         tx,
         sent: 0,
         drop_after: req.drop_after,
+        frozen: shared.frozen.subscribe(),
     };
     // Where the stream starts: replay after the given RV, or the current state.
     let (mut cursor, initial, interval) = {

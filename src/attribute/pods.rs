@@ -34,6 +34,12 @@ pub trait PodSource: Send + Sync {
     fn pods(&self) -> Arc<PodMap>;
     /// Whether the view is synced and current.
     fn status(&self) -> PodViewStatus;
+    /// Something read fresh from the API server disagrees with the view (`reason` says
+    /// what): drop it and relist. A fixed view ignores this.
+    fn distrust(&self, _reason: &str) {}
+    /// Whether some GPU is under memory pressure now: a view that is down comes back
+    /// sooner while it is. A fixed view ignores this.
+    fn set_urgent(&self, _urgent: bool) {}
 }
 
 /// A fixed set of pods (tests, and standalone runs with no cluster).

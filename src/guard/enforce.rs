@@ -7,13 +7,21 @@
 //! PodDisruptionBudget's 429 must come back at once so the next candidate can be tried
 //! while the GPU still has memory left. Pods are never deleted directly: only the
 //! Eviction API honours PodDisruptionBudgets.
+//!
+//! Two rules keep the walk within its plan whatever the API server does (docs/guard.md,
+//! "When the API server does not answer"):
+//! - **fresh before acting**: each victim is read (GET, its own short timeout) just before
+//!   its eviction; a failed read stops the walk with nothing evicted, and a pod that changed
+//!   since the plan (gone, terminating, re-created, moved, now excluded) is not evicted;
+//! - **in doubt is not failed**: an eviction with no answer may still be carried out, so the
+//!   walk stops there and the guard waits to learn the pod's fate.
 
 use super::events::{self, EventDraft};
-use super::policy::Mode;
-use super::rank::Victim;
+use super::policy::{Mode, Policy};
+use super::rank::{self, Victim};
 use super::state::{Decision, EvictionOutcome};
 use crate::agent::DecisionExecutor;
-use crate::attribute::pods::PodMap;
+use crate::attribute::pods::{pod_info, PodMap};
 use crate::kube::KubeClients;
 use crate::publish::self_metrics::SelfMetrics;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
@@ -27,8 +35,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long one eviction request may take before it counts as failed.
+/// How long one eviction request may take before its outcome is in doubt.
 pub const DEFAULT_EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the fresh read of a victim may take before the walk stops, evicting nothing.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a decision's Events may take, all together (they are best effort).
 pub const DEFAULT_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one decision's walk through its candidates may take. The guard closes a
@@ -47,7 +57,9 @@ pub struct Enforcer {
     evict: kube::Client,
     node: String,
     metrics: SelfMetrics,
+    policy: Policy,
     grace_period_seconds: i64,
+    read_timeout: Duration,
     eviction_timeout: Duration,
     event_timeout: Duration,
     walk_budget: Duration,
@@ -57,21 +69,24 @@ pub struct Enforcer {
 }
 
 impl Enforcer {
-    /// An enforcer for `node` using `clients.direct` (no retry) for evictions and
-    /// `clients.main` for Events; evicted pods get `grace_period_seconds`
-    /// (`Policy::eviction_grace_period_seconds`). Timeouts start at the `DEFAULT_*` values.
+    /// An enforcer for `node` using `clients.direct` (no retry) for fresh reads and
+    /// evictions and `clients.main` for Events. `policy` judges a victim's fresh state (the
+    /// same exclusions the ranking applies) and gives the evicted pods' grace period
+    /// (`evictionGracePeriodSeconds`). Timeouts start at the `DEFAULT_*` values.
     pub fn new(
         clients: &KubeClients,
         node: impl Into<String>,
         metrics: SelfMetrics,
-        grace_period_seconds: i64,
+        policy: &Policy,
     ) -> Self {
         Enforcer {
             main: clients.main.clone(),
             evict: clients.direct.clone(),
             node: node.into(),
             metrics,
-            grace_period_seconds,
+            policy: policy.clone(),
+            grace_period_seconds: policy.eviction_grace_period_seconds,
+            read_timeout: DEFAULT_READ_TIMEOUT,
             eviction_timeout: DEFAULT_EVICTION_TIMEOUT,
             event_timeout: DEFAULT_EVENT_TIMEOUT,
             walk_budget: DEFAULT_WALK_BUDGET,
@@ -87,6 +102,13 @@ impl Enforcer {
         self
     }
 
+    /// Sets the timeout of the fresh read that precedes each eviction.
+    #[must_use]
+    pub fn with_read_timeout(mut self, read: Duration) -> Self {
+        self.read_timeout = read;
+        self
+    }
+
     /// Sets the budget of one decision's eviction walk; keep it plus the Events' timeout
     /// below the policy's `cooldownTimeout` (see [`DEFAULT_WALK_BUDGET`]).
     #[must_use]
@@ -98,12 +120,16 @@ impl Enforcer {
     /// Carries out `decision` and returns `(pod uid, outcome)` for every eviction attempted,
     /// in the order tried; the caller feeds each to `Guard::record_outcome(decision.id, …)`.
     ///
-    /// - Enforce: walks `decision.candidates` in rank order, posting an Eviction for each
-    ///   until `decision.done(..)` (target reclaimed, or `max_evictions` evicted: a
-    ///   rate-limited decision with no allowance evicts nobody). A 429 (PDB), 5xx, timeout
-    ///   or connection error records the pod and moves straight on to the next; 404 is
-    ///   `AlreadyGone`. Candidates not reached (done, or the walk budget spent) get no
-    ///   outcome.
+    /// - Enforce: walks `decision.candidates` in rank order until `decision.done(..)`
+    ///   (target reclaimed, or `max_evictions` evicted: a rate-limited decision with no
+    ///   allowance evicts nobody). Each victim is first read fresh: a read that fails or
+    ///   times out is `Aborted` and ends the walk; a pod gone, terminating, finished or
+    ///   re-created under its name is `AlreadyGone`; one that changed so that the policy
+    ///   now excludes it (or moved to another node) is `Skipped`. Then the Eviction: a 429
+    ///   (PDB) or another answer that says it was refused records the pod and moves
+    ///   straight on; 404 is `AlreadyGone`; no answer (timeout, connection lost, a
+    ///   gateway's 502/503/504) is `InDoubt` and ends the walk. Candidates not reached get
+    ///   no outcome.
     /// - Dry-run: evicts nothing and returns nothing, so the guard cools down on the
     ///   planned victims' processes exactly as its dry-run semantics say.
     /// - Off: does nothing (the guard makes no decisions in that mode).
@@ -162,9 +188,14 @@ impl Enforcer {
                 break;
             }
             let t0 = Instant::now();
-            let outcome = self
-                .evict_one(victim, self.eviction_timeout.min(left))
-                .await;
+            let outcome = match self.recheck(victim, self.read_timeout.min(left)).await {
+                Some(outcome) => outcome,
+                None => {
+                    let left = self.walk_budget.saturating_sub(started.elapsed());
+                    self.evict_one(victim, self.eviction_timeout.min(left))
+                        .await
+                }
+            };
             let elapsed_ms = t0.elapsed().as_millis() as u64;
             self.metrics
                 .evictions
@@ -181,7 +212,11 @@ impl Enforcer {
             if outcome.reclaims() {
                 gone.push(victim.uid.clone());
             }
+            let stop = outcome.ends_walk();
             outcomes.push((victim.uid.clone(), outcome));
+            if stop {
+                break;
+            }
         }
         let refs: Vec<&str> = gone.iter().map(String::as_str).collect();
         tracing::info!(
@@ -195,6 +230,38 @@ impl Enforcer {
             "eviction walk finished"
         );
         outcomes
+    }
+
+    /// The fresh read before an eviction: `None` to go ahead, else the outcome that stands
+    /// in for the eviction (see [`rank::recheck`]).
+    async fn recheck(&self, victim: &Victim, timeout: Duration) -> Option<EvictionOutcome> {
+        let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
+        let pod = match tokio::time::timeout(timeout, api.get(&victim.name)).await {
+            Err(_) => {
+                return Some(EvictionOutcome::Aborted(format!(
+                    "fresh read of the pod: no answer within {} ms; evicting nothing",
+                    timeout.as_millis()
+                )))
+            }
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
+                return Some(EvictionOutcome::AlreadyGone)
+            }
+            Ok(Err(e)) => {
+                return Some(EvictionOutcome::Aborted(events::clean(
+                    &format!("fresh read of the pod failed: {e}; evicting nothing"),
+                    DETAIL_LIMIT,
+                )))
+            }
+            Ok(Ok(pod)) => pod,
+        };
+        let Some(info) = pod_info(&pod) else {
+            return Some(EvictionOutcome::Aborted(
+                "fresh read of the pod: the answer has no uid, name or namespace".into(),
+            ));
+        };
+        let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        rank::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
     }
 
     /// One Eviction, bounded by `timeout`.
@@ -211,9 +278,10 @@ impl Enforcer {
         );
         match tokio::time::timeout(timeout, call).await {
             Ok(result) => outcome_of(result.map(|_| ())),
-            Err(_) => {
-                EvictionOutcome::Failed(format!("no answer within {} ms", timeout.as_millis()))
-            }
+            Err(_) => EvictionOutcome::InDoubt(format!(
+                "no answer within {} ms; the eviction may still be carried out",
+                timeout.as_millis()
+            )),
         }
     }
 
@@ -307,9 +375,10 @@ pub fn eviction_for(victim: &Victim, grace_period_seconds: i64) -> Eviction {
     }
 }
 
-/// What an Eviction's answer means for the guard. An `Err` that is not an API status
-/// (connection refused or reset, TLS, …) is a failure; a 2xx whose body does not parse is
-/// an accepted eviction all the same.
+/// What an Eviction's answer means for the guard. A 2xx whose body does not parse is an
+/// accepted eviction all the same. An `Err` that is not an API status (connection reset,
+/// TLS, …) and a gateway's 502/503/504 are in doubt: the request may have reached the
+/// server and may still be carried out. Other API statuses say it was not.
 pub fn outcome_of(result: Result<(), kube::Error>) -> EvictionOutcome {
     match result {
         Ok(()) | Err(kube::Error::SerdeError(_)) => EvictionOutcome::Evicted,
@@ -330,10 +399,14 @@ pub fn outcome_of(result: Result<(), kube::Error>) -> EvictionOutcome {
                     EvictionOutcome::AlreadyGone
                 }
                 429 => EvictionOutcome::Blocked(detail()),
+                502..=504 => EvictionOutcome::InDoubt(detail()),
                 _ => EvictionOutcome::Failed(detail()),
             }
         }
-        Err(e) => EvictionOutcome::Failed(events::clean(&e.to_string(), DETAIL_LIMIT)),
+        Err(e) => EvictionOutcome::InDoubt(events::clean(
+            &format!("{e}; the eviction may still be carried out"),
+            DETAIL_LIMIT,
+        )),
     }
 }
 
@@ -345,10 +418,7 @@ fn log_outcome(
     elapsed_ms: u64,
     grace_period_seconds: i64,
 ) {
-    let detail = match outcome {
-        EvictionOutcome::Blocked(d) | EvictionOutcome::Failed(d) => d.as_str(),
-        _ => "",
-    };
+    let detail = outcome.detail().unwrap_or("");
     macro_rules! log {
         ($level:ident, $msg:literal) => {
             tracing::$level!(
@@ -374,6 +444,16 @@ fn log_outcome(
         EvictionOutcome::AlreadyGone => log!(info, "pod already gone"),
         EvictionOutcome::Blocked(_) => log!(warn, "eviction blocked; trying the next candidate"),
         EvictionOutcome::Failed(_) => log!(warn, "eviction failed; trying the next candidate"),
+        EvictionOutcome::InDoubt(_) => log!(
+            warn,
+            "eviction outcome unknown; no further eviction on this GPU until the pod's fate is known"
+        ),
+        EvictionOutcome::Skipped(_) => {
+            log!(warn, "pod changed since the plan; not evicted, trying the next candidate")
+        }
+        EvictionOutcome::Aborted(_) => {
+            log!(warn, "cannot read the pod fresh; evicting nothing for this decision")
+        }
     }
 }
 
@@ -431,7 +511,9 @@ mod tests {
                 ),
             ),
             ("500", api(500, "InternalError", "boom"), EvictionOutcome::Failed("500 InternalError: boom".into())),
-            ("503 no reason", api(503, "", "down"), EvictionOutcome::Failed("503: down".into())),
+            ("403", api(403, "Forbidden", "no"), EvictionOutcome::Failed("403 Forbidden: no".into())),
+            ("503 no reason", api(503, "", "down"), EvictionOutcome::InDoubt("503: down".into())),
+            ("504", api(504, "Timeout", "slow"), EvictionOutcome::InDoubt("504 Timeout: slow".into())),
         ];
         for (name, result, want) in rows {
             assert_eq!(outcome_of(result), want, "{name}");

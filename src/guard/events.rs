@@ -238,7 +238,7 @@ pub fn node_note(decision: &Decision, outcomes: &[(String, EvictionOutcome)]) ->
                     );
                 let sep = if i == 0 { " " } else { "; " };
                 let _ = write!(s, "{sep}{who} {}", outcome.as_str());
-                if let EvictionOutcome::Blocked(d) | EvictionOutcome::Failed(d) = outcome {
+                if let Some(d) = outcome.detail() {
                     let _ = write!(s, " ({})", clean(d, DETAIL_LIMIT));
                 }
             }
@@ -511,7 +511,7 @@ mod tests {
             ("This pod used 3000 MiB", "the pod's own use"),
             ("declared request 1000 MiB", "its request"),
             (
-                "Ranked 1 of 2: uses 2.9 GiB over its request of 1000 MiB",
+                "Ranked 1 of 2: uses 2.9 GiB, 2.0 GiB over its request of 1000 MiB",
                 "why first",
             ),
             (

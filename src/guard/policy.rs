@@ -17,6 +17,7 @@
 //! selector: workload-type=gpu-ci,team!=infra
 //! reclaimMargin: 2%
 //! cooldownTimeout: 30s
+//! inDoubtTimeout: 60s
 //! rateLimit: { maxEvictions: 5, per: 60s }
 //! evictionGracePeriodSeconds: 5
 //! annotationPrefix: gpu-warden.io
@@ -300,6 +301,13 @@ pub struct Policy {
     /// refused is skipped (default 30s).
     #[serde(with = "human_duration")]
     pub cooldown_timeout: Duration,
+    /// How long an eviction whose outcome is unknown (a timeout, a connection lost after
+    /// the request was sent) stays in doubt when the pod is still seen running: no further
+    /// eviction on that GPU before the pod is seen gone or this has passed on a pod view
+    /// proven current (default 60s, kube-apiserver's default `--request-timeout`, after
+    /// which the server has abandoned the request).
+    #[serde(with = "human_duration")]
+    pub in_doubt_timeout: Duration,
     /// Global limit on evictions (default 5 per 60s).
     pub rate_limit: RateLimit,
     /// `deleteOptions.gracePeriodSeconds` sent with each eviction (default 5).
@@ -323,6 +331,7 @@ impl Default for Policy {
             selector: None,
             reclaim_margin: Threshold::Percent(2.0),
             cooldown_timeout: Duration::from_secs(30),
+            in_doubt_timeout: Duration::from_secs(60),
             rate_limit: RateLimit::default(),
             eviction_grace_period_seconds: 5,
             annotation_prefix: "gpu-warden.io".to_string(),
@@ -407,6 +416,7 @@ impl Policy {
             ("horizon", self.horizon),
             ("fastInterval", self.fast_interval),
             ("cooldownTimeout", self.cooldown_timeout),
+            ("inDoubtTimeout", self.in_doubt_timeout),
             ("rateLimit.per", self.rate_limit.per),
         ] {
             if d.is_zero() {

@@ -3,6 +3,7 @@
 //! the node's pods and the policy.
 
 use super::policy::Policy;
+use super::state::EvictionOutcome;
 use crate::pod::PodInfo;
 use crate::snapshot::{Owner, ProcessSample, MIB};
 use serde::Serialize;
@@ -266,8 +267,9 @@ pub fn rank(
         .map(|((mut v, note), decided)| {
             let usage = if v.over_request() {
                 format!(
-                    "uses {} over its request of {} MiB{note}",
+                    "uses {}, {} over its request of {} MiB{note}",
                     fmt_bytes(v.use_bytes),
+                    fmt_bytes(v.above_request()),
                     v.request_bytes / MIB
                 )
             } else {
@@ -291,6 +293,40 @@ pub fn rank(
         excluded,
         other_bytes,
     }
+}
+
+/// Judges a victim's fresh state, read just before its eviction, against the plan: `None`
+/// to go ahead; `AlreadyGone` for a pod that is re-created under its name (another UID),
+/// terminating or finished (its memory is going away without us); `Skipped` for a pod now
+/// bound to another node (`spec_node` is not `node`) or that the policy now excludes.
+pub fn recheck(
+    policy: &Policy,
+    victim: &Victim,
+    fresh: &PodInfo,
+    spec_node: Option<&str>,
+    node: &str,
+    phase: Option<&str>,
+) -> Option<EvictionOutcome> {
+    if fresh.uid != victim.uid || fresh.terminating {
+        return Some(EvictionOutcome::AlreadyGone);
+    }
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Some(EvictionOutcome::AlreadyGone);
+    }
+    if let Some(other) = spec_node.filter(|n| *n != node) {
+        return Some(EvictionOutcome::Skipped(format!(
+            "changed since the plan: bound to node {other:?}, not this one"
+        )));
+    }
+    let evict_key = policy.evict_annotation();
+    exclusion(
+        policy,
+        &evict_key,
+        fresh,
+        victim.use_bytes.max(1),
+        &HashMap::new(),
+    )
+    .map(|e| EvictionOutcome::Skipped(format!("changed since the plan: {e}")))
 }
 
 fn exclusion(
@@ -516,7 +552,7 @@ mod tests {
                 pods: vec![pod("declared").request_mib(4000), pod("undeclared")],
                 procs: vec![("declared", 3000), ("undeclared", 1)],
                 want: vec!["undeclared", "declared"],
-                reason_of_first: "uses 1 MiB over its request of 0 MiB",
+                reason_of_first: "uses 1 MiB, 1 MiB over its request of 0 MiB",
             },
             Row {
                 name: "unparsable request counts as 0",
@@ -621,7 +657,7 @@ mod tests {
         let r = rank(&Policy::default(), 0, &procs, &pods, &HashMap::new());
         assert_eq!(
             r.candidates[0].reason,
-            "uses 9.5 GiB over its request of 0 MiB; priority 0 (lowest on GPU 0); youngest of equals"
+            "uses 9.5 GiB, 9.5 GiB over its request of 0 MiB; priority 0 (lowest on GPU 0); youngest of equals"
         );
         assert_eq!(uids(&r), vec!["a", "b", "c"]);
     }

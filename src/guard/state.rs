@@ -54,8 +54,20 @@ pub enum EvictionOutcome {
     AlreadyGone,
     /// 429: a PodDisruptionBudget forbids it now. The pod is skipped for `cooldownTimeout`.
     Blocked(String),
-    /// Any other failure (500, timeout). The pod is skipped for `cooldownTimeout`.
+    /// An answer that says the eviction was not carried out (403, a 409 that is not the UID
+    /// precondition, 500 and the other API errors). The pod is skipped for `cooldownTimeout`.
     Failed(String),
+    /// Nobody knows: the request was sent and no answer came (timeout, connection lost, a
+    /// gateway's 502/503/504). The eviction may still happen, so the walk stops, the pod's
+    /// memory counts as reclaimed-pending, and no further eviction happens on that GPU until
+    /// the pod is seen gone (or still running after `inDoubtTimeout` on a current view).
+    InDoubt(String),
+    /// Not attempted: the fresh read just before the eviction showed the pod no longer
+    /// eligible (the pod view was behind). Skipped for `cooldownTimeout`; the walk moves on.
+    Skipped(String),
+    /// Not attempted: the fresh read of the pod failed or timed out, so the API server is not
+    /// healthy enough to act on. The walk stops; the GPU may decide again after a short pause.
+    Aborted(String),
 }
 
 impl EvictionOutcome {
@@ -66,7 +78,31 @@ impl EvictionOutcome {
             EvictionOutcome::AlreadyGone => "already_gone",
             EvictionOutcome::Blocked(_) => "blocked",
             EvictionOutcome::Failed(_) => "failed",
+            EvictionOutcome::InDoubt(_) => "in_doubt",
+            EvictionOutcome::Skipped(_) => "skipped",
+            EvictionOutcome::Aborted(_) => "aborted",
         }
+    }
+
+    /// The API server's answer or the reason, for outcomes that carry one.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => None,
+            EvictionOutcome::Blocked(d)
+            | EvictionOutcome::Failed(d)
+            | EvictionOutcome::InDoubt(d)
+            | EvictionOutcome::Skipped(d)
+            | EvictionOutcome::Aborted(d) => Some(d),
+        }
+    }
+
+    /// Whether the enforcer must stop the walk after this outcome: the eviction may have
+    /// happened (in doubt), or the API cannot be trusted to act on (aborted).
+    pub fn ends_walk(&self) -> bool {
+        matches!(
+            self,
+            EvictionOutcome::InDoubt(_) | EvictionOutcome::Aborted(_)
+        )
     }
 
     /// Whether the pod is (or is about to be) gone, so its memory counts as reclaimed.
@@ -218,6 +254,18 @@ pub enum GpuPhase {
         #[serde(serialize_with = "ser_secs")]
         until: Duration,
     },
+    /// An eviction's outcome is unknown: no decision on this GPU until every pod in doubt is
+    /// seen gone (absent from the pod view, terminating, or its processes off the GPU) or,
+    /// on a pod view proven current, still running `inDoubtTimeout` after `since`.
+    InDoubt {
+        /// The decision whose eviction is in doubt.
+        decision_id: u64,
+        /// Outcomes so far, by pod UID; the pods in doubt have `in_doubt`.
+        outcomes: BTreeMap<String, EvictionOutcome>,
+        /// When the doubt began.
+        #[serde(serialize_with = "ser_secs")]
+        since: Duration,
+    },
     /// The last decision was allowed no eviction; waits for rate-limit budget or for the
     /// pressure to end.
     RateLimited {
@@ -366,6 +414,11 @@ impl GpuState {
                     decision_id,
                     outcomes,
                     ..
+                }
+                | GpuPhase::InDoubt {
+                    decision_id,
+                    outcomes,
+                    ..
                 },
                 Some(d),
             ) if d.id == *decision_id => {
@@ -393,6 +446,19 @@ pub struct Guard {
     hold: Option<String>,
     /// A fast reading fired a trigger: a full poll must refresh the processes first.
     refresh_wanted: bool,
+    /// Evictions in doubt resolved since the last [`Guard::take_resolutions`].
+    resolutions: Vec<Resolution>,
+}
+
+/// What the guard learned of an eviction that was in doubt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The decision the eviction belonged to.
+    pub decision_id: u64,
+    /// The pod's UID.
+    pub uid: String,
+    /// `Evicted` (seen gone or terminating) or `Failed` (still running after the window).
+    pub outcome: EvictionOutcome,
 }
 
 impl Guard {
@@ -408,7 +474,13 @@ impl Guard {
             refused: HashMap::new(),
             hold: None,
             refresh_wanted: false,
+            resolutions: Vec::new(),
         }
+    }
+
+    /// The evictions in doubt resolved since the last call, in the order resolved.
+    pub fn take_resolutions(&mut self) -> Vec<Resolution> {
+        std::mem::take(&mut self.resolutions)
     }
 
     /// Whether a fast reading fired a trigger since the last call. The caller then polls
@@ -462,6 +534,16 @@ impl Guard {
                 None
             };
             st.update_memory(memory, &self.policy, now);
+        }
+        let fresh_view = self.hold.is_none();
+        let indices: Vec<u32> = self.gpus.keys().copied().collect();
+        for index in indices {
+            self.resolve_doubt(index, &snap.processes, pods, fresh_view, now);
+        }
+        for g in &snap.gpus {
+            let Some(st) = self.gpus.get_mut(&g.id.index) else {
+                continue;
+            };
             // Only a full poll lists processes, so only it can end a cooldown early.
             if let GpuPhase::Cooldown {
                 waiting_for_pids, ..
@@ -510,9 +592,9 @@ impl Guard {
         self.gpus.values().any(|s| s.pressure != Pressure::None)
     }
 
-    /// Records what the enforcer got for one pod of a decision. Evictions count against
-    /// the rate limit even if the decision has since timed out; refused and failed pods
-    /// are skipped for `cooldownTimeout`.
+    /// Records what the enforcer got for one pod of a decision. Evictions (and evictions in
+    /// doubt) count against the rate limit even if the decision has since timed out;
+    /// refused, failed and skipped pods are skipped for `cooldownTimeout`.
     pub fn record_outcome(
         &mut self,
         decision_id: u64,
@@ -522,48 +604,170 @@ impl Guard {
     ) {
         self.expire(now);
         match &outcome {
-            EvictionOutcome::Evicted => self.evictions.push_back(now),
-            EvictionOutcome::Blocked(d) | EvictionOutcome::Failed(d) => {
+            EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_) => self.evictions.push_back(now),
+            EvictionOutcome::Blocked(d)
+            | EvictionOutcome::Failed(d)
+            | EvictionOutcome::Skipped(d) => {
                 self.refused.insert(
                     pod_uid.to_string(),
                     (now + self.policy.cooldown_timeout, d.clone()),
                 );
             }
-            EvictionOutcome::AlreadyGone => {}
+            EvictionOutcome::AlreadyGone | EvictionOutcome::Aborted(_) => {}
         }
         let timeout = self.policy.cooldown_timeout;
         for st in self.gpus.values_mut() {
-            let GpuPhase::Evicting {
-                decision_id: id,
-                outcomes,
-                last_activity,
-            } = &mut st.phase
-            else {
-                continue;
+            let (outcomes, in_doubt) = match &mut st.phase {
+                GpuPhase::Evicting {
+                    decision_id: id,
+                    outcomes,
+                    last_activity,
+                } if *id == decision_id => {
+                    *last_activity = now;
+                    (outcomes, false)
+                }
+                GpuPhase::InDoubt {
+                    decision_id: id,
+                    outcomes,
+                    ..
+                } if *id == decision_id => (outcomes, true),
+                _ => continue,
             };
-            if *id != decision_id {
-                continue;
-            }
-            outcomes.insert(pod_uid.to_string(), outcome);
-            *last_activity = now;
+            // A pod already in doubt keeps its doubt until it is resolved; a later answer
+            // for it (a confirmation) replaces it.
+            outcomes.insert(pod_uid.to_string(), outcome.clone());
+            let outcomes = std::mem::take(outcomes);
             let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == decision_id) else {
                 st.set_phase(GpuPhase::Watching, now);
                 return;
             };
-            let gone: Vec<&str> = outcomes
-                .iter()
-                .filter(|(_, o)| o.reclaims())
-                .map(|(uid, _)| uid.as_str())
-                .collect();
-            let all_tried = decision
-                .candidates
-                .iter()
-                .all(|v| outcomes.contains_key(&v.uid));
-            if decision.done(&gone) || all_tried {
-                let next = settle(decision, outcomes, now, timeout);
+            let doubt = outcomes
+                .values()
+                .any(|o| matches!(o, EvictionOutcome::InDoubt(_)));
+            let next = if doubt {
+                let since = match &st.phase {
+                    GpuPhase::InDoubt { since, .. } if in_doubt => *since,
+                    _ => now,
+                };
+                GpuPhase::InDoubt {
+                    decision_id,
+                    outcomes,
+                    since,
+                }
+            } else if matches!(outcome, EvictionOutcome::Aborted(_)) {
+                // The API failed a plain read: pause this GPU briefly so a frozen server
+                // gets one read per pause, not one per poll.
+                match settle(decision, &outcomes, now, timeout) {
+                    GpuPhase::Watching => GpuPhase::Cooldown {
+                        decision_id,
+                        waiting_for_pids: Vec::new(),
+                        until: now + ABORT_PAUSE.min(timeout),
+                    },
+                    other => other,
+                }
+            } else {
+                let gone: Vec<&str> = outcomes
+                    .iter()
+                    .filter(|(_, o)| o.reclaims())
+                    .map(|(uid, _)| uid.as_str())
+                    .collect();
+                let all_tried = decision
+                    .candidates
+                    .iter()
+                    .all(|v| outcomes.contains_key(&v.uid));
+                if in_doubt || decision.done(&gone) || all_tried {
+                    settle(decision, &outcomes, now, timeout)
+                } else {
+                    GpuPhase::Evicting {
+                        decision_id,
+                        outcomes,
+                        last_activity: now,
+                    }
+                }
+            };
+            let unchanged_phase =
+                std::mem::discriminant(&next) == std::mem::discriminant(&st.phase);
+            if unchanged_phase {
+                st.phase = next;
+            } else {
                 st.set_phase(next, now);
             }
             return;
+        }
+    }
+
+    /// Resolves the evictions in doubt on `index` from the pod view and the GPU's process
+    /// list: a pod absent from the view, terminating, or whose processes have all left the
+    /// GPU was evicted; one still running `inDoubtTimeout` after the doubt began, on a view
+    /// proven current (`fresh_view`), was not.
+    fn resolve_doubt(
+        &mut self,
+        index: u32,
+        processes: &[ProcessSample],
+        pods: &HashMap<String, PodInfo>,
+        fresh_view: bool,
+        now: Duration,
+    ) {
+        let timeout = self.policy.cooldown_timeout;
+        let window = self.policy.in_doubt_timeout;
+        let Some(st) = self.gpus.get_mut(&index) else {
+            return;
+        };
+        let GpuPhase::InDoubt {
+            decision_id,
+            outcomes,
+            since,
+        } = &mut st.phase
+        else {
+            return;
+        };
+        let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == *decision_id) else {
+            st.set_phase(GpuPhase::Watching, now);
+            return;
+        };
+        let waited = now.saturating_sub(*since);
+        for (uid, outcome) in outcomes.iter_mut() {
+            let EvictionOutcome::InDoubt(detail) = outcome else {
+                continue;
+            };
+            let pids: Vec<u32> = decision
+                .candidates
+                .iter()
+                .find(|v| &v.uid == uid)
+                .map(|v| v.pids.clone())
+                .unwrap_or_default();
+            let on_gpu = processes
+                .iter()
+                .any(|p| p.gpu == index && pids.contains(&p.pid));
+            let gone = pods.get(uid).is_none_or(|p| p.terminating) || !on_gpu;
+            if gone {
+                *outcome = EvictionOutcome::Evicted;
+                self.resolutions.push(Resolution {
+                    decision_id: *decision_id,
+                    uid: uid.clone(),
+                    outcome: outcome.clone(),
+                });
+            } else if fresh_view && waited >= window {
+                let why = format!(
+                    "eviction was in doubt ({detail}) and the pod was still running {} s later: not carried out",
+                    waited.as_secs()
+                );
+                self.refused
+                    .insert(uid.clone(), (now + timeout, why.clone()));
+                *outcome = EvictionOutcome::Failed(why);
+                self.resolutions.push(Resolution {
+                    decision_id: *decision_id,
+                    uid: uid.clone(),
+                    outcome: outcome.clone(),
+                });
+            }
+        }
+        if outcomes
+            .values()
+            .all(|o| !matches!(o, EvictionOutcome::InDoubt(_)))
+        {
+            let next = settle(decision, outcomes, now, timeout);
+            st.set_phase(next, now);
         }
     }
 
@@ -809,6 +1013,9 @@ impl Guard {
         Some(decision)
     }
 }
+
+/// How long a GPU pauses after a decision whose fresh read of its victim failed.
+pub const ABORT_PAUSE: Duration = Duration::from_secs(5);
 
 /// Closes a decision: cool down on the reclaimed victims' PIDs, or, if nothing was
 /// reclaimed (every attempt refused or failed), go straight back to watching.
