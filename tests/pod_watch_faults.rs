@@ -4,7 +4,7 @@
 
 use apiserver_double::{ApiServer, Fault, FaultAction};
 use gpu_warden::attribute::pods::PodSource;
-use gpu_warden::attribute::watch::WatchedPods;
+use gpu_warden::attribute::watch::{WatchTiming, WatchedPods};
 use std::time::{Duration, Instant};
 
 fn pod(name: &str, uid: &str) -> serde_json::Value {
@@ -72,4 +72,85 @@ fn the_view_follows_drops_restarts_and_outages() {
     wait("healthy after the outage", 40, || {
         view.status().trustworthy()
     });
+}
+
+/// A watch that stalls silently (the connection stays open, nothing flows) is detected
+/// within the stall bound, the view says so, and a relist brings the missed change; a
+/// quiet but healthy watch (no changes, no bookmarks: only the server ending each watch at
+/// its timeout) is never mistaken for a stalled one; a distrusted view relists at once.
+#[test]
+fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt
+        .block_on(
+            ApiServer::builder()
+                .bookmark_interval(Duration::from_secs(3600))
+                .start(),
+        )
+        .unwrap();
+    server
+        .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
+        .unwrap();
+    let _entered = rt.enter();
+    let clients =
+        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
+            .unwrap();
+    let timing = WatchTiming {
+        watch_timeout_secs: 1,
+        stall_bound: Duration::from_millis(2500),
+    };
+    let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
+    wait("first sync", 10, || view.status().trustworthy());
+
+    // Quiet and healthy for well past the stall bound.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(6) {
+        assert!(view.status().trustworthy(), "{:?}", view.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The next watch stalls; a change made meanwhile is missed until the stall is seen.
+    let watches = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=true"))
+            .count()
+    };
+    server.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
+    let before = watches();
+    wait("the stalled watch to start", 5, || watches() > before);
+    let stalled_at = Instant::now();
+    server.update_pod("ci", "a", |p| {
+        p["metadata"]["annotations"] = serde_json::json!({"gpu-warden.io/evict": "never"});
+    });
+    wait("the stall to be noticed", 6, || !view.status().healthy);
+    let noticed = stalled_at.elapsed();
+    assert!(noticed <= Duration::from_millis(3500), "{noticed:?}");
+    let why = view.status().last_error.unwrap_or_default();
+    assert!(why.contains("stalled"), "{why}");
+    wait("relist with the missed change", 10, || {
+        view.status().trustworthy()
+            && view
+                .pods()
+                .values()
+                .any(|p| p.annotations.contains_key("gpu-warden.io/evict"))
+    });
+
+    // Distrust: dropped and relisted at once.
+    let lists_before = server
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+        .count();
+    view.distrust("a fresh read disagrees");
+    wait("relist after distrust", 5, || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+            .count()
+            > lists_before
+    });
+    wait("healthy again", 5, || view.status().trustworthy());
 }

@@ -47,6 +47,24 @@ pub const STALL_BOUND: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 
 /// restarted at once (a server that ends watches at once would otherwise be spun on).
 const MIN_WATCH_LIFE: Duration = Duration::from_secs(1);
 
+/// The watch's clock settings; [`WatchTiming::default`] is what the agent runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchTiming {
+    /// `timeoutSeconds` of each watch request.
+    pub watch_timeout_secs: u32,
+    /// Longest silence before the view counts as stalled.
+    pub stall_bound: Duration,
+}
+
+impl Default for WatchTiming {
+    fn default() -> Self {
+        WatchTiming {
+            watch_timeout_secs: WATCH_TIMEOUT_SECS,
+            stall_bound: STALL_BOUND,
+        }
+    }
+}
+
 struct ViewState {
     pods: Arc<PodMap>,
     status: PodViewStatus,
@@ -91,6 +109,11 @@ impl WatchedPods {
     /// without kube's built-in retry, so an outage surfaces here. The task ends when the
     /// runtime shuts down.
     pub fn spawn(client: Client, node: &str) -> Arc<WatchedPods> {
+        Self::spawn_with(client, node, WatchTiming::default())
+    }
+
+    /// [`WatchedPods::spawn`] with other timing (tests shorten it).
+    pub fn spawn_with(client: Client, node: &str, timing: WatchTiming) -> Arc<WatchedPods> {
         let state = Arc::new(Mutex::new(ViewState {
             pods: Arc::new(PodMap::new()),
             status: PodViewStatus {
@@ -110,7 +133,7 @@ impl WatchedPods {
                 crate::sample::sim::fnv64(&[&node]),
             );
             loop {
-                let error = watch_once(&api, &st, &node, &mut backoff, &ctl).await;
+                let error = watch_once(&api, &st, &node, &mut backoff, &ctl, timing).await;
                 {
                     let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
                     if s.status.healthy || s.status.last_error.is_none() {
@@ -141,18 +164,20 @@ async fn watch_once(
     node: &str,
     backoff: &mut Backoff,
     ctl: &Control,
+    timing: WatchTiming,
 ) -> String {
+    let stall_bound = timing.stall_bound;
     let fields = format!("spec.nodeName={node}");
     let stalled = || {
         format!(
             "nothing heard from the API server on the pod watch for {} s (stalled)",
-            STALL_BOUND.as_secs()
+            stall_bound.as_secs_f64()
         )
     };
     let lp = ListParams::default().fields(&fields);
     let list = tokio::select! {
-        r = timeout_at(Instant::now() + STALL_BOUND, api.list(&lp)) => match r {
-            Err(_) => return format!("the pod list got no answer within {} s", STALL_BOUND.as_secs()),
+        r = timeout_at(Instant::now() + stall_bound, api.list(&lp)) => match r {
+            Err(_) => return format!("the pod list got no answer within {} s", stall_bound.as_secs_f64()),
             Ok(Err(e)) => return format!("pod list failed: {e}"),
             Ok(Ok(list)) => list,
         },
@@ -182,10 +207,10 @@ async fn watch_once(
     backoff.reset();
     let wp = WatchParams::default()
         .fields(&fields)
-        .timeout(WATCH_TIMEOUT_SECS);
+        .timeout(timing.watch_timeout_secs);
     loop {
         let started = Instant::now();
-        let mut deadline = started + STALL_BOUND;
+        let mut deadline = started + stall_bound;
         let stream = tokio::select! {
             r = timeout_at(deadline, api.watch(&wp, &rv)) => match r {
                 Err(_) => return stalled(),
@@ -195,7 +220,7 @@ async fn watch_once(
             reason = ctl.distrusted() => return reason,
         };
         futures::pin_mut!(stream);
-        deadline = Instant::now() + STALL_BOUND;
+        deadline = Instant::now() + stall_bound;
         let mut events = 0usize;
         loop {
             let item = tokio::select! {
@@ -205,7 +230,7 @@ async fn watch_once(
                 },
                 reason = ctl.distrusted() => return reason,
             };
-            deadline = Instant::now() + STALL_BOUND;
+            deadline = Instant::now() + stall_bound;
             events += 1;
             match item {
                 // The server ended the watch (its timeout): watch again from `rv`.

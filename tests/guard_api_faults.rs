@@ -1,0 +1,317 @@
+//! The guard when the API server does not answer: the real binary (simulated GPU, guard in
+//! enforce mode) against the API double, with faults injected while the GPU fills up. A
+//! correct guard evicts only the greedy CI job (or, when the greedy job has become
+//! `evict: never`, the next CI job in rank) — never more pods than its plan, never the
+//! high-priority trainer, never on a view or an API it cannot vouch for.
+//!
+//! The GPU: 22.6 GiB usable; a trainer (priority 1000000, 8 GiB), two CI jobs (3 GiB each)
+//! and a greedy CI job growing 1 GiB/s from 1 s: soft pressure at ≈6 s, hard at ≈7.5 s.
+//! The plan takes one pod. Evicted pods are deleted at once (grace 0); nothing ends the
+//! simulated processes, so the cooldown (60 s here) keeps the guard from deciding twice.
+
+mod support;
+use apiserver_double::{ApiServer, Fault, FaultAction, Method, RecordedRequest};
+use std::time::{Duration, Instant};
+use support::*;
+
+const NODE: &str = "gpu-node-1";
+
+const SCENARIO: &str = r#"
+driver_version: "580.95.05"
+gpus:
+  - model: NVIDIA A10G
+    uuid: GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b
+    pci_bus_id: "00000000:00:1E.0"
+    memory_mib: 23028
+    reserved_mib: 434
+processes:
+  - pid: 500
+    gpu: 0
+    name: torchrun
+    memory: {constant: 8192}
+    pod: {namespace: ml-train, name: trainer, container: main, priority: 1000000}
+  - pid: 501
+    gpu: 0
+    name: pytest
+    memory: {constant: 3072}
+    pod: {namespace: ci, name: ci-a, container: build, priority: 0}
+  - pid: 502
+    gpu: 0
+    name: pytest
+    memory: {constant: 3072}
+    pod: {namespace: ci, name: ci-b, container: build, priority: 0}
+  - pid: 503
+    gpu: 0
+    name: python3
+    start: 1s
+    memory: {linear: {from: 512, per_second: 1024}}
+    pod: {namespace: ci, name: greedy, container: build, priority: 0}
+"#;
+
+struct World {
+    _rt: tokio::runtime::Runtime,
+    server: ApiServer,
+    agent: Option<Agent>,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    /// The double with the node and the scenario's pods; `before` runs before the agent
+    /// starts (to inject faults its first requests meet).
+    fn start(before: impl FnOnce(&ApiServer)) -> World {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt
+            .block_on(ApiServer::builder().eviction_grace_scale(0.0).start())
+            .unwrap();
+        let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "faults").unwrap();
+        server
+            .add_node(serde_json::json!({"metadata": {"name": NODE}}))
+            .unwrap();
+        for pod in gpu_warden::sample::sim::scenario_pods(&scenario, NODE) {
+            server.add_pod(pod).unwrap();
+        }
+        before(&server);
+        let dir = tempfile::tempdir().unwrap();
+        let scenario_path = dir.path().join("faults.yaml");
+        std::fs::write(&scenario_path, SCENARIO).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "mode: enforce\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 60s\n",
+        )
+        .unwrap();
+        let agent = Agent::start_with_env(
+            &[
+                "--scenario",
+                scenario_path.to_str().unwrap(),
+                "--node-name",
+                NODE,
+                "--poll-interval",
+                "250ms",
+                "--guard-config",
+                policy.to_str().unwrap(),
+            ],
+            &[("KUBECONFIG", kubeconfig.as_os_str())],
+        );
+        World {
+            _rt: rt,
+            server,
+            agent: Some(agent),
+            _dir: dir,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.agent.as_ref().map_or(0, |a| a.port)
+    }
+
+    fn posts(&self) -> Vec<RecordedRequest> {
+        self.server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
+            .collect()
+    }
+
+    fn evicted(&self) -> Vec<String> {
+        self.server
+            .evictions()
+            .into_iter()
+            .map(|e| format!("{}/{}", e.namespace, e.name))
+            .collect()
+    }
+
+    fn state(&self) -> serde_json::Value {
+        get(self.port(), "/state")
+            .ok()
+            .and_then(|r| serde_json::from_str(&r.body).ok())
+            .unwrap_or_default()
+    }
+
+    fn wait(&self, what: &str, within: Duration, mut f: impl FnMut(&World) -> bool) {
+        let deadline = Instant::now() + within;
+        while !f(self) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {}",
+                self.state()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the agent (exit 0 expected) and returns its log.
+    fn stop(&mut self) -> String {
+        let (status, _, log) = self.agent.take().map(Agent::terminate).unwrap();
+        assert!(status.success(), "{log}");
+        log
+    }
+}
+
+fn pressure(w: &World) -> u64 {
+    w.state()["guard"]["status"]["gpus"][0]["pressure"]
+        .as_str()
+        .map_or(0, |p| if p == "none" { 0 } else { 1 })
+}
+
+/// A frozen API server (connections accepted, nothing answered) while the GPU crosses soft
+/// and hard: no eviction is posted (the fresh read of the victim gets no answer), the
+/// requests made meanwhile are a handful, and once the server thaws the greedy job — and
+/// only it — is evicted.
+#[test]
+fn a_frozen_api_server_evicts_nothing_then_only_the_greedy_job() {
+    let mut w = World::start(|_| {});
+    w.wait("the view to sync", Duration::from_secs(10), |w| {
+        let st = w.state();
+        st["guard"].is_object() && st["guard"]["held"].is_null()
+    });
+    w.server.set_frozen(true);
+    let frozen_at = Instant::now();
+    let before = w.server.requests().len();
+    w.wait("soft pressure", Duration::from_secs(15), |w| {
+        pressure(w) > 0
+    });
+    // Well past hard and into a full GPU, still frozen.
+    std::thread::sleep(Duration::from_secs(6));
+    let during: Vec<RecordedRequest> = w.server.requests().into_iter().skip(before).collect();
+    let frozen_for = frozen_at.elapsed();
+    assert!(
+        w.posts().is_empty(),
+        "an eviction was posted into a frozen server: {:?}",
+        w.posts()
+    );
+    let reads = during
+        .iter()
+        .filter(|r| r.method == Method::GET && r.path.starts_with("/api/v1/namespaces/"))
+        .count();
+    // One fresh read per decision, one decision per 5 s pause (plus the first).
+    let bound = 2 + (frozen_for.as_secs() / 5) as usize;
+    assert!(
+        reads >= 1 && reads <= bound,
+        "{reads} fresh reads in {frozen_for:?}: {during:#?}"
+    );
+    assert!(
+        during.len() <= 10 + reads,
+        "a storm into the frozen server: {during:#?}"
+    );
+
+    w.server.set_frozen(false);
+    w.wait("the greedy job's eviction", Duration::from_secs(15), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    let posted: Vec<String> = w.posts().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        posted,
+        vec!["/api/v1/namespaces/ci/pods/greedy/eviction".to_string()]
+    );
+    let log = w.stop();
+    assert!(log.contains("cannot read the pod fresh"), "{log}");
+}
+
+/// A slow eviction: the server answers after 7 s (the agent gives up at 5 s) and carries it
+/// out. The outcome is in doubt, not failed: nobody else is evicted, and once the watch
+/// shows the pod gone the decision's record says it was evicted.
+#[test]
+fn a_slow_eviction_is_in_doubt_and_evicts_one_pod() {
+    let mut w = World::start(|s| {
+        s.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/greedy/eviction",
+                FaultAction::Delay(Duration::from_secs(7)),
+            )
+            .method(Method::POST)
+            .times(1),
+        );
+    });
+    w.wait("the eviction to be posted", Duration::from_secs(20), |w| {
+        !w.posts().is_empty()
+    });
+    let posted_at = Instant::now();
+    w.wait("the doubt", Duration::from_secs(8), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "in_doubt"
+    });
+    w.wait("the late eviction to land", Duration::from_secs(10), |w| {
+        !w.evicted().is_empty()
+    });
+    w.wait("the doubt to resolve", Duration::from_secs(5), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "cooldown"
+    });
+    let victims = w.state()["guard"]["recentDecisions"][0]["victims"].clone();
+    assert_eq!(victims[0]["name"], "greedy", "{victims}");
+    assert_eq!(victims[0]["result"], "evicted", "{victims}");
+    // Well past the point where the old walk would have taken the next candidate.
+    while posted_at.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    assert_eq!(w.posts().len(), 1, "{:?}", w.posts());
+    let node_note = w
+        .server
+        .events()
+        .into_iter()
+        .filter_map(|e| {
+            let about = e
+                .object
+                .get("regarding")
+                .or_else(|| e.object.get("involvedObject"))?;
+            (about["kind"] == "Node").then(|| {
+                e.object["note"]
+                    .as_str()
+                    .or_else(|| e.object["message"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            })
+        })
+        .next()
+        .unwrap_or_default();
+    assert!(node_note.contains("ci/greedy in_doubt"), "{node_note}");
+    assert!(!node_note.contains("failed"), "{node_note}");
+    w.stop();
+}
+
+/// A watch that stalls silently while the greedy job is re-annotated `evict: never`: the
+/// guard's view is stale, but the fresh read before the eviction sees the annotation, so the
+/// greedy job is not evicted; the view relists, and the next CI job in rank is evicted
+/// instead — one pod, as the plan says. The trainer is never touched.
+#[test]
+fn a_stalled_watch_never_evicts_a_pod_that_became_exempt() {
+    let mut w = World::start(|s| {
+        s.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
+    });
+    // The first watch is the stalled one; the change is not seen through it.
+    w.server.update_pod("ci", "greedy", |p| {
+        p["metadata"]["annotations"]["gpu-warden.io/evict"] = serde_json::json!("never");
+    });
+    w.wait("an eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.evicted(), vec!["ci/ci-a".to_string()]);
+    let posted: Vec<String> = w.posts().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        posted,
+        vec!["/api/v1/namespaces/ci/pods/ci-a/eviction".to_string()]
+    );
+    let victims = w.state()["guard"]["recentDecisions"][0]["victims"].clone();
+    assert_eq!(victims[0]["name"], "greedy", "{victims}");
+    assert_eq!(victims[0]["result"], "skipped", "{victims}");
+    assert!(
+        victims[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("evict: never")),
+        "{victims}"
+    );
+    let lists = w
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+        .count();
+    assert!((2..=4).contains(&lists), "{lists} lists");
+    let log = w.stop();
+    assert!(log.contains("disagrees with the pod view"), "{log}");
+}
