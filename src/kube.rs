@@ -22,28 +22,49 @@ pub struct KubeClients {
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
-    #[error("no Kubernetes configuration found (not in a cluster, no usable kubeconfig): {0}")]
-    NoConfig(String),
+    /// A configuration is there (in-cluster environment, `KUBECONFIG`, or
+    /// `~/.kube/config`) but cannot be used: a start-up error, never a quiet standalone run.
+    #[error("{0}")]
+    BadConfig(String),
     #[error("cannot build a Kubernetes client: {0}")]
     Client(String),
 }
 
-/// Builds both clients from the inferred configuration.
-pub async fn connect() -> Result<KubeClients, KubeError> {
-    let (config, source) = match kube::Config::incluster() {
-        Ok(c) => (c, "in-cluster service account"),
-        Err(in_cluster) => {
-            match kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions::default()).await {
-                Ok(c) => (c, "kubeconfig"),
-                Err(kc) => {
-                    return Err(KubeError::NoConfig(format!(
-                        "in-cluster: {in_cluster}; kubeconfig: {kc}"
-                    )))
-                }
-            }
-        }
+/// Builds both clients from the inferred configuration: in-cluster when
+/// `KUBERNETES_SERVICE_HOST` is set, else the kubeconfig (`KUBECONFIG`, or
+/// `~/.kube/config` when it exists). `Ok(None)` when there is no configuration at all (the
+/// agent then runs standalone); a configuration that is there but broken (missing file,
+/// not YAML, no current context, no service-account token) is an error.
+pub async fn connect() -> Result<Option<KubeClients>, KubeError> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()) {
+        let config = kube::Config::incluster().map_err(|e| {
+            KubeError::BadConfig(format!(
+                "KUBERNETES_SERVICE_HOST is set but the in-cluster configuration is unusable: {e}"
+            ))
+        })?;
+        return from_config(config, "in-cluster service account").map(Some);
+    }
+    let named = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
+    let default = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".kube").join("config"))
+        .filter(|p| p.exists());
+    let Some(path) = named.clone().or(default.map(Into::into)) else {
+        return Ok(None);
     };
-    from_config(config, source)
+    let config = kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| {
+            let which = if named.is_some() {
+                "KUBECONFIG"
+            } else {
+                "kubeconfig"
+            };
+            KubeError::BadConfig(format!(
+                "{which} {} is unusable: {e} (unset it, or use --kube off, to run standalone)",
+                std::path::Path::new(&path).display()
+            ))
+        })?;
+    from_config(config, "kubeconfig").map(Some)
 }
 
 /// Builds both clients from `config` (tests point it at the API double).

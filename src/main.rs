@@ -47,12 +47,36 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // One line on stderr, whatever the log format: the cause chain, each cause once.
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("gpu-warden: error: {e:#}");
+            eprintln!("gpu-warden: error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes joined with ": ", skipping a cause whose text the previous one
+/// already ends with (thiserror messages often quote their source).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        // Some causes (kube's YAML errors) span lines with a caret under the column.
+        let text = cause
+            .to_string()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.chars().all(|c| "|^ ".contains(c)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn init_logging(cli: &Cli) -> anyhow::Result<()> {
@@ -250,13 +274,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::info!("--kube=off: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
                 None
             }
-            KubeMode::Auto => match gpu_warden::kube::connect().await {
-                Ok(c) => {
+            KubeMode::Auto => match gpu_warden::kube::connect().await? {
+                Some(c) => {
                     tracing::info!(source = c.source, "Kubernetes API configured");
                     Some(c)
                 }
-                Err(e) => {
-                    tracing::info!(reason = %e, "no Kubernetes cluster found: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
+                None => {
+                    tracing::info!("no Kubernetes configuration (not in a cluster, no KUBECONFIG, no ~/.kube/config): standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
                     None
                 }
             },

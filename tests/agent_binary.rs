@@ -142,7 +142,74 @@ fn bad_scenarios_fail_with_the_field_named() {
     }
     let (code, err) = run_to_exit(&["--backend", "sim", "--scenario", "/nonexistent/s.yaml"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("cannot read /nonexistent/s.yaml"), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "gpu-warden: error: cannot read /nonexistent/s.yaml: No such file or directory (os error 2)",
+        "one line, each cause once"
+    );
+}
+
+/// Start-up errors are one line on stderr, with the right cause: a guard policy that is
+/// not YAML at all says so (not a type error), and a KUBECONFIG that is set but broken is
+/// an error — only no cluster configuration at all runs standalone.
+#[test]
+fn broken_configuration_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "mode: [enforce\n").unwrap();
+    let (code, err) = run_to_exit(&[
+        "--scenario",
+        "examples/a10g-timesliced.yaml",
+        "--kube",
+        "off",
+        "--guard-config",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("not valid YAML") && err.contains("line 2"),
+        "{err}"
+    );
+
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, "garbage\n").unwrap();
+    let no_context = dir.path().join("no-context");
+    std::fs::write(
+        &no_context,
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    for (kubeconfig, why) in [
+        ("/nonexistent/kubeconfig", "No such file"),
+        (garbage.to_str().unwrap(), "expected mapping start"),
+        (no_context.to_str().unwrap(), "current context"),
+    ] {
+        let (code, err) = run_to_exit_with_env(
+            &[
+                "--scenario",
+                "examples/a10g-timesliced.yaml",
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &[("KUBECONFIG", kubeconfig), ("HOME", "/nonexistent")],
+        );
+        assert_eq!(code, Some(1), "{kubeconfig}: {err}");
+        let errors: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("gpu-warden: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        assert!(
+            errors[0].contains(&format!("KUBECONFIG {kubeconfig} is unusable"))
+                && errors[0].contains(why),
+            "{err}"
+        );
+        assert!(
+            !err.contains(" ERROR "),
+            "printed once, not also as a log line: {err}"
+        );
+    }
 }
 
 #[test]

@@ -98,6 +98,7 @@ fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
     let timing = WatchTiming {
         watch_timeout_secs: 1,
         stall_bound: Duration::from_millis(2500),
+        ..WatchTiming::default()
     };
     let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
     wait("first sync", 10, || view.status().trustworthy());
@@ -153,4 +154,54 @@ fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
             > lists_before
     });
     wait("healthy again", 5, || view.status().trustworthy());
+}
+
+/// While a GPU is under pressure the view comes back sooner after an outage: a relist that
+/// waits out a long backoff is woken when pressure begins, and relists are then at most
+/// `urgent_relist_cap` apart (bounded: no storm).
+#[test]
+fn pressure_brings_the_view_back_sooner() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::builder().start()).unwrap();
+    server
+        .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
+        .unwrap();
+    let _entered = rt.enter();
+    let clients =
+        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
+            .unwrap();
+    let timing = WatchTiming {
+        // The first pause after a failure is 10–20 s: long enough to tell apart.
+        relist_backoff: (Duration::from_secs(20), Duration::from_secs(60)),
+        urgent_relist_cap: Duration::from_millis(500),
+        ..WatchTiming::default()
+    };
+    let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
+    wait("first sync", 10, || view.status().trustworthy());
+    let lists = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+            .count()
+    };
+    server.set_down(true);
+    wait("the outage to be seen", 5, || !view.status().healthy);
+    server.set_down(false);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!view.status().healthy, "still in its 10 s+ backoff");
+    let before = lists();
+    view.set_urgent(true);
+    wait("the urgent relist", 3, || view.status().trustworthy());
+    assert_eq!(lists(), before + 1);
+
+    // Down again while urgent: relists every ≤ 0.5 s, not more often than every 0.25 s.
+    server.set_down(true);
+    wait("the outage to be seen", 5, || !view.status().healthy);
+    let before = lists();
+    std::thread::sleep(Duration::from_secs(3));
+    let during = lists() - before;
+    assert!((5..=13).contains(&during), "{during} relists in 3 s");
+    server.set_down(false);
+    wait("back", 3, || view.status().trustworthy());
 }

@@ -54,6 +54,10 @@ pub struct WatchTiming {
     pub watch_timeout_secs: u32,
     /// Longest silence before the view counts as stalled.
     pub stall_bound: Duration,
+    /// Relist backoff: first pause, longest pause.
+    pub relist_backoff: (Duration, Duration),
+    /// Longest relist pause while a GPU is under pressure.
+    pub urgent_relist_cap: Duration,
 }
 
 impl Default for WatchTiming {
@@ -61,6 +65,8 @@ impl Default for WatchTiming {
         WatchTiming {
             watch_timeout_secs: WATCH_TIMEOUT_SECS,
             stall_bound: STALL_BOUND,
+            relist_backoff: RELIST_BACKOFF,
+            urgent_relist_cap: URGENT_RELIST_CAP,
         }
     }
 }
@@ -128,8 +134,8 @@ impl WatchedPods {
         tokio::spawn(async move {
             let api: Api<Pod> = Api::all(client);
             let mut backoff = Backoff::new(
-                RELIST_BACKOFF.0,
-                RELIST_BACKOFF.1,
+                timing.relist_backoff.0,
+                timing.relist_backoff.1,
                 crate::sample::sim::fnv64(&[&node]),
             );
             loop {
@@ -144,7 +150,7 @@ impl WatchedPods {
                 }
                 let mut delay = backoff.next_delay();
                 if ctl.urgent.load(Ordering::Relaxed) {
-                    delay = delay.min(URGENT_RELIST_CAP);
+                    delay = delay.min(timing.urgent_relist_cap);
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}

@@ -342,6 +342,9 @@ impl Default for Policy {
 /// Why a policy was refused. Every message names the field and what it accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// The file is not YAML at all (unclosed bracket or quote, bad indentation).
+    #[error("not valid YAML: {0}")]
+    Syntax(String),
     /// The YAML did not parse or did not fit the schema: unknown key, wrong type, bad
     /// threshold, duration or selector spelling. The message starts with the key path.
     #[error("invalid guard policy: {0}")]
@@ -361,7 +364,7 @@ impl PolicyError {
     pub fn field(&self) -> Option<&'static str> {
         match self {
             PolicyError::Invalid { field, .. } => Some(field),
-            PolicyError::Parse(_) => None,
+            PolicyError::Parse(_) | PolicyError::Syntax(_) => None,
         }
     }
 }
@@ -376,6 +379,9 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> PolicyError {
 impl Policy {
     /// Parses and validates a policy file. An empty document means every default.
     pub fn from_yaml_str(yaml: &str) -> Result<Policy, PolicyError> {
+        // Syntax first: serde reports a broken flow sequence under `mode:` as a type error.
+        serde_yaml_ng::from_str::<serde_yaml_ng::Value>(yaml)
+            .map_err(|e| PolicyError::Syntax(e.to_string()))?;
         let parsed: Option<Policy> =
             serde_yaml_ng::from_str(yaml).map_err(|e| PolicyError::Parse(e.to_string()))?;
         let policy = parsed.unwrap_or_default();

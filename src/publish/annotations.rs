@@ -41,6 +41,9 @@ pub const KEY_VRAM: &str = "vram";
 pub const KEY_OBSERVED_AT: &str = "vram-observed-at";
 /// The `v` field of the `vram` JSON; bumped only on an incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
+/// How early a poll may come and still carry a due heartbeat, at most: 1 % of the
+/// heartbeat, capped at this (polls wobble by milliseconds around their schedule).
+pub const HEARTBEAT_SLACK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How the annotations are named and how often they may be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -506,9 +509,13 @@ impl AnnotationPlanner {
         {
             return Some(PatchReason::FreeMoved);
         }
+        // A heartbeat can only go out with a poll, and polls come a few ms early or late
+        // against the last one: without slack, a 60 s heartbeat on 1 s polls went out at
+        // 61 s about every other time.
+        let slack = HEARTBEAT_SLACK.min(self.cfg.heartbeat / 100);
         let heartbeat_due = self
             .last_success
-            .is_none_or(|t| now.saturating_sub(t) >= self.cfg.heartbeat);
+            .is_none_or(|t| now.saturating_add(slack).saturating_sub(t) >= self.cfg.heartbeat);
         if heartbeat_due && snapshot_at > applied.snapshot_at {
             return Some(PatchReason::Heartbeat);
         }
@@ -933,6 +940,26 @@ mod tests {
                 .collect();
             assert_eq!(&got, want, "{name}");
         }
+    }
+
+    /// 60 s heartbeats on 1 s polls whose stamps wobble by a few ms go out every 60 polls,
+    /// never 61.
+    #[test]
+    fn the_heartbeat_keeps_its_period_on_jittery_polls() {
+        let mut p = AnnotationPlanner::new(cfg());
+        let mut sent = Vec::new();
+        for k in 0..400u32 {
+            let jitter = [0.004, -0.003, 0.001, -0.004, 0.002, -0.001, 0.0][k as usize % 7];
+            let s = snap_at(f64::from(k) + jitter, vec![gpu(0, 10_340, 0)]);
+            if step(&mut p, &s, &none()).is_some() {
+                sent.push(k);
+            }
+        }
+        let gaps: Vec<u32> = sent.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            !gaps.is_empty() && gaps.iter().all(|g| *g == 60),
+            "{sent:?}"
+        );
     }
 
     #[test]

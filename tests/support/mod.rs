@@ -175,10 +175,16 @@ impl Drop for Agent {
 
 /// Runs the binary to completion with `args`; returns (exit code, stderr).
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    run_to_exit_with_env(args, &[])
+}
+
+/// As [`run_to_exit`], with extra environment variables for the child only.
+pub fn run_to_exit_with_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
         .args(args)
         .current_dir(root())
         .env_remove("KUBERNETES_SERVICE_HOST")
+        .envs(env.iter().copied())
         .output()
         .expect("run gpu-warden");
     (
