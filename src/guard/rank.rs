@@ -681,6 +681,117 @@ mod tests {
         assert!(r.candidates[0].ci_job_url.is_some());
     }
 
+    /// The fresh read before an eviction, judged against the plan.
+    #[test]
+    fn recheck_table() {
+        let policy = Policy {
+            selector: Some("workload-type=gpu-ci".parse().unwrap()),
+            ..Policy::default()
+        };
+        let base = || pod("v").label("workload-type", "gpu-ci");
+        let victim = {
+            let pods = pods([base()]);
+            rank(&policy, 0, &[proc_in("v", 0, 3000)], &pods, &HashMap::new())
+                .candidates
+                .remove(0)
+        };
+        let info = |b: PodBuilder| pods([b]).remove("v").unwrap();
+        let mut other_uid = info(base());
+        other_uid.uid = "someone-else".into();
+        // (case, fresh pod, spec.nodeName, phase, want: None or the outcome label and a fragment)
+        let rows: Vec<(
+            &str,
+            PodInfo,
+            Option<&str>,
+            Option<&str>,
+            Option<(&str, &str)>,
+        )> = vec![
+            ("unchanged", info(base()), Some("n1"), Some("Running"), None),
+            ("no node or phase yet", info(base()), None, None, None),
+            (
+                "re-created under its name",
+                other_uid,
+                Some("n1"),
+                Some("Running"),
+                Some(("already_gone", "")),
+            ),
+            (
+                "terminating",
+                info(base().terminating()),
+                Some("n1"),
+                Some("Running"),
+                Some(("already_gone", "")),
+            ),
+            (
+                "finished",
+                info(base()),
+                Some("n1"),
+                Some("Succeeded"),
+                Some(("already_gone", "")),
+            ),
+            (
+                "failed",
+                info(base()),
+                Some("n1"),
+                Some("Failed"),
+                Some(("already_gone", "")),
+            ),
+            (
+                "moved",
+                info(base()),
+                Some("n2"),
+                Some("Running"),
+                Some(("skipped", "node \"n2\"")),
+            ),
+            (
+                "now exempt",
+                info(base().annotation("gpu-warden.io/evict", "never")),
+                Some("n1"),
+                None,
+                Some(("skipped", "evict: never")),
+            ),
+            (
+                "priority raised",
+                info(base().priority(2_000_000_000)),
+                Some("n1"),
+                None,
+                Some(("skipped", "ceiling")),
+            ),
+            (
+                "label removed",
+                info(pod("v")),
+                Some("n1"),
+                None,
+                Some(("skipped", "selector")),
+            ),
+            (
+                "now a DaemonSet pod",
+                info(base().owner("DaemonSet")),
+                Some("n1"),
+                None,
+                Some(("skipped", "DaemonSet")),
+            ),
+            (
+                "now in an excluded namespace",
+                info(base().ns("kube-system")),
+                Some("n1"),
+                None,
+                Some(("skipped", "namespace")),
+            ),
+        ];
+        for (name, fresh, node, phase, want) in rows {
+            let got = recheck(&policy, &victim, &fresh, node, "n1", phase);
+            match (want, &got) {
+                (None, None) => {}
+                (Some((label, frag)), Some(o)) => {
+                    assert_eq!(o.as_str(), label, "{name}: {o:?}");
+                    assert!(o.detail().unwrap_or("").contains(frag), "{name}: {o:?}");
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
     #[test]
     fn bytes_format() {
         assert_eq!(fmt_bytes(0), "0 MiB");

@@ -1508,6 +1508,180 @@ mod tests {
         assert!(d2.id > d.id);
     }
 
+    /// In doubt is not failed: the walk's plan holds whatever the API does. An eviction in
+    /// doubt blocks every further decision on its GPU until the pod is seen gone — absent
+    /// from the view, terminating, or its processes off the GPU — and counts against the
+    /// rate limit.
+    #[test]
+    fn an_eviction_in_doubt_blocks_the_gpu_until_the_pod_is_seen_gone() {
+        type Resolve = fn(&mut World);
+        let rows: [(&str, Resolve); 3] = [
+            ("absent from the view", |w| {
+                w.pods.remove("a");
+            }),
+            ("terminating", |w| {
+                if let Some(p) = w.pods.get_mut("a") {
+                    p.terminating = true;
+                }
+            }),
+            ("its processes off the GPU", |w| w.exit("a")),
+        ];
+        for (name, resolve) in rows {
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("b").priority(1)],
+                vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+            );
+            let d = one(w.poll(0.0, 9600));
+            assert_eq!(d.planned, 1, "{name}");
+            w.guard.record_outcome(
+                d.id,
+                "a",
+                EvictionOutcome::InDoubt("no answer".into()),
+                secs(0.1),
+            );
+            assert!(matches!(w.phase(0), GpuPhase::InDoubt { .. }), "{name}");
+            assert_eq!(w.guard.status().evictions_in_window, 1, "{name}");
+            // Hard pressure for a long while: no decision, not even past cooldownTimeout.
+            for t in [1.0, 5.0, 31.0, 59.0] {
+                assert!(w.poll(t, 9900).is_empty(), "{name} at {t}");
+                assert!(w.fast(t + 0.5, 9950).is_empty(), "{name} at {t}");
+            }
+            resolve(&mut w);
+            // The memory comes back as the pod goes.
+            assert!(w.poll(59.5, 6600).is_empty(), "{name}");
+            assert_eq!(
+                w.guard.take_resolutions(),
+                vec![Resolution {
+                    decision_id: d.id,
+                    uid: "a".into(),
+                    outcome: EvictionOutcome::Evicted
+                }],
+                "{name}"
+            );
+            assert!(
+                !matches!(w.phase(0), GpuPhase::InDoubt { .. }),
+                "{name}: {:?}",
+                w.phase(0)
+            );
+        }
+    }
+
+    /// A pod still running `inDoubtTimeout` after the doubt began was not evicted — but only
+    /// a view proven current may say so; then it is skipped for a while and the next
+    /// candidate can go.
+    #[test]
+    fn a_doubt_ends_as_not_carried_out_only_on_a_current_view() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::InDoubt("no answer".into()),
+            secs(0.1),
+        );
+        w.guard.hold_decisions(Some("the pod watch stalled".into()));
+        assert!(w.poll(61.0, 9600).is_empty());
+        assert!(
+            matches!(w.phase(0), GpuPhase::InDoubt { .. }),
+            "an unproven view says nothing"
+        );
+        w.guard.hold_decisions(None);
+        assert!(w.poll(59.0, 9600).is_empty(), "inside the window");
+        assert!(matches!(w.phase(0), GpuPhase::InDoubt { .. }));
+        let d2 = one(w.poll(61.0, 9600));
+        let r = w.guard.take_resolutions();
+        assert!(
+            matches!(&r[..], [Resolution { outcome: EvictionOutcome::Failed(m), .. }] if m.contains("not carried out")),
+            "{r:?}"
+        );
+        assert_eq!(uids(&d2.candidates), vec!["b"], "a is skipped for a while");
+    }
+
+    /// The walk stops at the doubt even when earlier pods were evicted: the GPU waits for
+    /// every pod in doubt, then cools down on all the reclaimed ones.
+    #[test]
+    fn evicted_then_in_doubt_cools_down_on_both() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1), pod("c").priority(2)],
+            vec![
+                proc_in("a", 0, 100),
+                proc_in("b", 0, 300),
+                proc_in("c", 0, 3000),
+            ],
+        );
+        let d = one(w.poll(0.0, 9600));
+        assert_eq!(d.planned, 3);
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::Evicted, secs(0.1));
+        assert!(matches!(w.phase(0), GpuPhase::Evicting { .. }));
+        w.guard.record_outcome(
+            d.id,
+            "b",
+            EvictionOutcome::InDoubt("reset".into()),
+            secs(0.2),
+        );
+        assert!(matches!(w.phase(0), GpuPhase::InDoubt { .. }));
+        w.pods.remove("b");
+        assert!(w.poll(1.0, 9600).is_empty());
+        let GpuPhase::Cooldown {
+            waiting_for_pids, ..
+        } = w.phase(0)
+        else {
+            panic!("{:?}", w.phase(0))
+        };
+        let mut want = vec![pid_of("a"), pid_of("b")];
+        want.sort();
+        assert_eq!(waiting_for_pids, want);
+    }
+
+    /// A failed fresh read evicts nothing and pauses the GPU briefly (one read per pause
+    /// into a frozen server, not one per poll); a pod skipped as changed is not a candidate
+    /// for `cooldownTimeout`.
+    #[test]
+    fn aborted_pauses_and_skipped_is_refused() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::Aborted("no answer".into()),
+            secs(0.1),
+        );
+        assert_eq!(w.guard.status().evictions_in_window, 0);
+        assert!(w.poll(1.0, 9600).is_empty());
+        assert!(w.poll(5.0, 9600).is_empty());
+        let d = one(w.poll(5.2, 9600));
+        assert_eq!(
+            uids(&d.candidates),
+            vec!["a", "b"],
+            "the pod itself is fine"
+        );
+        w.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::Skipped("changed since the plan: annotated evict: never".into()),
+            secs(5.3),
+        );
+        w.guard
+            .record_outcome(d.id, "b", EvictionOutcome::Evicted, secs(5.3));
+        w.exit("b");
+        let d = one(w.poll(6.0, 9600));
+        assert!(d.candidates.is_empty(), "{:?}", d.candidates);
+        assert!(d.excluded.iter().any(
+            |e| e.uid == "a" && matches!(e.exclusion, rank::Exclusion::RecentlyRefused { .. })
+        ));
+    }
+
     #[test]
     fn cooldown_times_out() {
         let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 3000)]);
