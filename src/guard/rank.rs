@@ -699,13 +699,14 @@ mod tests {
         let mut other_uid = info(base());
         other_uid.uid = "someone-else".into();
         // (case, fresh pod, spec.nodeName, phase, want: None or the outcome label and a fragment)
-        let rows: Vec<(
-            &str,
+        type Row<'a> = (
+            &'a str,
             PodInfo,
-            Option<&str>,
-            Option<&str>,
-            Option<(&str, &str)>,
-        )> = vec![
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<(&'a str, &'a str)>,
+        );
+        let rows: Vec<Row> = vec![
             ("unchanged", info(base()), Some("n1"), Some("Running"), None),
             ("no node or phase yet", info(base()), None, None, None),
             (
