@@ -235,4 +235,77 @@ mod tests {
         a.attribute(&mut s);
         assert!(matches!(s.processes[0].owner, Owner::Pod(_)));
     }
+
+    /// Issue 16 through the whole shell: a real `/proc` tree (the colon form, a static pod's
+    /// hash-named slice, a pod-level helper cgroup) against pods converted from API objects by
+    /// the same code the watch uses.
+    #[test]
+    fn colon_form_static_pod_and_pod_level_processes() {
+        use crate::attribute::pods::index_json;
+        const HASH: &str = "8daa50c3a64c9ff60bb9eab7b44b56fd";
+        const STATIC_CID: &str = "2884d57c0e100d7a9a2f9487ce0bc2986bca3430e988af7a4865aff061f51ac5";
+        let pods = index_json([
+            serde_json::json!({
+                "metadata": {"name": "job-1", "namespace": "ci", "uid": UID},
+                "spec": {"containers": [{"name": "build"}]},
+                "status": {"containerStatuses": [{"name": "build", "containerID": format!("containerd://{CID}"),
+                    "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+            }),
+            // The mirror pod of a static pod: its own UID, the hash in two annotations.
+            serde_json::json!({
+                "metadata": {"name": "infer-gpu-node-1", "namespace": "kube-system",
+                    "uid": "6b1c2d3e-0000-4000-8000-00000000beef",
+                    "annotations": {"kubernetes.io/config.hash": HASH, "kubernetes.io/config.mirror": HASH,
+                        "kubernetes.io/config.source": "file"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1", "uid": "n", "controller": true}]},
+                "spec": {"containers": [{"name": "server"}]},
+                "status": {"containerStatuses": [{"name": "server", "containerID": format!("containerd://{STATIC_CID}"),
+                    "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
+            }),
+        ]);
+        let source: Arc<dyn PodSource> = Arc::new(StaticPods(Arc::new(pods)));
+        let dir = tempfile::tempdir().unwrap();
+        let uid_ = UID.replace('-', "_");
+        write_proc(
+            dir.path(),
+            20,
+            100,
+            &format!(
+                "11:memory:/system.slice/containerd.service/kubepods-burstable-pod{uid_}.slice:cri-containerd:{CID}\n\
+                 8:cpuset:/kubepods-burstable-pod{uid_}.slice:cri-containerd:{CID}\n"
+            ),
+        );
+        write_proc(
+            dir.path(),
+            21,
+            100,
+            &format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{HASH}.slice/cri-containerd-{STATIC_CID}.scope\n"),
+        );
+        write_proc(
+            dir.path(),
+            22,
+            100,
+            &format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/helper.scope\n"),
+        );
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), source, None);
+        let mut s = snap(&[20, 21, 22]);
+        a.attribute(&mut s);
+        let names: Vec<(String, String, String)> = s
+            .processes
+            .iter()
+            .map(|p| match &p.owner {
+                Owner::Pod(r) => (r.namespace.clone(), r.pod.clone(), r.container.clone()),
+                o => panic!("{o:?}"),
+            })
+            .collect();
+        let want = |n: &str, p: &str, c: &str| (n.to_string(), p.to_string(), c.to_string());
+        assert_eq!(
+            names,
+            vec![
+                want("ci", "job-1", "build"),
+                want("kube-system", "infer-gpu-node-1", "server"),
+                want("ci", "job-1", ""),
+            ]
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod attributor;
 pub mod cgroup;
+pub mod podresources;
 pub mod pods;
 pub mod procfs;
 pub mod resolve;

@@ -1,0 +1,325 @@
+//! Pure reduction of the kubelet's pod-resources answers to per-GPU replica figures.
+//!
+//! NVIDIA's device plugin names a whole GPU `GPU-<uuid>` and, under time-slicing, each of
+//! its replicas `GPU-<uuid>::<n>`. `GetAllocatableResources` lists every ID the kubelet can
+//! hand out; `List` lists the IDs each pod's containers hold. Unlike dcgm-exporter, which keeps
+//! one pod per UUID, every pod sharing a GPU is kept here. Pods in a terminal phase are
+//! dropped: the kubelet's `List` still reports their devices although they are free again
+//! (kubernetes #119423). Devices that are not NVIDIA GPU IDs (other resources, MIG devices,
+//! the plugin's `index` ID strategy) are ignored.
+
+use super::generated::{AllocatableResourcesResponse, ContainerDevices, ListPodResourcesResponse};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A pod as the kubelet's pod-resources API names it: (namespace, name).
+pub type PodKey = (String, String);
+
+/// One device ID of NVIDIA's device plugin, split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuDevice<'a> {
+    /// `GPU-<uuid>`, as NVML reports it.
+    pub uuid: &'a str,
+    /// The time-slicing replica number, when the ID has a `::<n>` suffix.
+    pub replica: Option<u32>,
+}
+
+/// Splits `GPU-<uuid>` / `GPU-<uuid>::<n>`; None for anything else.
+pub fn parse_device_id(id: &str) -> Option<GpuDevice<'_>> {
+    let (uuid, replica) = match id.split_once("::") {
+        Some((uuid, n)) => (uuid, Some(n.parse::<u32>().ok()?)),
+        None => (id, None),
+    };
+    let body = uuid.strip_prefix("GPU-")?;
+    let plausible = !body.is_empty() && body.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    plausible.then_some(GpuDevice { uuid, replica })
+}
+
+/// What the kubelet says about one GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuReplicas {
+    /// Device IDs on this GPU the kubelet can hand out (the time-slicing replica count, or 1).
+    pub allocatable: u32,
+    /// Distinct device IDs on this GPU held by pods not in a terminal phase.
+    pub allocated: u32,
+    /// Those pods.
+    pub pods: BTreeSet<PodKey>,
+}
+
+/// The kubelet's allocations on this node, by GPU and by pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allocations {
+    /// By GPU UUID; a GPU only `List` names (allocatable 0) is kept, so nothing held is lost.
+    pub gpus: BTreeMap<String, GpuReplicas>,
+    /// The GPUs each non-terminal pod holds a replica of.
+    pub pod_gpus: BTreeMap<PodKey, BTreeSet<String>>,
+}
+
+fn gpu_ids(devices: &[ContainerDevices]) -> impl Iterator<Item = (&str, GpuDevice<'_>)> {
+    devices
+        .iter()
+        .flat_map(|d| d.device_ids.iter())
+        .filter_map(|id| parse_device_id(id).map(|g| (id.as_str(), g)))
+}
+
+/// Reduces the two answers. `is_terminal(namespace, name)` says whether the pod view has the
+/// pod in phase `Succeeded` or `Failed`; a pod the view does not know is kept (the watch may
+/// lag the kubelet, and the kubelet is the authority on what it handed out).
+pub fn allocations(
+    list: &ListPodResourcesResponse,
+    allocatable: &AllocatableResourcesResponse,
+    is_terminal: impl Fn(&str, &str) -> bool,
+) -> Allocations {
+    let mut out = Allocations::default();
+    let mut allocatable_ids: BTreeSet<&str> = BTreeSet::new();
+    for (id, dev) in gpu_ids(&allocatable.devices) {
+        if allocatable_ids.insert(id) {
+            out.gpus
+                .entry(dev.uuid.to_string())
+                .or_default()
+                .allocatable += 1;
+        }
+    }
+    // An ID is counted once however many containers list it: the kubelet hands an init
+    // container's devices on to the app containers of the same pod.
+    let mut held: BTreeSet<&str> = BTreeSet::new();
+    for pod in &list.pod_resources {
+        if is_terminal(&pod.namespace, &pod.name) {
+            continue;
+        }
+        let key: PodKey = (pod.namespace.clone(), pod.name.clone());
+        for container in &pod.containers {
+            for (id, dev) in gpu_ids(&container.devices) {
+                let gpu = out.gpus.entry(dev.uuid.to_string()).or_default();
+                if held.insert(id) {
+                    gpu.allocated += 1;
+                }
+                gpu.pods.insert(key.clone());
+                out.pod_gpus
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(dev.uuid.to_string());
+            }
+        }
+    }
+    out
+}
+
+impl Allocations {
+    /// Whether `pod` holds a replica of the GPU `uuid`.
+    pub fn holds(&self, pod: &PodKey, uuid: &str) -> bool {
+        self.pod_gpus.get(pod).is_some_and(|g| g.contains(uuid))
+    }
+
+    /// The declared VRAM of the pods holding a replica of `uuid`: `request_mib` gives a pod's
+    /// `gpu-warden.io/vram-request-mib` (None: unset, counted as 0). A pod holding replicas of
+    /// several GPUs is counted on each, since the request states what one GPU must hold.
+    pub fn declared_mib(&self, uuid: &str, request_mib: impl Fn(&PodKey) -> Option<u64>) -> u64 {
+        self.gpus.get(uuid).map_or(0, |g| {
+            g.pods
+                .iter()
+                .map(|p| request_mib(p).unwrap_or(0))
+                .fold(0u64, u64::saturating_add)
+        })
+    }
+
+    /// The GPU NVIDIA's device plugin hands the next replica out on: among GPUs with a
+    /// replica left, the one with the fewest allocated (not the one with the most free
+    /// memory); ties go to the lower `index_of` (NVML index), GPUs without one last.
+    pub fn next_gpu(&self, index_of: impl Fn(&str) -> Option<u32>) -> Option<&str> {
+        self.gpus
+            .iter()
+            .filter(|(_, g)| g.allocated < g.allocatable)
+            .min_by_key(|(uuid, g)| (g.allocated, index_of(uuid).unwrap_or(u32::MAX)))
+            .map(|(uuid, _)| uuid.as_str())
+    }
+
+    /// Per GPU UUID, how many of `processes` (the pod, the GPU it runs on) run on a GPU their
+    /// pod holds no replica of: a job that set `NVIDIA_VISIBLE_DEVICES=all`, bypassing the
+    /// device plugin. GPUs with no such process are absent.
+    pub fn processes_without_replica<'a>(
+        &self,
+        processes: impl IntoIterator<Item = (&'a PodKey, &'a str)>,
+    ) -> BTreeMap<String, u32> {
+        let mut out = BTreeMap::new();
+        for (pod, uuid) in processes {
+            if !self.holds(pod, uuid) {
+                *out.entry(uuid.to_string()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::podresources::generated::{ContainerResources, PodResources};
+
+    const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
+    const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
+
+    fn devices(ids: &[String]) -> ContainerDevices {
+        ContainerDevices {
+            resource_name: "nvidia.com/gpu".into(),
+            device_ids: ids.to_vec(),
+            topology: None,
+        }
+    }
+
+    fn pod(ns: &str, name: &str, containers: &[&[String]]) -> PodResources {
+        PodResources {
+            name: name.into(),
+            namespace: ns.into(),
+            containers: containers
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| ContainerResources {
+                    name: format!("c{i}"),
+                    devices: vec![devices(ids)],
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn r(gpu: &str, n: u32) -> String {
+        format!("{gpu}::{n}")
+    }
+
+    fn key(ns: &str, name: &str) -> PodKey {
+        (ns.into(), name.into())
+    }
+
+    #[test]
+    fn device_ids() {
+        assert_eq!(
+            parse_device_id(&r(G0, 3)),
+            Some(GpuDevice {
+                uuid: G0,
+                replica: Some(3)
+            })
+        );
+        assert_eq!(
+            parse_device_id(G0),
+            Some(GpuDevice {
+                uuid: G0,
+                replica: None
+            })
+        );
+        for bad in [
+            "0",
+            "0::1",
+            "MIG-3f5e2a8b-1c4d",
+            "GPU-",
+            "GPU-xyz",
+            "GPU-3f5e::x",
+            "/dev/fuse",
+        ] {
+            assert_eq!(parse_device_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn time_sliced_replicas_on_two_gpus() {
+        let allocatable = AllocatableResourcesResponse {
+            devices: vec![
+                devices(&(0..4).map(|n| r(G0, n)).collect::<Vec<_>>()),
+                devices(&(0..4).map(|n| r(G1, n)).collect::<Vec<_>>()),
+                ContainerDevices {
+                    resource_name: "example.com/fpga".into(),
+                    device_ids: vec!["fpga0".into()],
+                    topology: None,
+                },
+            ],
+            ..Default::default()
+        };
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("ci", "job-1", &[&[r(G0, 0)]]),
+                // Init container's replica handed on to the app container: counted once.
+                pod("ci", "job-2", &[&[r(G0, 1)], &[r(G0, 1)]]),
+                pod("ml", "train-0", &[&[r(G1, 2), r(G1, 3)]]),
+                pod("ci", "done", &[&[r(G0, 2)]]),
+                pod("ci", "no-gpu", &[]),
+            ],
+        };
+        let a = allocations(&list, &allocatable, |ns, n| (ns, n) == ("ci", "done"));
+        let g0 = &a.gpus[G0];
+        assert_eq!((g0.allocatable, g0.allocated), (4, 2));
+        assert_eq!(
+            g0.pods.iter().collect::<Vec<_>>(),
+            vec![&key("ci", "job-1"), &key("ci", "job-2")]
+        );
+        let g1 = &a.gpus[G1];
+        assert_eq!((g1.allocatable, g1.allocated), (4, 2));
+        assert!(
+            !a.pod_gpus.contains_key(&key("ci", "done")),
+            "terminal pods are dropped"
+        );
+        assert!(a.holds(&key("ml", "train-0"), G1));
+        assert!(!a.holds(&key("ml", "train-0"), G0));
+
+        let req = |p: &PodKey| match p.1.as_str() {
+            "job-1" => Some(4096),
+            "train-0" => Some(20000),
+            _ => None,
+        };
+        assert_eq!(a.declared_mib(G0, req), 4096);
+        assert_eq!(a.declared_mib(G1, req), 20000);
+        assert_eq!(a.declared_mib("GPU-unknown", req), 0);
+
+        // Both have 2 allocated: the lower NVML index wins the tie.
+        let index = |u: &str| match u {
+            G0 => Some(0),
+            G1 => Some(1),
+            _ => None,
+        };
+        assert_eq!(a.next_gpu(index), Some(G0));
+        let index_swapped = |u: &str| index(u).map(|i| 1 - i);
+        assert_eq!(a.next_gpu(index_swapped), Some(G1));
+
+        let (j1, t0, stray) = (
+            key("ci", "job-1"),
+            key("ml", "train-0"),
+            key("ci", "no-gpu"),
+        );
+        let procs = [(&j1, G0), (&t0, G0), (&t0, G1), (&stray, G1), (&stray, G1)];
+        let without = a.processes_without_replica(procs);
+        assert_eq!(without.get(G0), Some(&1));
+        assert_eq!(without.get(G1), Some(&2));
+    }
+
+    #[test]
+    fn full_gpus_are_never_next_and_whole_gpus_count_as_one_replica() {
+        let allocatable = AllocatableResourcesResponse {
+            devices: vec![devices(&[G0.to_string(), G1.to_string()])],
+            ..Default::default()
+        };
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![pod("ml", "a", &[&[G0.to_string()]])],
+        };
+        let a = allocations(&list, &allocatable, |_, _| false);
+        assert_eq!((a.gpus[G0].allocatable, a.gpus[G0].allocated), (1, 1));
+        assert_eq!(a.next_gpu(|_| None), Some(G1));
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![pod("ml", "a", &[&[G0.to_string(), G1.to_string()]])],
+        };
+        assert_eq!(
+            allocations(&list, &allocatable, |_, _| false).next_gpu(|_| None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_gpu_only_list_names_is_kept() {
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![pod("ml", "a", &[&[r(G1, 0)]])],
+        };
+        let a = allocations(&list, &AllocatableResourcesResponse::default(), |_, _| {
+            false
+        });
+        assert_eq!((a.gpus[G1].allocatable, a.gpus[G1].allocated), (0, 1));
+        assert_eq!(a.next_gpu(|_| None), None);
+    }
+}

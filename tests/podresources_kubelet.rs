@@ -1,0 +1,354 @@
+//! The pod-resources client against a fake kubelet (DESIGN §5 tier 3): the generated
+//! `v1.PodResourcesLister` service over a real unix socket, with faults, a kubelet restart
+//! that deletes and recreates the socket, terminal pods, time-slicing replica IDs and several
+//! GPUs. The fake holds its answers behind a lock so each test can change them mid-run.
+
+use gpu_warden::attribute::podresources::client::{
+    PodResourcesClient, PodResourcesError, PodResourcesReply,
+};
+use gpu_warden::attribute::podresources::generated::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use gpu_warden::attribute::podresources::generated::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
+};
+use gpu_warden::attribute::podresources::model::{allocations, PodKey};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UnixListener;
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+const G0: &str = "GPU-11111111-2222-3333-4444-555555555555";
+const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
+
+#[derive(Default)]
+struct State {
+    list: ListPodResourcesResponse,
+    allocatable: AllocatableResourcesResponse,
+    /// Answer every call with this status instead.
+    fail: Option<tonic::Code>,
+    /// Sleep this long before answering.
+    delay: Duration,
+}
+
+#[derive(Clone, Default)]
+struct FakeKubelet {
+    state: Arc<Mutex<State>>,
+    calls: Arc<AtomicU64>,
+}
+
+impl FakeKubelet {
+    fn set(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.state.lock().unwrap());
+    }
+
+    async fn answer<T>(&self, f: impl FnOnce(&State) -> T) -> Result<Response<T>, Status> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let (fail, delay) = {
+            let s = self.state.lock().unwrap();
+            (s.fail, s.delay)
+        };
+        tokio::time::sleep(delay).await;
+        if let Some(code) = fail {
+            return Err(Status::new(code, "injected"));
+        }
+        let s = self.state.lock().unwrap();
+        Ok(Response::new(f(&s)))
+    }
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for FakeKubelet {
+    async fn list(
+        &self,
+        _: Request<ListPodResourcesRequest>,
+    ) -> Result<Response<ListPodResourcesResponse>, Status> {
+        self.answer(|s| s.list.clone()).await
+    }
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<AllocatableResourcesRequest>,
+    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
+        self.answer(|s| s.allocatable.clone()).await
+    }
+    async fn get(
+        &self,
+        _: Request<GetPodResourcesRequest>,
+    ) -> Result<Response<GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("not used by gpu-warden"))
+    }
+}
+
+/// A running fake kubelet: dropping `stop` shuts it down.
+struct Serving {
+    stop: Option<oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    /// Stops serving and deletes the socket, as a stopping kubelet does.
+    async fn shut_down(mut self, path: &Path) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = self.done.await;
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn serve(kubelet: &FakeKubelet, path: &Path) -> Serving {
+    let listener = UnixListener::bind(path).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let svc = PodResourcesListerServer::new(kubelet.clone());
+    let done = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Serving {
+        stop: Some(stop),
+        done,
+    }
+}
+
+fn devices(ids: &[String]) -> Vec<ContainerDevices> {
+    vec![ContainerDevices {
+        resource_name: "nvidia.com/gpu".into(),
+        device_ids: ids.to_vec(),
+        topology: None,
+    }]
+}
+
+fn replicas(gpu: &str, n: std::ops::Range<u32>) -> Vec<String> {
+    n.map(|i| format!("{gpu}::{i}")).collect()
+}
+
+fn pod(ns: &str, name: &str, ids: Vec<String>) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: "main".into(),
+            devices: devices(&ids),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Two GPUs time-sliced 4 ways; three pods share GPU 0 (where dcgm-exporter would label one),
+/// one holds two replicas of GPU 1, one finished job still listed by the kubelet.
+fn node(kubelet: &FakeKubelet) {
+    kubelet.set(|s| {
+        s.allocatable = AllocatableResourcesResponse {
+            devices: [devices(&replicas(G0, 0..4)), devices(&replicas(G1, 0..4))].concat(),
+            ..Default::default()
+        };
+        s.list = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("ci", "job-1", replicas(G0, 0..1)),
+                pod("ci", "job-2", replicas(G0, 1..2)),
+                pod("ci", "job-3", replicas(G0, 2..3)),
+                pod("ml", "train-0", replicas(G1, 0..2)),
+                pod("ci", "finished", replicas(G1, 3..4)),
+            ],
+        };
+    });
+}
+
+fn socket(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("kubelet.sock")
+}
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A fake kubelet serving [`node`] on a fresh socket, and a client connected to it.
+struct Node {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    kubelet: FakeKubelet,
+    server: Serving,
+    client: PodResourcesClient,
+}
+
+impl Node {
+    async fn start() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket(&dir);
+        let kubelet = FakeKubelet::default();
+        node(&kubelet);
+        let server = serve(&kubelet, &path);
+        let client = PodResourcesClient::connect(&path, TIMEOUT).await.unwrap();
+        Node {
+            _dir: dir,
+            path,
+            kubelet,
+            server,
+            client,
+        }
+    }
+}
+
+/// Polls until a poll succeeds (a kubelet coming up), at most 2.5 s.
+async fn poll_until_ok(client: &mut PodResourcesClient) -> Option<PodResourcesReply> {
+    for _ in 0..50 {
+        if let Ok(r) = client.poll().await {
+            return Some(r);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn replicas_of_several_gpus_terminal_pods_dropped_one_dial() {
+    let Node {
+        _dir,
+        path,
+        kubelet: _,
+        server,
+        mut client,
+    } = Node::start().await;
+    for _ in 0..10 {
+        client.poll().await.unwrap();
+    }
+    assert_eq!(client.dials(), 1, "one channel, never a dial per poll");
+    let reply = client.poll().await.unwrap();
+    let a = allocations(&reply.list, &reply.allocatable, |ns, n| {
+        (ns, n) == ("ci", "finished")
+    });
+    assert_eq!((a.gpus[G0].allocatable, a.gpus[G0].allocated), (4, 3));
+    assert_eq!((a.gpus[G1].allocatable, a.gpus[G1].allocated), (4, 2));
+    let g0_pods: Vec<&PodKey> = a.gpus[G0].pods.iter().collect();
+    assert_eq!(
+        g0_pods.len(),
+        3,
+        "every pod sharing the GPU is kept: {g0_pods:?}"
+    );
+    assert!(!a.gpus[G1].pods.iter().any(|p| p.1 == "finished"));
+    // The device plugin's next replica goes to GPU 1 (fewest allocated).
+    assert_eq!(a.next_gpu(|u| (u == G1).then_some(1).or(Some(0))), Some(G1));
+    server.shut_down(&path).await;
+}
+
+#[tokio::test]
+async fn kubelet_restart_recreates_the_socket_and_the_channel_redials() {
+    let Node {
+        _dir,
+        path,
+        kubelet,
+        server,
+        mut client,
+    } = Node::start().await;
+    client.poll().await.unwrap();
+    assert_eq!(client.dials(), 1);
+
+    server.shut_down(&path).await;
+    let err = client.poll().await.unwrap_err();
+    assert!(
+        !err.disables(),
+        "a restarting kubelet is a failed poll, not feature-off: {err}"
+    );
+
+    // The kubelet comes back with a new socket and new allocations.
+    kubelet.set(|s| {
+        s.list
+            .pod_resources
+            .push(pod("ci", "job-4", replicas(G0, 3..4)))
+    });
+    let server = serve(&kubelet, &path);
+    let reply = poll_until_ok(&mut client)
+        .await
+        .expect("the client reconnects to the recreated socket");
+    assert!(reply.list.pod_resources.iter().any(|p| p.name == "job-4"));
+    let dials = client.dials();
+    assert!(
+        (2..=4).contains(&dials),
+        "redials only while the socket was gone: {dials}"
+    );
+    for _ in 0..5 {
+        client.poll().await.unwrap();
+    }
+    assert_eq!(client.dials(), dials, "and stays on the new connection");
+    server.shut_down(&path).await;
+}
+
+#[tokio::test]
+async fn faults_are_call_errors_and_the_next_poll_recovers() {
+    let Node {
+        _dir,
+        path,
+        kubelet,
+        server,
+        mut client,
+    } = Node::start().await;
+
+    kubelet.set(|s| s.fail = Some(tonic::Code::Unavailable));
+    match client.poll().await {
+        Err(PodResourcesError::Call { call, message }) => {
+            assert_eq!(call, "List");
+            assert!(message.contains("Unavailable"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A hung kubelet: the call times out instead of stalling the agent.
+    kubelet.set(|s| {
+        s.fail = None;
+        s.delay = Duration::from_secs(3);
+    });
+    let started = std::time::Instant::now();
+    let err = client.poll().await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2), "{err}");
+    assert!(!err.disables());
+
+    kubelet.set(|s| s.delay = Duration::ZERO);
+    let reply = client.poll().await.unwrap();
+    assert_eq!(reply.list.pod_resources.len(), 5);
+    assert_eq!(reply.allocatable.devices.len(), 2);
+    server.shut_down(&path).await;
+}
+
+#[tokio::test]
+async fn a_socket_that_refuses_is_retried_not_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = socket(&dir);
+    // A stale socket file left by a dead kubelet: connecting is refused.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let mut client = PodResourcesClient::connect(&path, TIMEOUT).await.unwrap();
+    assert!(client.poll().await.is_err());
+    std::fs::remove_file(&path).unwrap();
+    let kubelet = FakeKubelet::default();
+    node(&kubelet);
+    let server = serve(&kubelet, &path);
+    let mut ok = false;
+    for _ in 0..50 {
+        if client.poll().await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ok,
+        "the kubelet that came up is reached through the same channel"
+    );
+    server.shut_down(&path).await;
+}
+
+#[tokio::test]
+async fn absent_socket_is_feature_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = PodResourcesClient::connect(socket(&dir), TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(err.disables(), "{err}");
+}
