@@ -1,6 +1,9 @@
 //! Criterion benches of the agent's per-poll work, on the simulated backend.
 //! `cargo bench` measures; `cargo bench -- --test` (CI) runs each once so they never rot.
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::cgroup::parse_proc_cgroup;

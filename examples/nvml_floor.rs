@@ -10,6 +10,9 @@
 //! (process utilization every 5 s, a process's name once per pid), so a poll that slows
 //! down with many processes can be pinned to the call that does it.
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Nvml;

@@ -24,6 +24,9 @@
 //! Options: `--timeout-ms T` (per read/write, default 5000), `--warmup K` (requests per
 //! client before the start barrier, not counted; default 1, which also opens the connection).
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Barrier};

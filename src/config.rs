@@ -155,6 +155,11 @@ pub struct Cli {
     #[arg(long, default_value = "1s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_GPM_INTERVAL")]
     pub gpm_interval: Duration,
 
+    /// Whether NVML GPM (the DCGM_FI_PROF_* families) is read at all; `off` leaves them
+    /// absent (cost measurements, drivers that misbehave).
+    #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off", env = "GPU_WARDEN_GPM")]
+    pub gpm: Switch,
+
     /// Name of the hostname label on DCGM families.
     #[arg(
         long,

@@ -150,13 +150,16 @@ fn nvml_source(cli: &Cli, s: NvmlSource) -> Opened {
     }
 }
 
-fn open_source(cli: &Cli) -> anyhow::Result<Opened> {
+fn open_source(cli: &Cli, clock: &dyn Clock) -> anyhow::Result<Opened> {
     match cli.backend {
         Backend::Sim => sim_source(cli),
-        Backend::Nvml => Ok(nvml_source(cli, NvmlSource::open()?)),
+        Backend::Nvml => Ok(nvml_source(
+            cli,
+            NvmlSource::open(clock, cli.gpm == Switch::On)?,
+        )),
         // A scenario names the simulator: playing it is what was asked for.
         Backend::Auto if cli.scenario.is_some() => sim_source(cli),
-        Backend::Auto => match NvmlSource::open() {
+        Backend::Auto => match NvmlSource::open(clock, cli.gpm == Switch::On) {
             Ok(s) => Ok(nvml_source(cli, s)),
             Err(e) => {
                 // Inside a cluster a missing NVML is a deployment fault to surface, not a
@@ -201,6 +204,7 @@ fn guard_parts(
     pods: Arc<dyn PodSource>,
     node: &str,
     self_metrics: &SelfMetrics,
+    clock: &Arc<dyn Clock>,
 ) -> GuardParts {
     let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
         Some(c) if policy.mode != Mode::Off => {
@@ -211,8 +215,14 @@ fn guard_parts(
                 .saturating_sub(Duration::from_secs(10))
                 .max(Duration::from_secs(5));
             Some(Arc::new(
-                Enforcer::new(c, node.to_string(), self_metrics.clone(), &policy)
-                    .with_walk_budget(budget),
+                Enforcer::new(
+                    c,
+                    node.to_string(),
+                    self_metrics.clone(),
+                    &policy,
+                    clock.clone(),
+                )
+                .with_walk_budget(budget),
             ))
         }
         _ => None,
@@ -257,9 +267,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         min_interval: cli.annotation_min_interval,
     };
     annotation_cfg.validate()?;
-    let opened = open_source(&cli)?;
-    tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let opened = open_source(&cli, clock.as_ref())?;
+    tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let self_metrics =
         SelfMetrics::new(env!("CARGO_PKG_VERSION")).context("registering self metrics")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -297,7 +307,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pods.clone(),
             Some(self_metrics.invisible_processes.clone()),
         );
-        let guard = guard_parts(policy, clients.as_ref(), pods.clone(), &node, &self_metrics);
+        let guard = guard_parts(policy, clients.as_ref(), pods.clone(), &node, &self_metrics, &clock);
         let pipeline = Pipeline::new(
             MetricsConfig {
                 hostname_label: cli.hostname_label.into(),

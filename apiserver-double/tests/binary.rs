@@ -1,6 +1,9 @@
 //! The `apiserver-double` binary, driven through a kubeconfig as gpu-warden would find it.
 //! (This is the only test binary that sets `KUBECONFIG`.)
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

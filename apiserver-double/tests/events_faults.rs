@@ -1,5 +1,8 @@
 //! Events through both APIs, fault injection, the down state, and the request log.
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::{Duration, Instant};

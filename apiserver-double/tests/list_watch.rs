@@ -1,5 +1,8 @@
 //! Lists with selectors, and kube's watcher + reflector against the double.
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

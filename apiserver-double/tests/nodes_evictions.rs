@@ -1,5 +1,8 @@
 //! Node annotation patches and pod evictions through the real kube client.
 
+// Measures or waits on real elapsed time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

@@ -22,6 +22,7 @@ use super::rank::{self, Victim};
 use super::state::{Decision, EvictionOutcome};
 use crate::agent::DecisionExecutor;
 use crate::attribute::pods::{pod_info, PodMap};
+use crate::clock::Clock;
 use crate::kube::KubeClients;
 use crate::publish::self_metrics::SelfMetrics;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
@@ -33,7 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// How long one eviction request may take before its outcome is in doubt.
 pub const DEFAULT_EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,6 +58,7 @@ pub struct Enforcer {
     evict: kube::Client,
     node: String,
     metrics: SelfMetrics,
+    clock: Arc<dyn Clock>,
     policy: Policy,
     grace_period_seconds: i64,
     read_timeout: Duration,
@@ -72,18 +74,21 @@ impl Enforcer {
     /// An enforcer for `node` using `clients.direct` (no retry) for fresh reads and
     /// evictions and `clients.main` for Events. `policy` judges a victim's fresh state (the
     /// same exclusions the ranking applies) and gives the evicted pods' grace period
-    /// (`evictionGracePeriodSeconds`). Timeouts start at the `DEFAULT_*` values.
+    /// (`evictionGracePeriodSeconds`). Timeouts start at the `DEFAULT_*` values; the walk's
+    /// budget, the logged durations and the Events' times are read from `clock`.
     pub fn new(
         clients: &KubeClients,
         node: impl Into<String>,
         metrics: SelfMetrics,
         policy: &Policy,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         Enforcer {
             main: clients.main.clone(),
             evict: clients.direct.clone(),
             node: node.into(),
             metrics,
+            clock,
             policy: policy.clone(),
             grace_period_seconds: policy.eviction_grace_period_seconds,
             read_timeout: DEFAULT_READ_TIMEOUT,
@@ -167,7 +172,8 @@ impl Enforcer {
     }
 
     async fn walk(&self, decision: &Decision) -> Vec<(String, EvictionOutcome)> {
-        let started = Instant::now();
+        let started = self.clock.mono();
+        let elapsed = |since: Duration| self.clock.mono().saturating_sub(since);
         let mut outcomes: Vec<(String, EvictionOutcome)> = Vec::new();
         let mut gone: Vec<String> = Vec::new();
         for (rank, victim) in decision.candidates.iter().enumerate() {
@@ -175,7 +181,7 @@ impl Enforcer {
             if decision.done(&refs) {
                 break;
             }
-            let left = self.walk_budget.saturating_sub(started.elapsed());
+            let left = self.walk_budget.saturating_sub(elapsed(started));
             if left.is_zero() {
                 tracing::warn!(
                     gpu = decision.gpu,
@@ -187,16 +193,16 @@ impl Enforcer {
                 );
                 break;
             }
-            let t0 = Instant::now();
+            let t0 = self.clock.mono();
             let outcome = match self.recheck(victim, self.read_timeout.min(left)).await {
                 Some(outcome) => outcome,
                 None => {
-                    let left = self.walk_budget.saturating_sub(started.elapsed());
+                    let left = self.walk_budget.saturating_sub(elapsed(started));
                     self.evict_one(victim, self.eviction_timeout.min(left))
                         .await
                 }
             };
-            let elapsed_ms = t0.elapsed().as_millis() as u64;
+            let elapsed_ms = elapsed(t0).as_millis() as u64;
             self.metrics
                 .evictions
                 .with_label_values(&[victim.namespace.as_str(), outcome.as_str()])
@@ -226,7 +232,7 @@ impl Enforcer {
             attempted = outcomes.len(),
             reclaimed = gone.len(),
             enough = decision.reclaimed_enough(&refs),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = elapsed(started).as_millis() as u64,
             "eviction walk finished"
         );
         outcomes
@@ -292,7 +298,7 @@ impl Enforcer {
         pods: &PodMap,
     ) {
         let drafts = events::drafts(decision, outcomes, pods, &self.node);
-        let at = SystemTime::now();
+        let at = self.clock.wall();
         let sends = drafts.iter().map(|d| self.send_event(decision, d, at));
         if tokio::time::timeout(self.event_timeout, futures::future::join_all(sends))
             .await

@@ -8,7 +8,7 @@
 //! On GPUs where `nvmlGpmQueryDeviceSupport` says yes (Hopper and newer), every full poll
 //! also takes one GPM sample (about 0.85 ms on an H200) and computes dcgm-exporter's
 //! `DCGM_FI_PROF_*` figures over the window since the previous poll's sample: a ring of
-//! two samples per GPU (`gpm.rs`). `GPU_WARDEN_GPM=off` turns GPM off (cost measurements,
+//! two samples per GPU (`gpm.rs`). `--gpm off` (`GPU_WARDEN_GPM=off`) turns GPM off (cost measurements,
 //! or an escape hatch should a driver misbehave). See `docs/gpm.md`.
 
 use super::gpm::{self, SampleRing, PROF_METRICS};
@@ -29,7 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// NVML is initialised once per process and lives for its whole life, so `Device<'static>`
 /// handles can be kept (nvml-wrapper's devices borrow the `Nvml` they came from).
@@ -102,8 +102,6 @@ pub struct NvmlSource {
     xids: Arc<Mutex<HashMap<u32, u64>>>,
     stop: Arc<AtomicBool>,
     xid_thread: Option<JoinHandle<()>>,
-    /// Origin of the monotonic times GPM windows are measured with.
-    epoch: Instant,
     /// How often a GPM sample is taken (`--gpm-interval`); full polls in between repeat
     /// the last figures.
     gpm_interval: Duration,
@@ -111,8 +109,10 @@ pub struct NvmlSource {
 
 impl NvmlSource {
     /// Loads NVML and reads each GPU's identity once. A GPU whose identity cannot be read
-    /// is skipped with a warning rather than stopping the agent.
-    pub fn open() -> Result<NvmlSource, SourceError> {
+    /// is skipped with a warning rather than stopping the agent. `gpm` (`--gpm`) says
+    /// whether GPM is read at all; GPM windows are measured on `clock`, the clock the
+    /// sampler stamps its polls with.
+    pub fn open(clock: &dyn crate::clock::Clock, gpm: bool) -> Result<NvmlSource, SourceError> {
         let nvml = nvml()?;
         let count = nvml.device_count().map_err(|e| SourceError::NvmlInit {
             call: "device_count",
@@ -133,13 +133,12 @@ impl NvmlSource {
                 }
             }
         }
-        let epoch = Instant::now();
-        if gpm_enabled(std::env::var("GPU_WARDEN_GPM").ok().as_deref()) {
+        if gpm {
             for d in &mut devices {
-                prime_gpm(d, epoch.elapsed());
+                prime_gpm(d, clock.mono());
             }
         } else {
-            tracing::info!("GPU_WARDEN_GPM=off: GPM is not read; DCGM_FI_PROF_* are absent");
+            tracing::info!("--gpm off: GPM is not read; DCGM_FI_PROF_* are absent");
             for d in &mut devices {
                 d.unsupported.insert(Field::Prof);
             }
@@ -154,7 +153,6 @@ impl NvmlSource {
             xids,
             stop,
             xid_thread,
-            epoch,
             gpm_interval: Duration::ZERO,
         })
     }
@@ -196,14 +194,6 @@ impl NvmlSource {
     pub fn gpu_count(&self) -> usize {
         self.devices.len()
     }
-}
-
-/// `GPU_WARDEN_GPM`: unset or anything but `off`/`0`/`false` reads GPM where supported.
-fn gpm_enabled(var: Option<&str>) -> bool {
-    !matches!(
-        var.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
-        Some("off" | "0" | "false" | "no")
-    )
 }
 
 /// GPM is a monitoring read, like every other call here; NVML documents no privilege for
@@ -713,18 +703,17 @@ impl GpuSource for NvmlSource {
         "nvml"
     }
 
-    fn poll(&mut self, _now: Duration, req: PollRequest) -> RawPoll {
+    fn poll(&mut self, now: Duration, req: PollRequest) -> RawPoll {
         let mut out = RawPoll {
             driver_version: self.driver_version.clone(),
             ..RawPoll::default()
         };
         let xids = self.xids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nvml = self.nvml;
-        let (epoch, gpm_interval) = (self.epoch, self.gpm_interval);
+        let gpm_interval = self.gpm_interval;
         for d in &mut self.devices {
             let xid = xids.get(&d.id.index).copied();
-            let at = epoch.elapsed();
-            let s = Self::sample_device(nvml, d, xid, req, at, gpm_interval, &mut out);
+            let s = Self::sample_device(nvml, d, xid, req, now, gpm_interval, &mut out);
             out.gpus.push(s);
         }
         out
@@ -764,16 +753,6 @@ mod tests {
     fn bus_ids_get_eight_digit_domains() {
         assert_eq!(normalize_bus_id("0000:06:00.0"), "00000000:06:00.0");
         assert_eq!(normalize_bus_id("00000000:06:00.0"), "00000000:06:00.0");
-    }
-
-    #[test]
-    fn gpm_switch() {
-        assert!(gpm_enabled(None));
-        assert!(gpm_enabled(Some("on")));
-        assert!(gpm_enabled(Some("")));
-        for off in ["off", "OFF", " 0", "false", "no"] {
-            assert!(!gpm_enabled(Some(off)), "{off:?}");
-        }
     }
 
     #[test]
@@ -832,7 +811,7 @@ mod tests {
         if std::path::Path::new("/dev/nvidiactl").exists() {
             return;
         }
-        match NvmlSource::open() {
+        match NvmlSource::open(&crate::clock::SystemClock::new(), true) {
             Ok(_) => panic!("NVML opened on a machine without /dev/nvidiactl"),
             Err(e) => {
                 let msg = e.to_string();

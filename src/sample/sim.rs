@@ -1,6 +1,10 @@
 //! The simulated backend: plays a [`Scenario`] as if it were NVML. A product feature, not
 //! only a test aid: it powers the demo, the tests and the benchmarks on machines with no GPU.
 
+// A `hang` fault blocks the polling thread for real time, as a stuck NVML ioctl does;
+// everything else here runs on the time it is given.
+#![allow(clippy::disallowed_methods)]
+
 use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
 use crate::snapshot::{GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, MIB};

@@ -2,10 +2,9 @@
 //! enforce mode on the A10G demo's greedy job, and a graceful shutdown removes exactly the
 //! agent's annotations.
 
-mod support;
+use crate::support::*;
 use apiserver_double::ApiServer;
 use std::time::{Duration, Instant};
-use support::*;
 
 #[test]
 fn annotations_guard_and_clean_shutdown() {

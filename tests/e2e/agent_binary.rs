@@ -1,8 +1,7 @@
 //! The real binary on the simulated backend, over real HTTP: endpoints, limits, shutdown,
 //! and start-up errors.
 
-mod support;
-use support::*;
+use crate::support::*;
 
 const SIM: &[&str] = &[
     "--backend",

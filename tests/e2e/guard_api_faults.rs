@@ -9,10 +9,9 @@
 //! The plan takes one pod. Evicted pods are deleted at once (grace 0); nothing ends the
 //! simulated processes, so the cooldown (60 s here) keeps the guard from deciding twice.
 
-mod support;
+use crate::support::*;
 use apiserver_double::{ApiServer, Fault, FaultAction, Method, RecordedRequest};
 use std::time::{Duration, Instant};
-use support::*;
 
 const NODE: &str = "gpu-node-1";
 

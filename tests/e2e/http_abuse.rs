@@ -9,8 +9,7 @@
 //! Each test prints its figures (`cargo test --test http_abuse -- --nocapture`); they are
 //! quoted in docs/reliability.md.
 
-mod support;
-use support::*;
+use crate::support::*;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

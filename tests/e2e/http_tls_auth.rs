@@ -1,8 +1,7 @@
 //! `/metrics` over TLS with bearer or basic auth, against the real binary: a self-signed
 //! certificate made at test time, a rustls client trusting it, and the flag checks.
 
-mod support;
-
+use crate::support::{free_port, get, parse_reply, root, run_to_exit, Agent, Reply};
 use base64::Engine;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +9,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, get, parse_reply, root, run_to_exit, Agent, Reply};
 use tokio_rustls::rustls::{self, pki_types::CertificateDer, ClientConfig, RootCertStore};
 
 const SIM: &[&str] = &[
@@ -234,7 +232,7 @@ fn bearer_auth_without_tls() {
     let agent = Agent::start(&args);
     assert_eq!(get(agent.port, "/metrics").unwrap().status, 401);
     assert_eq!(get(agent.port, "/healthz").unwrap().status, 200);
-    let r = support::raw_request(
+    let r = crate::support::raw_request(
         agent.port,
         format!(
             "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"

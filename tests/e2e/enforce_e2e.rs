@@ -3,6 +3,7 @@
 
 use apiserver_double::{ApiServer, EventApi, Fault, FaultAction, Method, StoredEvent};
 use gpu_warden::attribute::pods::PodMap;
+use gpu_warden::clock::SystemClock;
 use gpu_warden::guard::enforce::Enforcer;
 use gpu_warden::guard::policy::{Mode, Policy};
 use gpu_warden::guard::state::{Decision, EvictionOutcome, GpuPhase, Guard};
@@ -13,6 +14,7 @@ use gpu_warden::snapshot::{
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 const NODE: &str = "gpu-node-1";
@@ -100,8 +102,14 @@ impl World {
             eviction_grace_period_seconds: GRACE,
             ..Policy::default()
         };
-        let enforcer =
-            Enforcer::new(&clients, NODE, metrics.clone(), &policy).with_timeouts(eviction, events);
+        let enforcer = Enforcer::new(
+            &clients,
+            NODE,
+            metrics.clone(),
+            &policy,
+            Arc::new(SystemClock::new()),
+        )
+        .with_timeouts(eviction, events);
         let pod_map: PodMap = pods.iter().map(|p| (uid(p.name), info(p))).collect();
         let processes = pods
             .iter()

@@ -2,11 +2,10 @@
 //! double serves the scenario's pods, and the real binary with the real kube client maps
 //! every GPU process to its pod and container — checked over HTTP in /metrics and /state.
 
-mod support;
+use crate::support::*;
 use apiserver_double::ApiServer;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use support::*;
 
 const SCENARIO: &str = "tests/prometheus/scenario.yaml";
 

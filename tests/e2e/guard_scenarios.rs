@@ -99,8 +99,13 @@ impl World {
             UNIX_EPOCH + Duration::from_secs(1_790_000_000),
         ));
         let metrics = SelfMetrics::new("test").unwrap();
-        let executor: Arc<dyn DecisionExecutor> =
-            Arc::new(Enforcer::new(&clients, NODE, metrics.clone(), &policy));
+        let executor: Arc<dyn DecisionExecutor> = Arc::new(Enforcer::new(
+            &clients,
+            NODE,
+            metrics.clone(),
+            &policy,
+            clock.clone(),
+        ));
         let pipeline = Pipeline::new(
             MetricsConfig {
                 hostname: NODE.into(),

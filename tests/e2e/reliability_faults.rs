@@ -3,8 +3,7 @@
 //! failing; and, on the agent's `Core`, no guard decision on a GPU whose data cannot be
 //! trusted.
 
-mod support;
-use support::*;
+use crate::support::*;
 
 use gpu_warden::agent::{Core, DecisionExecutor, GuardParts, Outcomes};
 use gpu_warden::attribute::attributor::ProcAttributor;

@@ -1,0 +1,27 @@
+//! gpu-warden's integration tests, one crate: the real binary and library against the
+//! simulated GPU backend, the Kubernetes API server double and a fake kubelet, over real
+//! HTTP, gRPC and unix sockets. One module per area; `support` is the shared kit (the
+//! agent process, HTTP helpers). Run one area with `cargo test --test e2e <module>::`.
+
+// Tests measure real elapsed time (timeouts, latencies); the core they drive reads the
+// injected clock.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+mod agent_binary;
+mod agent_kube_e2e;
+mod annotations_e2e;
+mod attribution_e2e;
+mod enforce_e2e;
+mod golden_exposition;
+mod guard_api_faults;
+mod guard_scenarios;
+mod http_abuse;
+mod http_tls_auth;
+mod outage_budget;
+mod pod_watch_faults;
+mod podresources_kubelet;
+mod proptest_parsers;
+mod reliability_faults;
+mod soak;
