@@ -5,22 +5,22 @@
 #![allow(clippy::disallowed_methods)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use gpu_warden::agent::pipeline::Pipeline;
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::cgroup::parse_proc_cgroup;
 use gpu_warden::attribute::pods::{index_json, StaticPods};
 use gpu_warden::attribute::procfs::ProcFs;
-use gpu_warden::clock::{Clock, ManualClock};
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::rank::rank;
 use gpu_warden::guard::state::Guard;
-use gpu_warden::pipeline::Pipeline;
+use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::metrics::{self, MetricsConfig};
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
 use gpu_warden::sample::sim::{scenario_pods, SimSource};
 use gpu_warden::sample::{GpuSource, PollRequest};
-use gpu_warden::snapshot::Snapshot;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -140,7 +140,7 @@ fn ranking(c: &mut Criterion) {
         let (snap, _, pods) = attributed_snapshot(1, n, dir.path());
         let policy = Policy::default();
         let refused = Default::default();
-        let pods = gpu_warden::attribute::pods::PodSource::pods(pods.as_ref());
+        let pods = gpu_warden::attribute::ports::PodSource::pods(pods.as_ref());
         g.throughput(Throughput::Elements(u64::from(n)));
         g.bench_with_input(BenchmarkId::from_parameter(n), &snap, |b, snap| {
             b.iter(|| {
@@ -180,7 +180,7 @@ fn full_poll(c: &mut Criterion) {
         )));
         let mut guard = Guard::new(Policy::default());
         let mut stamper = Stamper::default();
-        let pod_map = gpu_warden::attribute::pods::PodSource::pods(pods.as_ref());
+        let pod_map = gpu_warden::attribute::ports::PodSource::pods(pods.as_ref());
         g.bench_function(format!("{gpus}gpu_{procs}procs"), |b| {
             b.iter(|| {
                 clock.advance(Duration::from_secs(1));

@@ -6,15 +6,11 @@
 //! (`snapshot`, `clock`, `publish::metrics`, …) do no I/O; the shells live in
 //! `sample::nvml`, `publish::http` and the binary's wiring.
 
+pub mod act;
 pub mod agent;
 pub mod attribute;
-pub mod backoff;
-pub mod clock;
 pub mod config;
 pub mod guard;
-pub mod kube;
-pub mod pipeline;
-pub mod pod;
+pub mod model;
 pub mod publish;
 pub mod sample;
-pub mod snapshot;

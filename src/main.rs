@@ -2,19 +2,21 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpu_warden::agent::{self, AgentParts, DecisionExecutor, GuardParts};
+use gpu_warden::act::enforce::Enforcer;
+use gpu_warden::act::node_annotations::{remove_annotations, spawn_annotator};
+use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::{self, AgentParts, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::{self, PodSource, StaticPods};
+use gpu_warden::attribute::pods::{self, StaticPods};
+use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::attribute::watch::WatchedPods;
-use gpu_warden::clock::{Clock, SystemClock};
 use gpu_warden::config::{self, Backend, Cli, KubeMode, LogFormat, Switch};
-use gpu_warden::guard::enforce::Enforcer;
 use gpu_warden::guard::policy::{Mode, Policy};
+use gpu_warden::guard::ports::DecisionExecutor;
 use gpu_warden::guard::state::Guard;
-use gpu_warden::pipeline::Pipeline;
+use gpu_warden::model::clock::{Clock, SystemClock};
 use gpu_warden::publish::annotations::AnnotationConfig;
-use gpu_warden::publish::annotator::{remove_annotations, spawn_annotator};
 use gpu_warden::publish::auth::Auth;
 use gpu_warden::publish::http::{HttpLimits, HttpSecurity};
 use gpu_warden::publish::metrics::MetricsConfig;
@@ -200,7 +202,7 @@ fn load_policy(cli: &Cli) -> anyhow::Result<Policy> {
 /// The guard: it always tracks pressure; it decides only with a cluster to act on.
 fn guard_parts(
     mut policy: Policy,
-    clients: Option<&gpu_warden::kube::KubeClients>,
+    clients: Option<&gpu_warden::act::client::KubeClients>,
     pods: Arc<dyn PodSource>,
     node: &str,
     self_metrics: &SelfMetrics,
@@ -284,7 +286,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::info!("--kube=off: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
                 None
             }
-            KubeMode::Auto => match gpu_warden::kube::connect().await? {
+            KubeMode::Auto => match gpu_warden::act::client::connect().await? {
                 Some(c) => {
                     tracing::info!(source = c.source, "Kubernetes API configured");
                     Some(c)

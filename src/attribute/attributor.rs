@@ -3,11 +3,10 @@
 //! and resolves the owner against the current pod view.
 
 use super::cgroup::{parse_proc_cgroup, CgroupIdentity};
-use super::pods::PodSource;
+use super::ports::{Attributor, PodSource};
 use super::procfs::{ProcError, ProcFs};
 use super::resolve::owner_of;
-use crate::pipeline::Attributor;
-use crate::snapshot::{Owner, Snapshot};
+use crate::model::snapshot::{Owner, Snapshot};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -109,8 +108,8 @@ impl Attributor for ProcAttributor {
 mod tests {
     use super::*;
     use crate::attribute::pods::StaticPods;
-    use crate::pod::{ContainerInfo, PodInfo};
-    use crate::snapshot::ProcessSample;
+    use crate::model::pod::{ContainerInfo, PodInfo};
+    use crate::model::snapshot::ProcessSample;
     use std::path::Path;
     use std::time::{Duration, SystemTime};
 

@@ -5,6 +5,7 @@ pub mod attributor;
 pub mod cgroup;
 pub mod podresources;
 pub mod pods;
+pub mod ports;
 pub mod procfs;
 pub mod resolve;
 pub mod watch;

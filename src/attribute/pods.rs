@@ -1,46 +1,11 @@
 //! The pod view: Kubernetes `Pod` objects reduced to [`PodInfo`], indexed by UID. The
 //! conversion is pure; the watch that feeds it lives in `attribute::watch`.
 
-use crate::pod::{strip_runtime_scheme, ContainerInfo, PodInfo};
+use super::ports::PodSource;
+use crate::model::pod::{strip_runtime_scheme, ContainerInfo, PodInfo, PodMap, PodViewStatus};
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
-
-/// Pods on this node by UID.
-pub type PodMap = HashMap<String, PodInfo>;
-
-/// How much the pod view can be trusted right now.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PodViewStatus {
-    /// The initial list has completed at least once.
-    pub synced: bool,
-    /// The watch is connected and current (no error since the last successful event).
-    pub healthy: bool,
-    /// The last watch error, if the watch is not healthy.
-    pub last_error: Option<String>,
-}
-
-impl PodViewStatus {
-    /// Whether decisions that depend on pods (evictions) may be taken on this view.
-    pub fn trustworthy(&self) -> bool {
-        self.synced && self.healthy
-    }
-}
-
-/// Where attribution and the guard get the current pods from.
-pub trait PodSource: Send + Sync {
-    /// The pods on this node now.
-    fn pods(&self) -> Arc<PodMap>;
-    /// Whether the view is synced and current.
-    fn status(&self) -> PodViewStatus;
-    /// Something read fresh from the API server disagrees with the view (`reason` says
-    /// what): drop it and relist. A fixed view ignores this.
-    fn distrust(&self, _reason: &str) {}
-    /// Whether some GPU is under memory pressure now: a view that is down comes back
-    /// sooner while it is. A fixed view ignores this.
-    fn set_urgent(&self, _urgent: bool) {}
-}
 
 /// A fixed set of pods (tests, and standalone runs with no cluster).
 #[derive(Debug, Clone, Default)]

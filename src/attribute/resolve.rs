@@ -1,9 +1,9 @@
 //! Pure resolution of a parsed cgroup identity against the pod view.
 
 use super::cgroup::CgroupIdentity;
-use super::pods::PodMap;
-use crate::pod::PodInfo;
-use crate::snapshot::{Owner, PodRef};
+use crate::model::pod::PodInfo;
+use crate::model::pod::PodMap;
+use crate::model::snapshot::{Owner, PodRef};
 
 /// The annotation in which the kubelet records a static pod's config hash; the mirror pod on
 /// the API server carries it, and the hash is the UID the kubelet names the pod's cgroup by.
@@ -66,7 +66,7 @@ pub fn owner_of(identity: Option<&CgroupIdentity>, pods: &PodMap) -> Owner {
 mod tests {
     use super::*;
     use crate::attribute::cgroup::Runtime;
-    use crate::pod::{ContainerInfo, PodInfo};
+    use crate::model::pod::{ContainerInfo, PodInfo};
 
     fn pods() -> PodMap {
         let p = PodInfo {

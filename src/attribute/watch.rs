@@ -15,8 +15,10 @@
 //! This loop is written out rather than kube's `watcher`, which hides bookmarks and watch
 //! restarts from its consumer: nothing would tell a quiet healthy node from a stalled one.
 
-use super::pods::{pod_info, PodMap, PodSource, PodViewStatus};
-use crate::backoff::Backoff;
+use super::pods::pod_info;
+use super::ports::PodSource;
+use crate::model::backoff::Backoff;
+use crate::model::pod::{PodMap, PodViewStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, WatchEvent, WatchParams};
@@ -136,7 +138,7 @@ impl WatchedPods {
             let mut backoff = Backoff::new(
                 timing.relist_backoff.0,
                 timing.relist_backoff.1,
-                crate::sample::sim::fnv64(&[&node]),
+                crate::model::ids::fnv64(&[&node]),
             );
             loop {
                 let error = watch_once(&api, &st, &node, &mut backoff, &ctl, timing).await;

@@ -1,8 +1,8 @@
 //! Test builders so the guard's table tests read like tables: GPUs in MiB, processes by
 //! pod UID, pods with chained attributes.
 
-use crate::pod::PodInfo;
-use crate::snapshot::{
+use crate::model::pod::PodInfo;
+use crate::model::snapshot::{
     GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
 };
 use std::collections::{BTreeMap, HashMap};

@@ -1,12 +1,14 @@
 //! The OOM guard: pure policy and trend, and the enforcer shell.
 
-pub mod enforce;
-pub mod events;
+pub mod decision;
+pub mod levels;
+pub mod notes;
 pub mod policy;
-pub mod pressure;
+pub mod ports;
 pub mod rank;
 pub mod selector;
 pub mod state;
+pub mod status;
 pub mod trend;
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //! ```
 
 use super::selector::Selector;
-use crate::snapshot::MIB;
+use crate::model::snapshot::MIB;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;

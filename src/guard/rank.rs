@@ -2,10 +2,10 @@
 //! kubelet-like ranking of DESIGN §3.5, as a pure function of the processes on the GPU,
 //! the node's pods and the policy.
 
+use super::decision::EvictionOutcome;
 use super::policy::Policy;
-use super::state::EvictionOutcome;
-use crate::pod::PodInfo;
-use crate::snapshot::{Owner, ProcessSample, MIB};
+use crate::model::pod::PodInfo;
+use crate::model::snapshot::{Owner, ProcessSample, MIB};
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

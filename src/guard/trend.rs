@@ -204,7 +204,7 @@ fn project(free: u64, slope: f64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::MIB;
+    use crate::model::snapshot::MIB;
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)

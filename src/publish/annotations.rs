@@ -22,8 +22,8 @@
 //! - A heartbeat needs a snapshot newer than the last published one: re-sending an old
 //!   observation would hide that the agent stopped polling.
 
-use crate::guard::pressure::Pressure;
-use crate::snapshot::{GpuHealth, Snapshot, MIB};
+use crate::model::pressure::Pressure;
+use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -541,7 +541,7 @@ impl AnnotationPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{GpuIdentity, GpuSample, MemoryInfo};
+    use crate::model::snapshot::{GpuIdentity, GpuSample, MemoryInfo};
     use serde_json::json;
 
     const Q: u64 = 256;

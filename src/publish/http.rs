@@ -4,7 +4,7 @@
 
 use super::auth::Auth;
 use super::state::Published;
-use crate::clock::Clock;
+use crate::model::clock::Clock;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;

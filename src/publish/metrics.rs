@@ -6,7 +6,7 @@
 //! name and dcgm-exporter's order (`gpu, UUID, pci_bus_id, device, modelName, Hostname,
 //! DCGM_FI_DRIVER_VERSION`) is part of the drop-in promise (DESIGN §4).
 
-use crate::snapshot::{GpuSample, Owner, ProcessSample, ProfSample, Snapshot, MIB};
+use crate::model::snapshot::{GpuSample, Owner, ProcessSample, ProfSample, Snapshot, MIB};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use std::collections::BTreeMap;
 
@@ -373,7 +373,7 @@ pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) -> Result<(), promet
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{GpuHealth, GpuIdentity, MemoryInfo, PodRef};
+    use crate::model::snapshot::{GpuHealth, GpuIdentity, MemoryInfo, PodRef};
     use std::time::{Duration, SystemTime};
 
     fn gpu(index: u32) -> GpuSample {

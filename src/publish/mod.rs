@@ -2,7 +2,6 @@
 //! server, and (later) the Node annotations.
 
 pub mod annotations;
-pub mod annotator;
 pub mod auth;
 pub mod http;
 pub mod metrics;

@@ -1,8 +1,8 @@
 //! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
 //! from it, and the guard's view for `/state`.
 
-use crate::guard::pressure::Pressure;
-use crate::snapshot::Snapshot;
+use crate::model::pressure::Pressure;
+use crate::model::snapshot::Snapshot;
 use bytes::Bytes;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@
 //! the H200 run of `scripts/gpm_h200.py` must confirm them empirically (idle vs a saturating
 //! bf16 matmul vs a device-memory copy loop), and `docs/gpm.md` records the verdict.
 
-use crate::snapshot::ProfSample;
+use crate::model::snapshot::ProfSample;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ pub mod sampler;
 pub mod scenario;
 pub mod sim;
 
-use crate::snapshot::{CallErrors, GpuSample, MemoryInfo, ProcessSample};
+use crate::model::snapshot::{CallErrors, GpuSample, MemoryInfo, ProcessSample};
 use std::time::Duration;
 
 /// A per-GPU reading that a backend may be unable to give. Used to cache `NotSupported`

@@ -3,8 +3,8 @@
 //! memory alone at the fast interval while the guard asks for it.
 
 use super::{GpuSource, MemoryReading, PollRequest, RawPoll};
-use crate::clock::Clock;
-use crate::snapshot::Snapshot;
+use crate::model::clock::Clock;
+use crate::model::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -210,7 +210,7 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SystemClock;
+    use crate::model::clock::SystemClock;
     use crate::sample::scenario::Scenario;
     use crate::sample::sim::SimSource;
 

@@ -3,7 +3,7 @@
 //! The format is documented for users in `docs/scenarios.md`.
 
 use super::Field;
-use crate::snapshot::{ProfSample, RemappedRows};
+use crate::model::snapshot::{ProfSample, RemappedRows};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
 use std::path::Path;

@@ -7,7 +7,10 @@
 
 use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
-use crate::snapshot::{GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, MIB};
+use crate::model::ids::fnv64;
+use crate::model::snapshot::{
+    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, ProcessSample, MIB,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -78,19 +81,6 @@ pub struct SimSource {
     /// When the current `poll`/`memory` call began (real time): a `hang` fault blocks
     /// until this plus what was left of its window at the call's `now`.
     entered: std::time::Instant,
-}
-
-/// A deterministic 64-bit FNV-1a hash, for generated UUIDs and IDs that stay the same
-/// from run to run (golden files depend on it).
-pub fn fnv64(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for p in parts {
-        for b in p.bytes().chain(std::iter::once(0xff)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100000001b3);
-        }
-    }
-    h
 }
 
 /// A UUID-shaped string (8-4-4-4-12 hex) derived from `parts`.

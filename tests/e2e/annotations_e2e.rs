@@ -7,12 +7,12 @@
 
 use apiserver_double::{ApiServer, Fault, FaultAction, Method, RecordedRequest};
 use bytes::Bytes;
-use gpu_warden::clock::{Clock, ManualClock, SystemClock};
-use gpu_warden::guard::pressure::Pressure;
-use gpu_warden::publish::annotations::AnnotationConfig;
-use gpu_warden::publish::annotator::{
+use gpu_warden::act::node_annotations::{
     remove_annotations, spawn_annotator_with, AnnotatorError, AnnotatorHandle, AnnotatorTiming,
 };
+use gpu_warden::model::clock::{Clock, ManualClock, SystemClock};
+use gpu_warden::model::pressure::Pressure;
+use gpu_warden::publish::annotations::AnnotationConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::publish::state::Published;
 use gpu_warden::sample::sampler::Stamper;
@@ -149,10 +149,12 @@ async fn rig(
     let server = ApiServer::start().await.unwrap();
     server.add_node(foreign_node()).unwrap();
     // The eviction client: no kube-level retry, so the annotator's own backoff is the only one.
-    let client =
-        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-            .unwrap()
-            .direct;
+    let client = gpu_warden::act::client::from_config(
+        kube::Config::new(server.url().parse().unwrap()),
+        "test",
+    )
+    .unwrap()
+    .direct;
     let metrics = SelfMetrics::new("test").unwrap();
     let (tx, rx) = watch::channel(None);
     let handle = spawn_annotator_with(
@@ -589,10 +591,12 @@ async fn keys_left_by_an_earlier_run_can_be_removed_when_annotations_are_off() {
         node["metadata"]["annotations"][k] = json!("left by a crashed run");
     }
     server.add_node(node).unwrap();
-    let client =
-        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-            .unwrap()
-            .direct;
+    let client = gpu_warden::act::client::from_config(
+        kube::Config::new(server.url().parse().unwrap()),
+        "test",
+    )
+    .unwrap()
+    .direct;
     remove_annotations(client, NODE, "gpu-warden.io", Duration::from_secs(3))
         .await
         .unwrap();

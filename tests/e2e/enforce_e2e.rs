@@ -1,17 +1,19 @@
 //! The enforcer shell against the API server double over real HTTP, with the real kube
-//! clients (`gpu_warden::kube::from_config`) and decisions made by the real `Guard`.
+//! clients (`gpu_warden::act::client::from_config`) and decisions made by the real `Guard`.
 
 use apiserver_double::{ApiServer, EventApi, Fault, FaultAction, Method, StoredEvent};
-use gpu_warden::attribute::pods::PodMap;
-use gpu_warden::clock::SystemClock;
-use gpu_warden::guard::enforce::Enforcer;
+use gpu_warden::act::enforce::Enforcer;
+use gpu_warden::guard::decision::{Decision, EvictionOutcome};
 use gpu_warden::guard::policy::{Mode, Policy};
-use gpu_warden::guard::state::{Decision, EvictionOutcome, GpuPhase, Guard};
-use gpu_warden::pod::PodInfo;
-use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::snapshot::{
+use gpu_warden::guard::state::Guard;
+use gpu_warden::guard::status::GpuPhase;
+use gpu_warden::model::clock::SystemClock;
+use gpu_warden::model::pod::PodInfo;
+use gpu_warden::model::pod::PodMap;
+use gpu_warden::model::snapshot::{
     GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
 };
+use gpu_warden::publish::self_metrics::SelfMetrics;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -95,7 +97,7 @@ impl World {
             }))?;
         }
         let clients =
-            gpu_warden::kube::from_config(kube::Config::new(server.url().parse()?), "test")?;
+            gpu_warden::act::client::from_config(kube::Config::new(server.url().parse()?), "test")?;
         let metrics = SelfMetrics::new("test")?;
         let policy = Policy {
             mode,

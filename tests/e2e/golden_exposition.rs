@@ -2,15 +2,16 @@
 //! name, help text, type, label order, unit or value formatting shows up as a diff here.
 //! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test golden_exposition`.
 
-use gpu_warden::clock::{Clock, ManualClock};
-use gpu_warden::pipeline::{Attributor, Pipeline};
+use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::attribute::ports::Attributor;
+use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::snapshot::{Owner, PodRef, Snapshot};
 use gpu_warden::publish::metrics::{HostnameLabel, MetricsConfig};
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
 use gpu_warden::sample::sim::SimSource;
 use gpu_warden::sample::{GpuSource, PollRequest};
-use gpu_warden::snapshot::{Owner, PodRef, Snapshot};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};

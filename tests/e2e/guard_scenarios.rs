@@ -8,16 +8,17 @@
 //! between while the guard asks for the fast watch.
 
 use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction};
-use gpu_warden::agent::{Core, DecisionExecutor, GuardParts};
+use gpu_warden::act::enforce::Enforcer;
+use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::{Core, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::PodSource;
+use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::attribute::watch::WatchedPods;
-use gpu_warden::clock::{Clock, ManualClock};
-use gpu_warden::guard::enforce::Enforcer;
 use gpu_warden::guard::policy::Policy;
+use gpu_warden::guard::ports::DecisionExecutor;
 use gpu_warden::guard::state::Guard;
-use gpu_warden::pipeline::Pipeline;
+use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
@@ -81,9 +82,11 @@ impl World {
         });
         // kube's client needs the runtime's reactor from its construction on.
         let _entered = rt.enter();
-        let clients =
-            gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-                .unwrap();
+        let clients = gpu_warden::act::client::from_config(
+            kube::Config::new(server.url().parse().unwrap()),
+            "test",
+        )
+        .unwrap();
         let pods = WatchedPods::spawn(clients.direct.clone(), NODE);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !pods.status().trustworthy() {

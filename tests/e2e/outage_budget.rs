@@ -6,9 +6,9 @@
 //! check that an attempt is one request and that both recover; evictions are never attempted
 //! during an outage because the guard holds decisions while the pod view is unhealthy.
 
+use gpu_warden::act::node_annotations::AnnotatorTiming;
 use gpu_warden::attribute::watch::RELIST_BACKOFF;
-use gpu_warden::backoff::Backoff;
-use gpu_warden::publish::annotator::AnnotatorTiming;
+use gpu_warden::model::backoff::Backoff;
 use std::time::Duration;
 
 const OUTAGE: Duration = Duration::from_secs(300);

@@ -3,7 +3,7 @@
 //! outage. The view must say when it cannot be trusted, and catch up afterwards.
 
 use apiserver_double::{ApiServer, Fault, FaultAction};
-use gpu_warden::attribute::pods::PodSource;
+use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::watch::{WatchTiming, WatchedPods};
 use std::time::{Duration, Instant};
 
@@ -36,9 +36,11 @@ fn the_view_follows_drops_restarts_and_outages() {
         .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
         .unwrap();
     let _entered = rt.enter();
-    let clients =
-        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-            .unwrap();
+    let clients = gpu_warden::act::client::from_config(
+        kube::Config::new(server.url().parse().unwrap()),
+        "test",
+    )
+    .unwrap();
     let view = WatchedPods::spawn(clients.direct.clone(), "n1");
     wait("first sync", 10, || view.status().trustworthy());
     assert_eq!(view.pods().len(), 1);
@@ -92,9 +94,11 @@ fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
         .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
         .unwrap();
     let _entered = rt.enter();
-    let clients =
-        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-            .unwrap();
+    let clients = gpu_warden::act::client::from_config(
+        kube::Config::new(server.url().parse().unwrap()),
+        "test",
+    )
+    .unwrap();
     let timing = WatchTiming {
         watch_timeout_secs: 1,
         stall_bound: Duration::from_millis(2500),
@@ -167,9 +171,11 @@ fn pressure_brings_the_view_back_sooner() {
         .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
         .unwrap();
     let _entered = rt.enter();
-    let clients =
-        gpu_warden::kube::from_config(kube::Config::new(server.url().parse().unwrap()), "test")
-            .unwrap();
+    let clients = gpu_warden::act::client::from_config(
+        kube::Config::new(server.url().parse().unwrap()),
+        "test",
+    )
+    .unwrap();
     let timing = WatchTiming {
         // The first pause after a failure is 10–20 s: long enough to tell apart.
         relist_backoff: (Duration::from_secs(20), Duration::from_secs(60)),

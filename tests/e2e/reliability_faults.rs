@@ -5,14 +5,17 @@
 
 use crate::support::*;
 
-use gpu_warden::agent::{Core, DecisionExecutor, GuardParts, Outcomes};
+use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::{Core, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::{index, PodMap, StaticPods};
+use gpu_warden::attribute::pods::{index, StaticPods};
 use gpu_warden::attribute::procfs::ProcFs;
-use gpu_warden::clock::{Clock, ManualClock};
+use gpu_warden::guard::decision::Decision;
 use gpu_warden::guard::policy::Policy;
-use gpu_warden::guard::state::{Decision, Guard};
-use gpu_warden::pipeline::Pipeline;
+use gpu_warden::guard::ports::{DecisionExecutor, Outcomes};
+use gpu_warden::guard::state::Guard;
+use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::pod::PodMap;
 use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
@@ -541,8 +544,8 @@ fn the_guard_decides_only_on_gpus_whose_data_is_current() {
 #[test]
 fn a_pod_inflating_its_own_vram_ranks_itself_first() {
     use gpu_warden::guard::rank::rank;
-    use gpu_warden::pod::{ContainerInfo, PodInfo};
-    use gpu_warden::snapshot::{Owner, PodRef, ProcessSample, MIB};
+    use gpu_warden::model::pod::{ContainerInfo, PodInfo};
+    use gpu_warden::model::snapshot::{Owner, PodRef, ProcessSample, MIB};
     use std::collections::HashMap;
 
     let pod = |name: &str, priority: i32, request_mib: Option<u64>| PodInfo {

@@ -13,15 +13,17 @@
 //! Prints its figures (`cargo test --test soak -- --nocapture`), quoted in
 //! docs/reliability.md. `SOAK_POLLS=N` runs longer.
 
+use gpu_warden::agent::pipeline::Pipeline;
 use gpu_warden::agent::{Core, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::{pod_info, PodMap, PodSource, PodViewStatus};
+use gpu_warden::attribute::pods::pod_info;
+use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::procfs::ProcFs;
-use gpu_warden::clock::{Clock, ManualClock};
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::state::Guard;
-use gpu_warden::pipeline::Pipeline;
-use gpu_warden::pod::{ContainerInfo, PodInfo};
+use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::pod::{ContainerInfo, PodInfo};
+use gpu_warden::model::pod::{PodMap, PodViewStatus};
 use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;

@@ -2,16 +2,21 @@
 //! until shutdown. Everything it runs is injected (source, clock, listener, pod view,
 //! decision executor), so integration tests start the same loop the binary does.
 
-use crate::attribute::pods::{PodMap, PodSource};
-use crate::clock::Clock;
+pub mod pipeline;
+
+use crate::agent::pipeline::Pipeline;
+use crate::attribute::ports::PodSource;
+use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::policy::Mode;
-use crate::guard::state::{Decision, EvictionOutcome, Guard};
-use crate::pipeline::Pipeline;
+use crate::guard::ports::{DecisionExecutor, Outcomes};
+use crate::guard::state::Guard;
+use crate::model::clock::Clock;
+use crate::model::pod::PodMap;
+use crate::model::snapshot::{MemoryInfo, Snapshot};
 use crate::publish::http::{self, HttpLimits, HttpState};
 use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
 use crate::sample::{GpuSource, MemoryReading};
-use crate::snapshot::{MemoryInfo, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -19,20 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-
-/// What executing a decision yields: each pod tried, with its outcome.
-pub type Outcomes = Vec<(String, EvictionOutcome)>;
-
-/// Carries out a guard decision (the enforcer shell in production, a recorder in tests)
-/// and returns what happened to each pod it tried.
-pub trait DecisionExecutor: Send + Sync {
-    /// Executes `decision` against the pods of the current view.
-    fn execute(
-        &self,
-        decision: Decision,
-        pods: Arc<PodMap>,
-    ) -> Pin<Box<dyn Future<Output = Outcomes> + Send + '_>>;
-}
 
 /// The guard and what it needs beside the snapshots.
 pub struct GuardParts {

@@ -9,10 +9,12 @@
 //! exponential backoff in the background. On [`AnnotatorHandle::shutdown`] it removes
 //! exactly its four keys, because a stale free figure is worse than none.
 
-use super::annotations::{removal_patch, AnnotationConfig, AnnotationPatch, AnnotationPlanner};
-use super::self_metrics::SelfMetrics;
-use super::state::Published;
-use crate::clock::Clock;
+use crate::model::clock::Clock;
+use crate::publish::annotations::{
+    removal_patch, AnnotationConfig, AnnotationPatch, AnnotationPlanner,
+};
+use crate::publish::self_metrics::SelfMetrics;
+use crate::publish::state::Published;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use std::future::Future;
@@ -83,7 +85,7 @@ pub enum AnnotatorError {
     Task(String),
 }
 
-pub use crate::backoff::Backoff;
+pub use crate::model::backoff::Backoff;
 
 /// Runs the annotator; dropping it without [`shutdown`](Self::shutdown) also stops the
 /// task and removes the keys, but nobody waits for that.
@@ -120,7 +122,7 @@ impl AnnotatorHandle {
 /// Starts the annotator for `node` with the default [`AnnotatorTiming`].
 ///
 /// `client` should have kube's `default_retry` off (the `direct` client of
-/// [`crate::kube::KubeClients`]): kube's built-in retry re-sends a 503 up to 15 times
+/// [`crate::act::client::KubeClients`]): kube's built-in retry re-sends a 503 up to 15 times
 /// within one call, which would defeat this task's own backoff during an outage.
 /// `cfg` should have passed [`AnnotationConfig::validate`]. Must be called inside a tokio
 /// runtime (it spawns the task there).

@@ -2,7 +2,7 @@
 //! the guard and the events need, taken from the pod watch. No I/O here.
 
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 /// One container of a pod and its current runtime container ID.
@@ -47,6 +47,27 @@ impl PodInfo {
         self.containers
             .iter()
             .find(|c| c.container_id.as_deref() == Some(container_id))
+    }
+}
+
+/// Pods on this node by UID.
+pub type PodMap = HashMap<String, PodInfo>;
+
+/// How much the pod view can be trusted right now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PodViewStatus {
+    /// The initial list has completed at least once.
+    pub synced: bool,
+    /// The watch is connected and current (no error since the last successful event).
+    pub healthy: bool,
+    /// The last watch error, if the watch is not healthy.
+    pub last_error: Option<String>,
+}
+
+impl PodViewStatus {
+    /// Whether decisions that depend on pods (evictions) may be taken on this view.
+    pub fn trustworthy(&self) -> bool {
+        self.synced && self.healthy
     }
 }
 

@@ -2,23 +2,17 @@
 //! render the exposition and build the publication. No I/O of its own: attribution is
 //! injected, time comes from the injected clock, so tests drive it poll by poll.
 
-use crate::clock::Clock;
-use crate::guard::pressure::Pressure;
+use crate::attribute::ports::Attributor;
+use crate::model::clock::Clock;
+use crate::model::pressure::Pressure;
+use crate::model::snapshot::{GpuHealth, Snapshot};
 use crate::publish::metrics::{self, MetricsConfig};
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
-use crate::snapshot::{GpuHealth, Snapshot};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Fills in each process's owner. The real one reads `/proc` and the pod watch; tests
-/// inject fixed answers.
-pub trait Attributor: Send {
-    /// Sets `owner` on every process of `snap`.
-    fn attribute(&mut self, snap: &mut Snapshot);
-}
 
 /// The per-poll core.
 pub struct Pipeline {
@@ -115,12 +109,12 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::model::clock::ManualClock;
+    use crate::model::snapshot::{Owner, PodRef};
     use crate::sample::sampler::Stamper;
     use crate::sample::scenario::Scenario;
     use crate::sample::sim::SimSource;
     use crate::sample::{GpuSource, PollRequest};
-    use crate::snapshot::{Owner, PodRef};
 
     struct Everyone;
     impl Attributor for Everyone {

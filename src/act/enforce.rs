@@ -16,14 +16,16 @@
 //! - **in doubt is not failed**: an eviction with no answer may still be carried out, so the
 //!   walk stops there and the guard waits to learn the pod's fate.
 
-use super::events::{self, EventDraft};
-use super::policy::{Mode, Policy};
-use super::rank::{self, Victim};
-use super::state::{Decision, EvictionOutcome};
-use crate::agent::DecisionExecutor;
-use crate::attribute::pods::{pod_info, PodMap};
-use crate::clock::Clock;
-use crate::kube::KubeClients;
+use super::events;
+use crate::act::client::KubeClients;
+use crate::attribute::pods::pod_info;
+use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::notes::{self, EventDraft};
+use crate::guard::policy::{Mode, Policy};
+use crate::guard::ports::DecisionExecutor;
+use crate::guard::rank::{self, Victim};
+use crate::model::clock::Clock;
+use crate::model::pod::PodMap;
 use crate::publish::self_metrics::SelfMetrics;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -253,7 +255,7 @@ impl Enforcer {
                 return Some(EvictionOutcome::AlreadyGone)
             }
             Ok(Err(e)) => {
-                return Some(EvictionOutcome::Aborted(events::clean(
+                return Some(EvictionOutcome::Aborted(notes::clean(
                     &format!("fresh read of the pod failed: {e}; evicting nothing"),
                     DETAIL_LIMIT,
                 )))
@@ -297,7 +299,7 @@ impl Enforcer {
         outcomes: &[(String, EvictionOutcome)],
         pods: &PodMap,
     ) {
-        let drafts = events::drafts(decision, outcomes, pods, &self.node);
+        let drafts = notes::drafts(decision, outcomes, pods, &self.node);
         let at = self.clock.wall();
         let sends = drafts.iter().map(|d| self.send_event(decision, d, at));
         if tokio::time::timeout(self.event_timeout, futures::future::join_all(sends))
@@ -395,7 +397,7 @@ pub fn outcome_of(result: Result<(), kube::Error>) -> EvictionOutcome {
                 } else {
                     format!(" {}", s.reason)
                 };
-                events::clean(&format!("{}{reason}: {}", s.code, s.message), DETAIL_LIMIT)
+                notes::clean(&format!("{}{reason}: {}", s.code, s.message), DETAIL_LIMIT)
             };
             match s.code {
                 404 => EvictionOutcome::AlreadyGone,
@@ -409,7 +411,7 @@ pub fn outcome_of(result: Result<(), kube::Error>) -> EvictionOutcome {
                 _ => EvictionOutcome::Failed(detail()),
             }
         }
-        Err(e) => EvictionOutcome::InDoubt(events::clean(
+        Err(e) => EvictionOutcome::InDoubt(notes::clean(
             &format!("{e}; the eviction may still be carried out"),
             DETAIL_LIMIT,
         )),
@@ -435,7 +437,7 @@ fn log_outcome(
                 pod = %victim.name,
                 uid = %victim.uid,
                 rank = rank + 1,
-                use_mib = victim.use_bytes / crate::snapshot::MIB,
+                use_mib = victim.use_bytes / crate::model::snapshot::MIB,
                 outcome = outcome.as_str(),
                 detail,
                 elapsed_ms,
@@ -465,10 +467,10 @@ fn log_outcome(
 
 fn log_event_error(decision: &Decision, draft: &EventDraft, api: &str, e: &kube::Error) {
     let about = match &draft.regarding {
-        events::Regarding::Pod {
+        notes::Regarding::Pod {
             namespace, name, ..
         } => format!("pod {namespace}/{name}"),
-        events::Regarding::Node { name } => format!("node {name}"),
+        notes::Regarding::Node { name } => format!("node {name}"),
     };
     tracing::warn!(
         gpu = decision.gpu,

@@ -1,0 +1,8 @@
+//! The Kubernetes shells: the API clients, the enforcer that carries guard decisions out
+//! (evictions and Events), the Event objects, and the node annotator that writes what
+//! `publish::annotations` plans.
+
+pub mod client;
+pub mod enforce;
+pub mod events;
+pub mod node_annotations;

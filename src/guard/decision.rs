@@ -1,0 +1,225 @@
+//! A guard decision and what became of it: the rule that fired, the minimum-reclaim plan
+//! over the ranked candidates, and each eviction's outcome as the enforcer reports it.
+
+use super::levels::{Levels, Pressure};
+use super::policy::Mode;
+use super::rank::{fmt_bytes, Excluded, Victim};
+use serde::{Serialize, Serializer};
+use std::time::Duration;
+
+/// Which rule made the guard act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Free memory fell below `hard`.
+    Hard,
+    /// Free memory stayed below `soft` for the whole `grace` period.
+    SoftGrace,
+    /// Free memory is below `soft` and the trend projects the GPU full within `horizon`.
+    SoftTrend,
+}
+
+impl Trigger {
+    /// Spelling for logs and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Hard => "hard",
+            Trigger::SoftGrace => "soft_grace",
+            Trigger::SoftTrend => "soft_trend",
+        }
+    }
+}
+
+/// What became of one eviction attempt, as the enforcer reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", content = "detail", rename_all = "snake_case")]
+pub enum EvictionOutcome {
+    /// The Eviction API accepted it (201).
+    Evicted,
+    /// 404: the pod was already gone; its memory is going away all the same.
+    AlreadyGone,
+    /// 429: a PodDisruptionBudget forbids it now. The pod is skipped for `cooldownTimeout`.
+    Blocked(String),
+    /// An answer that says the eviction was not carried out (403, a 409 that is not the UID
+    /// precondition, 500 and the other API errors). The pod is skipped for `cooldownTimeout`.
+    Failed(String),
+    /// Nobody knows: the request was sent and no answer came (timeout, connection lost, a
+    /// gateway's 502/503/504). The eviction may still happen, so the walk stops, the pod's
+    /// memory counts as reclaimed-pending, and no further eviction happens on that GPU until
+    /// the pod is seen gone (or still running after `inDoubtTimeout` on a current view).
+    InDoubt(String),
+    /// Not attempted: the fresh read just before the eviction showed the pod no longer
+    /// eligible (the pod view was behind). Skipped for `cooldownTimeout`; the walk moves on.
+    Skipped(String),
+    /// Not attempted: the fresh read of the pod failed or timed out, so the API server is not
+    /// healthy enough to act on. The walk stops; the GPU may decide again after a short pause.
+    Aborted(String),
+}
+
+impl EvictionOutcome {
+    /// The `result` label of `gpu_warden_evictions_total`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EvictionOutcome::Evicted => "evicted",
+            EvictionOutcome::AlreadyGone => "already_gone",
+            EvictionOutcome::Blocked(_) => "blocked",
+            EvictionOutcome::Failed(_) => "failed",
+            EvictionOutcome::InDoubt(_) => "in_doubt",
+            EvictionOutcome::Skipped(_) => "skipped",
+            EvictionOutcome::Aborted(_) => "aborted",
+        }
+    }
+
+    /// The API server's answer or the reason, for outcomes that carry one.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => None,
+            EvictionOutcome::Blocked(d)
+            | EvictionOutcome::Failed(d)
+            | EvictionOutcome::InDoubt(d)
+            | EvictionOutcome::Skipped(d)
+            | EvictionOutcome::Aborted(d) => Some(d),
+        }
+    }
+
+    /// Whether the enforcer must stop the walk after this outcome: the eviction may have
+    /// happened (in doubt), or the API cannot be trusted to act on (aborted).
+    pub fn ends_walk(&self) -> bool {
+        matches!(
+            self,
+            EvictionOutcome::InDoubt(_) | EvictionOutcome::Aborted(_)
+        )
+    }
+
+    /// Whether the pod is (or is about to be) gone, so its memory counts as reclaimed.
+    pub fn reclaims(&self) -> bool {
+        matches!(
+            self,
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
+        )
+    }
+}
+
+/// One decision to reclaim memory on one GPU.
+///
+/// The enforcer walks `candidates` in order, skipping any whose eviction is blocked or
+/// fails, and stops as soon as [`Decision::done`] says so: when the pods it has evicted
+/// reclaim `reclaim_target_bytes`, or when it has evicted `max_evictions` pods (the
+/// rate limit's allowance). Every attempt is reported with [`Guard::record_outcome`].
+/// In dry-run mode it evicts nothing and reports nothing; the plan is the first `planned`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Unique per guard, increasing.
+    pub id: u64,
+    /// NVML index of the GPU.
+    pub gpu: u32,
+    /// UUID of the GPU.
+    pub uuid: String,
+    /// Monotonic time of the decision (seconds in JSON).
+    #[serde(serialize_with = "ser_secs")]
+    pub at: Duration,
+    /// The mode it was made in (dry-run decisions are announced, never carried out).
+    pub mode: Mode,
+    /// The rule that fired.
+    pub trigger: Trigger,
+    /// Pressure at the time.
+    pub pressure: Pressure,
+    /// Framebuffer total, bytes.
+    pub total: u64,
+    /// Framebuffer used, bytes.
+    pub used: u64,
+    /// Framebuffer free, bytes (NVML v2 `free`, which excludes `reserved`).
+    pub free: u64,
+    /// The thresholds resolved for this GPU.
+    pub levels: Levels,
+    /// Trend projection of the GPU filling up, when the trend had one.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub time_to_full: Option<Duration>,
+    /// Bytes to reclaim to bring free back to `levels.target` (soft + reclaim margin).
+    pub reclaim_target_bytes: u64,
+    /// Every eligible pod on the GPU, first to evict first.
+    pub candidates: Vec<Victim>,
+    /// The minimum-reclaim plan: the first `planned` candidates are the smallest prefix
+    /// whose use covers `reclaim_target_bytes` (all of them if none does), cut to the
+    /// rate limit's allowance.
+    pub planned: usize,
+    /// Most pods the enforcer may evict for this decision: the rate limit's allowance,
+    /// reserved for this decision while it is in flight so the global limit holds.
+    pub max_evictions: usize,
+    /// The plan was cut (possibly to nothing) by the global rate limit.
+    pub rate_limited: bool,
+    /// Pods on the GPU that may not be evicted, with the reason (for logs and /state).
+    pub excluded: Vec<Excluded>,
+    /// Memory held by processes outside any known pod: part of the pressure, not evictable.
+    pub other_bytes: u64,
+}
+
+impl Decision {
+    /// The victims the minimum-reclaim plan takes.
+    pub fn planned_victims(&self) -> &[Victim] {
+        self.candidates
+            .get(..self.planned)
+            .unwrap_or(&self.candidates)
+    }
+
+    /// Whether the candidates with these UIDs (evicted, or already gone) reclaim the
+    /// target. Unknown or repeated UIDs count once or not at all.
+    pub fn reclaimed_enough(&self, evicted_uids: &[&str]) -> bool {
+        let reclaimed: u64 = self
+            .candidates
+            .iter()
+            .filter(|v| evicted_uids.contains(&v.uid.as_str()))
+            .map(|v| v.use_bytes)
+            .sum();
+        reclaimed >= self.reclaim_target_bytes
+    }
+
+    /// Whether the enforcer should stop: the target is reclaimed or the allowance used.
+    pub fn done(&self, evicted_uids: &[&str]) -> bool {
+        let evicted = self
+            .candidates
+            .iter()
+            .filter(|v| evicted_uids.contains(&v.uid.as_str()))
+            .count();
+        self.reclaimed_enough(evicted_uids) || evicted >= self.max_evictions
+    }
+
+    /// One line for logs and the Node Event.
+    pub fn summary(&self) -> String {
+        let limit = if self.rate_limited {
+            format!(" (cut by the rate limit to {})", self.planned)
+        } else {
+            String::new()
+        };
+        let names: Vec<String> = self
+            .planned_victims()
+            .iter()
+            .map(|v| format!("{}/{}", v.namespace, v.name))
+            .collect();
+        format!(
+            "GPU {} ({}): {} of {} used, {} free, {} pressure ({}); plan: evict {} of {} candidates{limit} [{}] to reclaim {}",
+            self.gpu,
+            self.uuid,
+            fmt_bytes(self.used),
+            fmt_bytes(self.total),
+            fmt_bytes(self.free),
+            self.pressure,
+            self.trigger.as_str(),
+            self.planned,
+            self.candidates.len(),
+            names.join(", "),
+            fmt_bytes(self.reclaim_target_bytes)
+        )
+    }
+}
+
+pub(crate) fn ser_secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+pub(crate) fn ser_opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}

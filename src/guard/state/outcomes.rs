@@ -1,0 +1,225 @@
+//! How outcomes change a GPU's phase: what the enforcer reports for each pod, how an
+//! eviction in doubt is resolved from the pod view and the process list, and how a
+//! decision is closed.
+
+use super::{Guard, Resolution};
+use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::rank::Victim;
+use crate::guard::status::GpuPhase;
+use crate::model::pod::PodInfo;
+use crate::model::snapshot::ProcessSample;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+impl Guard {
+    /// Records what the enforcer got for one pod of a decision. Evictions (and evictions in
+    /// doubt) count against the rate limit even if the decision has since timed out;
+    /// refused, failed and skipped pods are skipped for `cooldownTimeout`.
+    pub fn record_outcome(
+        &mut self,
+        decision_id: u64,
+        pod_uid: &str,
+        outcome: EvictionOutcome,
+        now: Duration,
+    ) {
+        self.expire(now);
+        match &outcome {
+            EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_) => self.evictions.push_back(now),
+            EvictionOutcome::Blocked(d)
+            | EvictionOutcome::Failed(d)
+            | EvictionOutcome::Skipped(d) => {
+                self.refused.insert(
+                    pod_uid.to_string(),
+                    (now + self.policy.cooldown_timeout, d.clone()),
+                );
+            }
+            EvictionOutcome::AlreadyGone | EvictionOutcome::Aborted(_) => {}
+        }
+        let timeout = self.policy.cooldown_timeout;
+        for st in self.gpus.values_mut() {
+            let (outcomes, in_doubt) = match &mut st.phase {
+                GpuPhase::Evicting {
+                    decision_id: id,
+                    outcomes,
+                    last_activity,
+                } if *id == decision_id => {
+                    *last_activity = now;
+                    (outcomes, false)
+                }
+                GpuPhase::InDoubt {
+                    decision_id: id,
+                    outcomes,
+                    ..
+                } if *id == decision_id => (outcomes, true),
+                _ => continue,
+            };
+            // A pod already in doubt keeps its doubt until it is resolved; a later answer
+            // for it (a confirmation) replaces it.
+            outcomes.insert(pod_uid.to_string(), outcome.clone());
+            let outcomes = std::mem::take(outcomes);
+            let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == decision_id) else {
+                st.set_phase(GpuPhase::Watching, now);
+                return;
+            };
+            let doubt = outcomes
+                .values()
+                .any(|o| matches!(o, EvictionOutcome::InDoubt(_)));
+            let next = if doubt {
+                let since = match &st.phase {
+                    GpuPhase::InDoubt { since, .. } if in_doubt => *since,
+                    _ => now,
+                };
+                GpuPhase::InDoubt {
+                    decision_id,
+                    outcomes,
+                    since,
+                }
+            } else if matches!(outcome, EvictionOutcome::Aborted(_)) {
+                // The API failed a plain read: pause this GPU briefly so a frozen server
+                // gets one read per pause, not one per poll.
+                match settle(decision, &outcomes, now, timeout) {
+                    GpuPhase::Watching => GpuPhase::Cooldown {
+                        decision_id,
+                        waiting_for_pids: Vec::new(),
+                        until: now + ABORT_PAUSE.min(timeout),
+                    },
+                    other => other,
+                }
+            } else {
+                let gone: Vec<&str> = outcomes
+                    .iter()
+                    .filter(|(_, o)| o.reclaims())
+                    .map(|(uid, _)| uid.as_str())
+                    .collect();
+                let all_tried = decision
+                    .candidates
+                    .iter()
+                    .all(|v| outcomes.contains_key(&v.uid));
+                if in_doubt || decision.done(&gone) || all_tried {
+                    settle(decision, &outcomes, now, timeout)
+                } else {
+                    GpuPhase::Evicting {
+                        decision_id,
+                        outcomes,
+                        last_activity: now,
+                    }
+                }
+            };
+            let unchanged_phase =
+                std::mem::discriminant(&next) == std::mem::discriminant(&st.phase);
+            if unchanged_phase {
+                st.phase = next;
+            } else {
+                st.set_phase(next, now);
+            }
+            return;
+        }
+    }
+
+    /// Resolves the evictions in doubt on `index` from the pod view and the GPU's process
+    /// list: a pod absent from the view, terminating, or whose processes have all left the
+    /// GPU was evicted; one still running `inDoubtTimeout` after the doubt began, on a view
+    /// proven current (`fresh_view`), was not.
+    pub(super) fn resolve_doubt(
+        &mut self,
+        index: u32,
+        processes: &[ProcessSample],
+        pods: &HashMap<String, PodInfo>,
+        fresh_view: bool,
+        now: Duration,
+    ) {
+        let timeout = self.policy.cooldown_timeout;
+        let window = self.policy.in_doubt_timeout;
+        let Some(st) = self.gpus.get_mut(&index) else {
+            return;
+        };
+        let GpuPhase::InDoubt {
+            decision_id,
+            outcomes,
+            since,
+        } = &mut st.phase
+        else {
+            return;
+        };
+        let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == *decision_id) else {
+            st.set_phase(GpuPhase::Watching, now);
+            return;
+        };
+        let waited = now.saturating_sub(*since);
+        for (uid, outcome) in outcomes.iter_mut() {
+            let EvictionOutcome::InDoubt(detail) = outcome else {
+                continue;
+            };
+            let pids: Vec<u32> = decision
+                .candidates
+                .iter()
+                .find(|v| &v.uid == uid)
+                .map(|v| v.pids.clone())
+                .unwrap_or_default();
+            let on_gpu = processes
+                .iter()
+                .any(|p| p.gpu == index && pids.contains(&p.pid));
+            let gone = pods.get(uid).is_none_or(|p| p.terminating) || !on_gpu;
+            if gone {
+                *outcome = EvictionOutcome::Evicted;
+                self.resolutions.push(Resolution {
+                    decision_id: *decision_id,
+                    uid: uid.clone(),
+                    outcome: outcome.clone(),
+                });
+            } else if fresh_view && waited >= window {
+                let why = format!(
+                    "eviction was in doubt ({detail}) and the pod was still running {} s later: not carried out",
+                    waited.as_secs()
+                );
+                self.refused
+                    .insert(uid.clone(), (now + timeout, why.clone()));
+                *outcome = EvictionOutcome::Failed(why);
+                self.resolutions.push(Resolution {
+                    decision_id: *decision_id,
+                    uid: uid.clone(),
+                    outcome: outcome.clone(),
+                });
+            }
+        }
+        if outcomes
+            .values()
+            .all(|o| !matches!(o, EvictionOutcome::InDoubt(_)))
+        {
+            let next = settle(decision, outcomes, now, timeout);
+            st.set_phase(next, now);
+        }
+    }
+}
+
+/// How long a GPU pauses after a decision whose fresh read of its victim failed.
+pub const ABORT_PAUSE: Duration = Duration::from_secs(5);
+
+/// Closes a decision: cool down on the reclaimed victims' PIDs, or, if nothing was
+/// reclaimed (every attempt refused or failed), go straight back to watching.
+pub(super) fn settle(
+    decision: &Decision,
+    outcomes: &BTreeMap<String, EvictionOutcome>,
+    now: Duration,
+    timeout: Duration,
+) -> GpuPhase {
+    let gone = decision
+        .candidates
+        .iter()
+        .filter(|v| outcomes.get(&v.uid).is_some_and(EvictionOutcome::reclaims));
+    let pids = pids_of(gone);
+    if pids.is_empty() {
+        GpuPhase::Watching
+    } else {
+        GpuPhase::Cooldown {
+            decision_id: decision.id,
+            waiting_for_pids: pids,
+            until: now + timeout,
+        }
+    }
+}
+
+pub(super) fn pids_of<'a>(victims: impl Iterator<Item = &'a Victim>) -> Vec<u32> {
+    let set: BTreeSet<u32> = victims.flat_map(|v| v.pids.iter().copied()).collect();
+    set.into_iter().collect()
+}

@@ -1,0 +1,219 @@
+//! One GPU's step: time- and budget-driven phase changes, the triggers (hard, soft after
+//! grace, soft on the trend, the lead-in), and the minimum-reclaim plan under the global
+//! rate limit.
+
+use super::outcomes::{pids_of, settle};
+use super::Guard;
+use crate::guard::decision::{Decision, Trigger};
+use crate::guard::levels::Pressure;
+use crate::guard::policy::Mode;
+use crate::guard::rank;
+use crate::guard::status::GpuPhase;
+use crate::guard::trend;
+use crate::model::snapshot::GpuHealth;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+impl Guard {
+    pub(super) fn expire(&mut self, now: Duration) {
+        let per = self.policy.rate_limit.per;
+        while let Some(&t) = self.evictions.front() {
+            if now.saturating_sub(t) >= per {
+                self.evictions.pop_front();
+            } else {
+                break;
+            }
+        }
+        self.refused.retain(|_, (until, _)| *until > now);
+    }
+
+    /// Rate-limit budget reserved by in-flight decisions, other than `except`'s GPU.
+    pub(super) fn reserved(&self, except: Option<u32>) -> usize {
+        self.gpus
+            .iter()
+            .filter(|(i, _)| Some(**i) != except)
+            .map(|(_, s)| s.reservation())
+            .sum()
+    }
+
+    pub(super) fn allowance(&self, except: Option<u32>) -> usize {
+        (self.policy.rate_limit.max_evictions as usize)
+            .saturating_sub(self.evictions.len())
+            .saturating_sub(self.reserved(except))
+    }
+
+    /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
+    /// reading a trigger only asks for a full poll ([`Guard::take_refresh_request`]).
+    pub(super) fn decide_all(&mut self, now: Duration, fresh: bool) -> Vec<Decision> {
+        if self.hold.is_some() {
+            return Vec::new();
+        }
+        let indices: Vec<u32> = self.gpus.keys().copied().collect();
+        indices
+            .into_iter()
+            .filter_map(|i| self.step(i, now, fresh))
+            .collect()
+    }
+
+    /// Advances one GPU's phase and decides for it if a trigger fires.
+    pub(super) fn step(&mut self, index: u32, now: Duration, fresh: bool) -> Option<Decision> {
+        let timeout = self.policy.cooldown_timeout;
+        let allowance_now = self.allowance(Some(index));
+        let st = self.gpus.get_mut(&index)?;
+
+        // Time- and budget-driven phase changes.
+        match &st.phase {
+            GpuPhase::Evicting {
+                outcomes,
+                last_activity,
+                ..
+            } if now.saturating_sub(*last_activity) >= timeout => {
+                let next = match &st.last_decision {
+                    Some(d) => settle(d, outcomes, now, timeout),
+                    None => GpuPhase::Watching,
+                };
+                st.set_phase(next, now);
+            }
+            GpuPhase::Cooldown { until, .. } if now >= *until => {
+                st.set_phase(GpuPhase::Watching, now);
+            }
+            GpuPhase::RateLimited { .. } if allowance_now > 0 || st.pressure == Pressure::None => {
+                st.set_phase(GpuPhase::Watching, now);
+            }
+            _ => {}
+        }
+
+        st.inactive_reason = match (&self.policy.mode, &st.health, &st.memory, &st.levels) {
+            (Mode::Off, ..) => Some("guard mode is off".into()),
+            (_, GpuHealth::Lost(r), ..) => Some(format!("GPU lost: {r}")),
+            (_, GpuHealth::Degraded(r), ..) => Some(format!("GPU degraded: {r}")),
+            (_, _, None, _) => Some("no memory reading".into()),
+            (_, _, _, Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        if st.inactive_reason.is_some() || st.phase != GpuPhase::Watching {
+            return None;
+        }
+        let (memory, levels) = match (st.memory, &st.levels) {
+            (Some(m), Ok(l)) => (m, *l),
+            _ => return None,
+        };
+
+        // Growth is fitted from the moment free went below soft (see `Trend::slope_since`);
+        // until that fit has readings enough, growth that was steady before the crossing
+        // counts when it leaves too little time to wait for them.
+        // A fit after the crossing that shows no growth is never overridden.
+        let time_to_full = st.below_soft_since.and_then(|since| {
+            if st.trend.has_fit_since(since) {
+                st.trend.time_to_full_since(memory.free, since)
+            } else {
+                st.trend
+                    .time_to_full_entering(memory.free, since)
+                    .filter(|t| *t <= trend::LEAD_IN_URGENT)
+            }
+        });
+        let trigger = if memory.free < levels.hard {
+            Trigger::Hard
+        } else if memory.free < levels.soft {
+            let held = st
+                .below_soft_since
+                .is_some_and(|since| now.saturating_sub(since) >= self.policy.grace);
+            if held {
+                Trigger::SoftGrace
+            } else if time_to_full.is_some_and(|t| t <= self.policy.horizon) {
+                Trigger::SoftTrend
+            } else {
+                return None;
+            }
+        } else {
+            return None;
+        };
+        if !fresh {
+            self.refresh_wanted = true;
+            return None;
+        }
+
+        let refused: HashMap<String, String> = self
+            .refused
+            .iter()
+            .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
+            .collect();
+        let ranking = rank::rank(&self.policy, index, &self.processes, &self.pods, &refused);
+        let reclaim = levels.target.saturating_sub(memory.free);
+        let mut covered = 0u64;
+        let needed = ranking
+            .candidates
+            .iter()
+            .position(|v| {
+                covered = covered.saturating_add(v.use_bytes);
+                covered >= reclaim
+            })
+            .map_or(ranking.candidates.len(), |i| i + 1);
+
+        // One decision in flight at a time node-wide where budget is short: an in-flight
+        // decision holds its allowance until it settles (milliseconds with a no-retry
+        // eviction client), so two GPUs can never overspend the global limit together.
+        let reserved_elsewhere = self.reserved(Some(index));
+        let max = self.policy.rate_limit.max_evictions as usize;
+        if reserved_elsewhere > 0 && self.evictions.len() + reserved_elsewhere + needed > max {
+            if let Some(st) = self.gpus.get_mut(&index) {
+                st.inactive_reason = Some(format!(
+                    "waiting for another GPU's decision to settle: it holds {reserved_elsewhere} of the rate limit's {max} evictions"
+                ));
+            }
+            return None;
+        }
+        let allowance = max
+            .saturating_sub(self.evictions.len())
+            .saturating_sub(reserved_elsewhere);
+        let planned = needed.min(allowance);
+        let rate_limited = needed > allowance;
+        let max_evictions = allowance.min(ranking.candidates.len());
+
+        let id = self.next_id;
+        self.next_id += 1;
+        let st = self.gpus.get_mut(&index)?;
+        let decision = Decision {
+            id,
+            gpu: index,
+            uuid: st.uuid.clone(),
+            at: now,
+            mode: self.policy.mode,
+            trigger,
+            pressure: st.pressure,
+            total: memory.total,
+            used: memory.used,
+            free: memory.free,
+            levels,
+            time_to_full,
+            reclaim_target_bytes: reclaim,
+            candidates: ranking.candidates,
+            planned,
+            max_evictions,
+            rate_limited,
+            excluded: ranking.excluded,
+            other_bytes: ranking.other_bytes,
+        };
+        let next = if planned == 0 && rate_limited {
+            GpuPhase::RateLimited { decision_id: id }
+        } else if self.policy.mode == Mode::Enforce && planned > 0 {
+            GpuPhase::Evicting {
+                decision_id: id,
+                outcomes: BTreeMap::new(),
+                last_activity: now,
+            }
+        } else {
+            // Dry-run (wait for the planned victims to finish on their own), or nobody
+            // eligible (only the timeout ends it, so the Node Event is not repeated
+            // every poll).
+            GpuPhase::Cooldown {
+                decision_id: id,
+                waiting_for_pids: pids_of(decision.planned_victims().iter()),
+                until: now + timeout,
+            }
+        };
+        st.set_phase(next, now);
+        st.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+}

@@ -1,0 +1,10 @@
+//! The shared vocabulary every room uses, and nothing else: the snapshot of GPUs and
+//! processes, pods, memory pressure, the injected clock, backoff, stable ids. No I/O, no
+//! runtime; imports nothing from the rest of the crate.
+
+pub mod backoff;
+pub mod clock;
+pub mod ids;
+pub mod pod;
+pub mod pressure;
+pub mod snapshot;
