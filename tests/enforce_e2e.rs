@@ -235,6 +235,7 @@ fn info(p: &P) -> PodInfo {
             .collect(),
         created_at: None,
         terminating: false,
+        phase: None,
         containers: vec![],
     }
 }

@@ -179,7 +179,8 @@ const PROF_FAMILIES: &[(&str, &str, ProfExtract)] = &[
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", |p| p.pcie_rx_bytes_per_second),
 ];
 
-fn label(name: &str, value: &str) -> LabelPair {
+/// One label pair.
+pub(crate) fn label(name: &str, value: &str) -> LabelPair {
     let mut l = LabelPair::default();
     l.set_name(name.to_string());
     l.set_value(value.to_string());

@@ -6,6 +6,7 @@ pub mod annotator;
 pub mod auth;
 pub mod http;
 pub mod metrics;
+pub mod replica_metrics;
 pub mod self_metrics;
 pub mod state;
 pub mod tls;
