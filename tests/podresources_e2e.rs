@@ -9,10 +9,7 @@ mod kubelet;
 mod support;
 
 use apiserver_double::ApiServer;
-use gpu_warden::attribute::podresources::generated::{
-    AllocatableResourcesResponse, ListPodResourcesResponse,
-};
-use kubelet::{devices, pod, replicas, serve, FakeKubelet};
+use kubelet::{pod, replicas, serve, shared_node, FakeKubelet};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -23,7 +20,8 @@ const NODE: &str = "gpu-node-1";
 const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
 const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
 
-/// Two A10Gs. `ci/stray` holds a replica of GPU 0 but also runs on GPU 1.
+/// Two A10Gs, the pods of `kubelet::shared_node`: `ci/job-3` holds a replica of GPU 0 but
+/// runs on GPU 1.
 fn scenario() -> String {
     format!(
         "
@@ -31,32 +29,12 @@ gpus:
   - {{model: NVIDIA A10G, uuid: {G0}, memory_mib: 23028, reserved_mib: 434}}
   - {{model: NVIDIA A10G, uuid: {G1}, pci_bus_id: \"00000000:00:1F.0\", memory_mib: 23028, reserved_mib: 434}}
 processes:
-  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-a, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
-  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-b, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
-  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: stray}}}}
-  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
+  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-1, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
+  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-2, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
+  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: job-3}}}}
+  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train-0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
 "
     )
-}
-
-/// What the kubelet reports: 4 replicas per GPU; three pods on GPU 0, `ml/train` and the
-/// finished `ci/done` on GPU 1.
-fn node_allocations(k: &FakeKubelet) {
-    k.set(|s| {
-        s.allocatable = AllocatableResourcesResponse {
-            devices: [devices(&replicas(G0, 0..4)), devices(&replicas(G1, 0..4))].concat(),
-            ..Default::default()
-        };
-        s.list = ListPodResourcesResponse {
-            pod_resources: vec![
-                pod("ci", "job-a", replicas(G0, 0..1)),
-                pod("ci", "job-b", replicas(G0, 1..2)),
-                pod("ci", "stray", replicas(G0, 2..3)),
-                pod("ml", "train", replicas(G1, 0..1)),
-                pod("ci", "done", replicas(G1, 1..2)),
-            ],
-        };
-    });
 }
 
 fn metrics(port: u16) -> String {
@@ -115,7 +93,7 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
     server
         .add_pod(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "done", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
+            "metadata": {"name": "finished", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
                          "annotations": {"gpu-warden.io/vram-request-mib": "9999"}},
             "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "x"}]},
             "status": {"phase": "Succeeded"}
@@ -126,7 +104,7 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
 
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::default();
-    node_allocations(&kubelet);
+    shared_node(&kubelet, G0, G1);
     let serving = rt.block_on(async { serve(&kubelet, &socket) });
 
     let agent = Agent::start_with_env(
@@ -154,7 +132,7 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
     let expected = [
         replica_line(0, G0, "allocated", 3),
         replica_line(0, G0, "allocatable", 4),
-        replica_line(1, G1, "allocated", 1),
+        replica_line(1, G1, "allocated", 2),
         replica_line(1, G1, "allocatable", 4),
         format!("gpu_warden_processes_without_replica{{gpu=\"0\",UUID=\"{G0}\"}} 0\n"),
         format!("gpu_warden_processes_without_replica{{gpu=\"1\",UUID=\"{G1}\"}} 1\n"),
@@ -168,7 +146,7 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
         let doc = vram_doc(&server);
         let ok = doc.as_ref().is_some_and(|d| {
             d["gpus"][0]["replicasAllocated"] == 3
-                && d["gpus"][1]["replicasAllocated"] == 1
+                && d["gpus"][1]["replicasAllocated"] == 2
                 && d["gpus"][1]["declaredMiB"] == 8192
         });
         (ok, format!("{doc:?}"))
@@ -183,12 +161,12 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
     assert_eq!(
         g0["declaredMiB"],
         4096 + 2048,
-        "stray declares nothing: {doc}"
+        "job-3 declares nothing: {doc}"
     );
     assert_eq!(doc["gpus"][1]["replicasAllocatable"], 4);
     assert_eq!(
         doc["nextGpuUuid"], G1,
-        "the device plugin hands out the GPU with fewer replicas out: {doc}"
+        "the device plugin hands out the GPU with fewer replicas out (2 < 3): {doc}"
     );
     // The document's other keys are the ones it always had.
     let keys: BTreeSet<&str> = g0.as_object().unwrap().keys().map(String::as_str).collect();
@@ -225,7 +203,8 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
         (ok, format!("{doc:?}"))
     });
 
-    // It comes back on a new socket at the same path, with one more pod on GPU 1.
+    // It comes back on a new socket at the same path, with one more pod on GPU 1: 3 and 3
+    // replicas out, so the tie goes to the lower index.
     kubelet.set(|s| {
         s.list
             .pod_resources
@@ -234,13 +213,13 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
     let serving = rt.block_on(async { serve(&kubelet, &socket) });
     wait_until("replica metrics back after the restart", || {
         let m = metrics(agent.port);
-        (m.contains(&replica_line(1, G1, "allocated", 2)), m)
+        (m.contains(&replica_line(1, G1, "allocated", 3)), m)
     });
     wait_until("replica figures back in the annotation", || {
         let doc = vram_doc(&server);
         let ok = doc
             .as_ref()
-            .is_some_and(|d| d["gpus"][1]["replicasAllocated"] == 2 && d["nextGpuUuid"] == G1);
+            .is_some_and(|d| d["gpus"][1]["replicasAllocated"] == 3 && d["nextGpuUuid"] == G0);
         (ok, format!("{doc:?}"))
     });
 

@@ -9,35 +9,17 @@ mod kubelet;
 use gpu_warden::attribute::podresources::client::{
     PodResourcesClient, PodResourcesError, PodResourcesReply,
 };
-use gpu_warden::attribute::podresources::generated::{
-    AllocatableResourcesResponse, ListPodResourcesResponse,
-};
 use gpu_warden::attribute::podresources::model::{allocations, PodKey};
-use kubelet::{devices, pod, replicas, serve, FakeKubelet, Serving};
+use kubelet::{pod, replicas, serve, shared_node, FakeKubelet, Serving};
 use std::path::PathBuf;
 use std::time::Duration;
 
 const G0: &str = "GPU-11111111-2222-3333-4444-555555555555";
 const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
 
-/// Two GPUs time-sliced 4 ways; three pods share GPU 0 (where dcgm-exporter would label one),
-/// one holds two replicas of GPU 1, one finished job still listed by the kubelet.
+/// The shared two-GPU node (`kubelet::shared_node`).
 fn node(kubelet: &FakeKubelet) {
-    kubelet.set(|s| {
-        s.allocatable = AllocatableResourcesResponse {
-            devices: [devices(&replicas(G0, 0..4)), devices(&replicas(G1, 0..4))].concat(),
-            ..Default::default()
-        };
-        s.list = ListPodResourcesResponse {
-            pod_resources: vec![
-                pod("ci", "job-1", replicas(G0, 0..1)),
-                pod("ci", "job-2", replicas(G0, 1..2)),
-                pod("ci", "job-3", replicas(G0, 2..3)),
-                pod("ml", "train-0", replicas(G1, 0..2)),
-                pod("ci", "finished", replicas(G1, 3..4)),
-            ],
-        };
-    });
+    shared_node(kubelet, G0, G1);
 }
 
 fn socket(dir: &tempfile::TempDir) -> PathBuf {

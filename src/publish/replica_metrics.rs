@@ -67,22 +67,8 @@ pub fn replica_families(snap: &Snapshot, view: Option<&ReplicaView>) -> Vec<Metr
 mod tests {
     use super::*;
     use crate::attribute::podresources::model::{Allocations, GpuReplicas};
-    use crate::publish::metrics::encode;
-    use crate::snapshot::{GpuHealth, GpuIdentity, GpuSample, PodRef, ProcessSample};
-    use std::time::{Duration, SystemTime};
-
-    fn gpu(index: u32) -> GpuSample {
-        GpuSample::empty(
-            GpuIdentity {
-                index,
-                uuid: format!("GPU-{index}"),
-                pci_bus_id: format!("00000000:0{index}:00.0"),
-                device: format!("nvidia{index}"),
-                model: "NVIDIA H200".into(),
-            },
-            GpuHealth::Ok,
-        )
-    }
+    use crate::publish::metrics::tests::{gpu, snap, text};
+    use crate::snapshot::{PodRef, ProcessSample};
 
     fn proc(pid: u32, gpu: u32, owner: Owner) -> ProcessSample {
         ProcessSample {
@@ -104,21 +90,11 @@ mod tests {
         })
     }
 
-    fn text(families: &[MetricFamily]) -> String {
-        let mut out = Vec::new();
-        encode(families, &mut out).unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
     #[test]
     fn replicas_and_processes_without_a_replica_per_gpu() {
-        let snap = Snapshot {
-            seq: 1,
-            at: Duration::ZERO,
-            wall: SystemTime::UNIX_EPOCH,
-            driver_version: "580.1".into(),
-            gpus: vec![gpu(0), gpu(1)],
-            processes: vec![
+        let snap = snap(
+            vec![gpu(0), gpu(1)],
+            vec![
                 proc(1, 0, in_pod("holder")),
                 // Holds GPU 0 only, but also runs on GPU 1.
                 proc(2, 1, in_pod("holder")),
@@ -126,8 +102,7 @@ mod tests {
                 proc(3, 1, in_pod("stray")),
                 proc(4, 1, Owner::Host),
             ],
-            errors: vec![],
-        };
+        );
         let key = ("ci".to_string(), "holder".to_string());
         let mut a = Allocations::default();
         a.gpus.insert(
@@ -158,15 +133,7 @@ mod tests {
 
     #[test]
     fn absent_without_data() {
-        let snap = Snapshot {
-            seq: 1,
-            at: Duration::ZERO,
-            wall: SystemTime::UNIX_EPOCH,
-            driver_version: "580.1".into(),
-            gpus: vec![gpu(0)],
-            processes: vec![proc(1, 0, in_pod("x"))],
-            errors: vec![],
-        };
+        let snap = snap(vec![gpu(0)], vec![proc(1, 0, in_pod("x"))]);
         assert!(replica_families(&snap, None).is_empty());
     }
 }

@@ -138,6 +138,37 @@ pub fn replicas(gpu: &str, n: std::ops::Range<u32>) -> Vec<String> {
     n.map(|i| format!("{gpu}::{i}")).collect()
 }
 
+/// Sets the kubelet's answers: every GPU of `gpus` time-sliced `per_gpu` ways
+/// (`GPU-<uuid>::0..per_gpu` allocatable), and `pods` as the `List` answer.
+pub fn time_sliced(kubelet: &FakeKubelet, gpus: &[&str], per_gpu: u32, pods: Vec<PodResources>) {
+    kubelet.set(|s| {
+        s.allocatable = AllocatableResourcesResponse {
+            devices: gpus
+                .iter()
+                .flat_map(|g| devices(&replicas(g, 0..per_gpu)))
+                .collect(),
+            ..Default::default()
+        };
+        s.list = ListPodResourcesResponse {
+            pod_resources: pods,
+        };
+    });
+}
+
+/// The node both pod-resources suites play: GPUs `g0` and `g1` time-sliced 4 ways; three
+/// pods share `g0` (where dcgm-exporter would label one), `ml/train-0` holds two replicas of
+/// `g1`, and the finished `ci/finished` is still listed with one (kubernetes #119423).
+pub fn shared_node(kubelet: &FakeKubelet, g0: &str, g1: &str) {
+    let pods = vec![
+        pod("ci", "job-1", replicas(g0, 0..1)),
+        pod("ci", "job-2", replicas(g0, 1..2)),
+        pod("ci", "job-3", replicas(g0, 2..3)),
+        pod("ml", "train-0", replicas(g1, 0..2)),
+        pod("ci", "finished", replicas(g1, 3..4)),
+    ];
+    time_sliced(kubelet, &[g0, g1], 4, pods);
+}
+
 /// A pod whose one container holds these device IDs.
 pub fn pod(ns: &str, name: &str, ids: Vec<String>) -> PodResources {
     PodResources {
