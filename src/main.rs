@@ -7,6 +7,7 @@ use gpu_warden::act::node_annotations::{remove_annotations, spawn_annotator};
 use gpu_warden::agent::pipeline::Pipeline;
 use gpu_warden::agent::{self, AgentParts, GuardParts};
 use gpu_warden::attribute::attributor::ProcAttributor;
+use gpu_warden::attribute::podresources::feed::{self, FeedConfig};
 use gpu_warden::attribute::pods::{self, StaticPods};
 use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::procfs::ProcFs;
@@ -309,8 +310,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pods.clone(),
             Some(self_metrics.invisible_processes.clone()),
         );
+        let request_key = policy.vram_request_annotation();
         let guard = guard_parts(policy, clients.as_ref(), pods.clone(), &node, &self_metrics, &clock);
-        let pipeline = Pipeline::new(
+        let replicas = match cli.pod_resources {
+            Switch::On => {
+                let cfg = FeedConfig {
+                    socket: cli.pod_resources_socket.clone(),
+                    interval: cli.pod_resources_interval,
+                    request_key,
+                };
+                feed::start(cfg, pods.clone()).await
+            }
+            Switch::Off => {
+                tracing::info!("--pod-resources=off: replica figures are not published");
+                None
+            }
+        };
+        let mut pipeline = Pipeline::new(
             MetricsConfig {
                 hostname_label: cli.hostname_label.into(),
                 hostname: node.clone(),
@@ -320,6 +336,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             clock.clone(),
         )
         .with_attributor(Box::new(attributor));
+        if let Some(rx) = replicas {
+            pipeline = pipeline.with_replicas(rx);
+        }
         let mut companions: Vec<agent::Companion> = Vec::new();
         if let Some(c) = &clients {
             match cli.annotations {

@@ -25,7 +25,8 @@ import time
 import urllib.request
 
 OVERLAY_MODE = {"default": "dry-run", "enforce": "enforce", "no-runtimeclass": "dry-run",
-                "prometheus-operator": "dry-run", "beside-dcgm-exporter": "dry-run"}
+                "prometheus-operator": "dry-run", "beside-dcgm-exporter": "dry-run",
+                "pod-resources": "dry-run"}
 
 
 def free_port():

@@ -48,7 +48,11 @@ OVERLAYS = {
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401),
+    # UID 0 (no capabilities) so the agent may connect to the kubelet's root-owned socket.
+    "pod-resources": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, root=True),
 }
+# The one host path the agent mounts: the kubelet's pod-resources directory, read-only.
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 results = []
 
@@ -192,10 +196,14 @@ def check_daemonset(overlay, objects, out_dir):
     if pod.get("serviceAccountName") != "gpu-warden" or pod.get("automountServiceAccountToken") is False:
         p.append("must run as ServiceAccount gpu-warden with its token")
     psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
-    if not (psc.get("runAsNonRoot") and csc.get("runAsNonRoot", True)):
-        p.append("runAsNonRoot must be true")
     uid = csc.get("runAsUser", psc.get("runAsUser"))
-    if not isinstance(uid, int) or uid == 0:
+    if exp.get("root"):
+        # Root without any capability: it owns the kubelet's socket, nothing more.
+        if uid != 0 or csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not False:
+            p.append(f"runAsUser must be 0 with runAsNonRoot false in this overlay, is {uid}")
+    elif not (psc.get("runAsNonRoot") and csc.get("runAsNonRoot", True)):
+        p.append("runAsNonRoot must be true")
+    elif not isinstance(uid, int) or uid == 0:
         p.append(f"runAsUser must be a non-zero UID, is {uid}")
     if csc.get("allowPrivilegeEscalation") is not False:
         p.append("allowPrivilegeEscalation must be false")
@@ -233,10 +241,18 @@ def check_daemonset(overlay, objects, out_dir):
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     configmaps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
     files = {}
+    pod_resources = False
     for m in c.get("volumeMounts", []):
         v = volumes.get(m["name"])
         if v is None:
             p.append(f"volumeMount {m['name']} has no volume")
+        elif "hostPath" in v:
+            # The directory (the kubelet recreates the socket on restart), read-only, at the
+            # same path so the default --pod-resources-socket finds it; no other host path.
+            if (v["hostPath"].get("path") != POD_RESOURCES_DIR or m.get("mountPath") != POD_RESOURCES_DIR
+                    or m.get("readOnly") is not True or v["hostPath"].get("type") not in (None, "", "Directory")):
+                p.append(f"the only host path is {POD_RESOURCES_DIR} (the directory), mounted read-only at the same path: {m} {v}")
+            pod_resources = True
         elif "configMap" in v:
             cm = configmaps.get(v["configMap"]["name"])
             if cm is None:
@@ -245,7 +261,9 @@ def check_daemonset(overlay, objects, out_dir):
                 for key, text in cm.get("data", {}).items():
                     files[os.path.join(m["mountPath"], key)] = text
         elif set(v) - {"name", "emptyDir"}:
-            p.append(f"volume {m['name']} is not a ConfigMap or emptyDir: host paths are not needed")
+            p.append(f"volume {m['name']} is not a ConfigMap, emptyDir or the pod-resources host path")
+    if not pod_resources:
+        p.append(f"the kubelet's pod-resources directory {POD_RESOURCES_DIR} must be mounted read-only")
     args = c.get("args", [])
     if overlay == "enforce":
         cfg = [a.split("=", 1)[1] for a in args if a.startswith("--guard-config=")]

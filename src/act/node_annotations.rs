@@ -311,10 +311,12 @@ impl Task {
         }
         let latest = self.published.borrow_and_update().clone();
         let Some(published) = latest else { return };
-        let Some(patch) = self
-            .planner
-            .plan(&published.snapshot, &published.pressure, now)
-        else {
+        let Some(patch) = self.planner.plan_with_replicas(
+            &published.snapshot,
+            &published.pressure,
+            published.replicas.as_deref(),
+            now,
+        ) else {
             return;
         };
         match self.send(&patch.body).await {

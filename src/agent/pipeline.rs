@@ -2,11 +2,13 @@
 //! render the exposition and build the publication. No I/O of its own: attribution is
 //! injected, time comes from the injected clock, so tests drive it poll by poll.
 
+use crate::attribute::podresources::feed::ReplicaReceiver;
 use crate::attribute::ports::Attributor;
 use crate::model::clock::Clock;
 use crate::model::pressure::Pressure;
 use crate::model::snapshot::{GpuHealth, Snapshot};
 use crate::publish::metrics::{self, MetricsConfig};
+use crate::publish::replica_metrics;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
 use bytes::Bytes;
@@ -20,6 +22,7 @@ pub struct Pipeline {
     self_metrics: SelfMetrics,
     clock: Arc<dyn Clock>,
     attributor: Option<Box<dyn Attributor>>,
+    replicas: Option<ReplicaReceiver>,
 }
 
 impl Pipeline {
@@ -30,12 +33,20 @@ impl Pipeline {
             self_metrics,
             clock,
             attributor: None,
+            replicas: None,
         }
     }
 
     /// Uses `a` to attribute processes from now on.
     pub fn with_attributor(mut self, a: Box<dyn Attributor>) -> Self {
         self.attributor = Some(a);
+        self
+    }
+
+    /// Publishes the kubelet's pod-resources data from `rx` with every poll: each poll takes
+    /// whatever the feed last published, never waiting for the kubelet.
+    pub fn with_replicas(mut self, rx: ReplicaReceiver) -> Self {
+        self.replicas = Some(rx);
         self
     }
 
@@ -90,6 +101,12 @@ impl Pipeline {
         families.extend(metrics::pressure_family(&snap, |i| {
             pressure.get(&i).map(|p| p.as_metric())
         }));
+        // A clone of the Arc under the watch's lock, held for nanoseconds.
+        let replicas = self.replicas.as_ref().and_then(|rx| rx.borrow().clone());
+        families.extend(replica_metrics::replica_families(
+            &snap,
+            replicas.as_deref(),
+        ));
         families.extend(self.self_metrics.gather());
         let mut out = Vec::with_capacity(16 * 1024);
         if let Err(e) = metrics::encode(&families, &mut out) {
@@ -102,6 +119,7 @@ impl Pipeline {
             published_at: self.clock.mono(),
             guard,
             pressure,
+            replicas,
         }
     }
 }

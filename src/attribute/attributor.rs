@@ -147,6 +147,7 @@ mod tests {
             annotations: Default::default(),
             created_at: None,
             terminating: false,
+            phase: None,
             containers: vec![ContainerInfo {
                 name: "build".into(),
                 container_id: Some(CID.into()),

@@ -98,6 +98,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         annotations,
         created_at,
         terminating: meta.deletion_timestamp.is_some(),
+        phase: status.and_then(|s| s.phase.clone()),
         containers,
     })
 }
@@ -144,6 +145,7 @@ mod tests {
                 "initContainers": [{"name": "init-permissions"}]
             },
             "status": {
+                "phase": "Running",
                 "containerStatuses": [
                     {"name": "build", "containerID": "containerd://aaaa", "image": "i", "imageID": "", "ready": true, "restartCount": 0},
                     {"name": "helper", "containerID": "", "image": "i", "imageID": "", "ready": false, "restartCount": 0}
@@ -164,6 +166,13 @@ mod tests {
         assert_eq!(p.owner_kind.as_deref(), Some("Job"));
         assert!(!p.is_mirror);
         assert!(!p.terminating);
+        assert_eq!(p.phase.as_deref(), Some("Running"));
+        assert!(!p.is_terminal());
+        assert_eq!(
+            p.vram_request_mib("gpu-warden.io/vram-request-mib"),
+            Some(4096)
+        );
+        assert_eq!(p.vram_request_mib("other.io/vram-request-mib"), None);
         assert_eq!(p.labels["workload-type"], "gpu-ci");
         assert_eq!(p.annotations["job.runner.gitlab.com/id"], "123");
         assert_eq!(
@@ -187,6 +196,19 @@ mod tests {
         assert!(p.is_mirror);
         assert!(p.terminating);
         assert_eq!(p.priority, 0);
+        assert_eq!(p.phase, None);
+        for (phase, terminal) in [
+            ("Succeeded", true),
+            ("Failed", true),
+            ("Pending", false),
+            ("Unknown", false),
+        ] {
+            let p = PodInfo {
+                phase: Some(phase.into()),
+                ..p.clone()
+            };
+            assert_eq!(p.is_terminal(), terminal, "{phase}");
+        }
         let p = pod_info(&pod(serde_json::json!({
             "metadata": {"name": "dcgm", "namespace": "gpu", "uid": "u2",
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "y"}]},

@@ -218,6 +218,26 @@ pub struct Cli {
     #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
     pub annotation_min_interval: Duration,
 
+    /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the
+    /// socket is absent or may not be connected to, the feature is off with one log line.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "on",
+        env = "GPU_WARDEN_POD_RESOURCES"
+    )]
+    pub pod_resources: Switch,
+
+    /// The kubelet's pod-resources socket. Mount its directory, not the socket: the kubelet
+    /// recreates the socket when it restarts.
+    #[arg(long, value_name = "PATH", default_value = crate::attribute::podresources::client::DEFAULT_SOCKET, env = "GPU_WARDEN_POD_RESOURCES_SOCKET")]
+    pub pod_resources_socket: PathBuf,
+
+    /// How often the kubelet's pod-resources API is read (on its own task: polls never wait
+    /// for it). Allocations change when pods start, so seconds are plenty.
+    #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_POD_RESOURCES_INTERVAL")]
+    pub pod_resources_interval: Duration,
+
     /// Print the pods the scenario's processes run in, as fixtures for the API double
     /// (YAML), and exit.
     #[arg(long)]
@@ -309,6 +329,12 @@ mod tests {
             "GPM every full poll"
         );
         assert_eq!(c.hostname_label, HostnameLabelArg::Hostname);
+        assert_eq!(c.pod_resources, Switch::On);
+        assert_eq!(
+            c.pod_resources_socket,
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+        assert_eq!(c.pod_resources_interval, Duration::from_secs(5));
         c.validate().unwrap();
     }
 

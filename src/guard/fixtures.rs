@@ -133,6 +133,7 @@ pub fn pod(uid: &str) -> PodBuilder {
         annotations: BTreeMap::new(),
         created_at: None,
         terminating: false,
+        phase: None,
         containers: vec![],
     })
 }

@@ -37,11 +37,26 @@ pub struct PodInfo {
     pub created_at: Option<SystemTime>,
     /// `metadata.deletionTimestamp` is set: the pod is already going away.
     pub terminating: bool,
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`), when set.
+    pub phase: Option<String>,
     /// Regular, init and ephemeral containers with their current IDs.
     pub containers: Vec<ContainerInfo>,
 }
 
 impl PodInfo {
+    /// Whether the pod is in a terminal phase (`Succeeded` or `Failed`): its containers have
+    /// ended for good, so the devices the kubelet still lists for it are free again
+    /// (kubernetes #119423).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+
+    /// The pod's declared VRAM from the annotation `key` (`<prefix>/vram-request-mib`), in
+    /// MiB; None when unset or not a whole number.
+    pub fn vram_request_mib(&self, key: &str) -> Option<u64> {
+        self.annotations.get(key)?.trim().parse().ok()
+    }
+
     /// The container whose runtime ID is `container_id`.
     pub fn container_by_id(&self, container_id: &str) -> Option<&ContainerInfo> {
         self.containers

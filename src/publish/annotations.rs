@@ -21,7 +21,13 @@
 //!   a GPU hovering at a threshold cannot turn into a patch per poll.
 //! - A heartbeat needs a snapshot newer than the last published one: re-sending an old
 //!   observation would hide that the agent stopped polling.
+//! - The kubelet's pod-resources figures (replicas allocated/allocatable, declared MiB per
+//!   GPU, the GPU the device plugin hands out next) are additive keys present only while
+//!   that data is there; without it the document is exactly what it was before the feature.
+//!   A change of any of them is a reason to patch (subject to the minimum interval): a
+//!   scheduler needs to see committed memory move.
 
+use crate::attribute::podresources::model::ReplicaView;
 use crate::model::pressure::Pressure;
 use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
 use serde::Serialize;
@@ -183,6 +189,39 @@ pub struct GpuFigures {
     pub free_mib: u64,
     /// The guard's classification (`none` when the guard is off or has no verdict).
     pub pressure: Pressure,
+    /// Replicas of this GPU the kubelet has handed out to pods not in a terminal phase
+    /// (pod-resources data only; absent from the JSON without it).
+    #[serde(rename = "replicasAllocated", skip_serializing_if = "Option::is_none")]
+    pub replicas_allocated: Option<u32>,
+    /// Replicas of this GPU the kubelet can hand out (the time-slicing replica count, 1 for
+    /// a whole GPU, 0 for a GPU the device plugin does not advertise).
+    #[serde(
+        rename = "replicasAllocatable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub replicas_allocatable: Option<u32>,
+    /// The declared VRAM (`<prefix>/vram-request-mib`, exact MiB) of the pods holding a
+    /// replica of this GPU: memory committed on it, used or not yet.
+    #[serde(rename = "declaredMiB", skip_serializing_if = "Option::is_none")]
+    pub declared_mib: Option<u64>,
+}
+
+impl GpuFigures {
+    fn replicas(&self) -> Option<ReplicaFigures> {
+        Some(ReplicaFigures {
+            allocated: self.replicas_allocated?,
+            allocatable: self.replicas_allocatable?,
+            declared_mib: self.declared_mib?,
+        })
+    }
+}
+
+/// One GPU's pod-resources figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReplicaFigures {
+    allocated: u32,
+    allocatable: u32,
+    declared_mib: u64,
 }
 
 /// The four annotation values, before they are turned into strings.
@@ -196,6 +235,9 @@ pub struct AnnotationValues {
     pub free_mib: u64,
     /// Largest quantized free MiB of any GPU (0 with no GPU).
     pub max_free_mib: u64,
+    /// With pod-resources data: the UUID of the GPU NVIDIA's device plugin hands the next
+    /// replica out on (`Some(None)`: no GPU has a replica left). `None` without the data.
+    pub next_gpu: Option<Option<String>>,
 }
 
 #[derive(Serialize)]
@@ -204,6 +246,8 @@ struct VramDoc<'a> {
     #[serde(rename = "observedAt")]
     observed_at: &'a str,
     gpus: &'a [GpuFigures],
+    #[serde(rename = "nextGpuUuid", skip_serializing_if = "Option::is_none")]
+    next_gpu: Option<Option<&'a str>>,
 }
 
 impl AnnotationValues {
@@ -219,6 +263,7 @@ impl AnnotationValues {
             v: SCHEMA_VERSION,
             observed_at: &observed,
             gpus: &self.gpus,
+            next_gpu: self.next_gpu.as_ref().map(Option::as_deref),
         };
         // Plain structs of strings and integers always serialise; the fallback keeps the
         // annotation parseable should that ever change.
@@ -253,9 +298,14 @@ struct Reading {
     used_mib: u64,
     free_mib: u64,
     pressure: Pressure,
+    replicas: Option<ReplicaFigures>,
 }
 
-fn readings(snap: &Snapshot, pressure: &BTreeMap<u32, Pressure>) -> Vec<Reading> {
+fn readings(
+    snap: &Snapshot,
+    pressure: &BTreeMap<u32, Pressure>,
+    replicas: Option<&ReplicaView>,
+) -> Vec<Reading> {
     let mut out: Vec<Reading> = snap
         .gpus
         .iter()
@@ -270,6 +320,14 @@ fn readings(snap: &Snapshot, pressure: &BTreeMap<u32, Pressure>) -> Vec<Reading>
                 used_mib: m.used / MIB,
                 free_mib: m.free / MIB,
                 pressure: pressure.get(&g.id.index).copied().unwrap_or_default(),
+                replicas: replicas.map(|v| {
+                    let (allocated, allocatable, declared_mib) = v.gpu(&g.id.uuid);
+                    ReplicaFigures {
+                        allocated,
+                        allocatable,
+                        declared_mib,
+                    }
+                }),
             })
         })
         .collect();
@@ -277,7 +335,25 @@ fn readings(snap: &Snapshot, pressure: &BTreeMap<u32, Pressure>) -> Vec<Reading>
     out
 }
 
-fn quantize(readings: &[Reading], quantum_mib: u64, wall: SystemTime) -> AnnotationValues {
+/// The GPU the device plugin hands out next, among those NVML sees (ties by NVML index).
+fn next_gpu(snap: &Snapshot, replicas: Option<&ReplicaView>) -> Option<Option<String>> {
+    replicas.map(|v| {
+        let index_of = |uuid: &str| {
+            snap.gpus
+                .iter()
+                .find(|g| g.id.uuid == uuid)
+                .map(|g| g.id.index)
+        };
+        v.allocations.next_gpu(index_of).map(str::to_string)
+    })
+}
+
+fn quantize(
+    readings: &[Reading],
+    quantum_mib: u64,
+    wall: SystemTime,
+    next_gpu: Option<Option<String>>,
+) -> AnnotationValues {
     let q = quantum_mib.max(1);
     let gpus: Vec<GpuFigures> = readings
         .iter()
@@ -288,6 +364,9 @@ fn quantize(readings: &[Reading], quantum_mib: u64, wall: SystemTime) -> Annotat
             used_mib: r.used_mib.div_ceil(q).saturating_mul(q).min(r.total_mib),
             free_mib: r.free_mib / q * q,
             pressure: r.pressure,
+            replicas_allocated: r.replicas.map(|f| f.allocated),
+            replicas_allocatable: r.replicas.map(|f| f.allocatable),
+            declared_mib: r.replicas.map(|f| f.declared_mib),
         })
         .collect();
     AnnotationValues {
@@ -295,6 +374,7 @@ fn quantize(readings: &[Reading], quantum_mib: u64, wall: SystemTime) -> Annotat
         free_mib: gpus.iter().map(|g| g.free_mib).sum(),
         max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
         gpus,
+        next_gpu,
     }
 }
 
@@ -316,7 +396,22 @@ pub fn annotation_values(
     pressure: &BTreeMap<u32, Pressure>,
     quantum_mib: u64,
 ) -> AnnotationValues {
-    quantize(&readings(snap, pressure), quantum_mib, snap.wall)
+    annotation_values_with(snap, pressure, None, quantum_mib)
+}
+
+/// As [`annotation_values`], with the kubelet's pod-resources figures when there are any.
+pub fn annotation_values_with(
+    snap: &Snapshot,
+    pressure: &BTreeMap<u32, Pressure>,
+    replicas: Option<&ReplicaView>,
+    quantum_mib: u64,
+) -> AnnotationValues {
+    quantize(
+        &readings(snap, pressure, replicas),
+        quantum_mib,
+        snap.wall,
+        next_gpu(snap, replicas),
+    )
 }
 
 /// A JSON merge patch that sets (or, with `null`, removes) exactly these annotations and
@@ -349,6 +444,8 @@ pub enum PatchReason {
     PressureEased,
     /// A GPU appeared, disappeared, or lost or regained its memory reading.
     GpusChanged,
+    /// The kubelet's replica figures (or the next GPU) changed, or the data came or went.
+    ReplicasChanged,
     /// A GPU's free memory moved by at least a quantum.
     FreeMoved,
     /// Nothing moved, but the heartbeat is due.
@@ -363,6 +460,7 @@ impl PatchReason {
             PatchReason::PressureRaised => "pressure-raised",
             PatchReason::PressureEased => "pressure-eased",
             PatchReason::GpusChanged => "gpus-changed",
+            PatchReason::ReplicasChanged => "replicas-changed",
             PatchReason::FreeMoved => "free-moved",
             PatchReason::Heartbeat => "heartbeat",
         }
@@ -384,6 +482,7 @@ pub struct AnnotationPatch {
 #[derive(Debug, Clone)]
 struct Sent {
     gpus: Vec<GpuFigures>,
+    next_gpu: Option<Option<String>>,
     snapshot_at: Duration,
     planned_at: Duration,
 }
@@ -444,11 +543,23 @@ impl AnnotationPlanner {
         pressure: &BTreeMap<u32, Pressure>,
         now: Duration,
     ) -> Option<AnnotationPatch> {
+        self.plan_with_replicas(snap, pressure, None, now)
+    }
+
+    /// As [`plan`](Self::plan), with the kubelet's pod-resources figures when there are any.
+    pub fn plan_with_replicas(
+        &mut self,
+        snap: &Snapshot,
+        pressure: &BTreeMap<u32, Pressure>,
+        replicas: Option<&ReplicaView>,
+        now: Duration,
+    ) -> Option<AnnotationPatch> {
         if self.in_flight.is_some() {
             return None;
         }
-        let current = readings(snap, pressure);
-        let reason = self.reason(&current, snap.at, now);
+        let current = readings(snap, pressure, replicas);
+        let next = next_gpu(snap, replicas);
+        let reason = self.reason(&current, &next, snap.at, now);
         let Some(reason) = reason else {
             self.gated_until = None;
             return None;
@@ -463,10 +574,11 @@ impl AnnotationPlanner {
             }
         }
         self.gated_until = None;
-        let values = quantize(&current, self.cfg.quantum_mib, snap.wall);
+        let values = quantize(&current, self.cfg.quantum_mib, snap.wall, next);
         let body = merge_patch(values.to_annotations(&self.cfg.prefix));
         self.in_flight = Some(Sent {
             gpus: values.gpus.clone(),
+            next_gpu: values.next_gpu.clone(),
             snapshot_at: snap.at,
             planned_at: now,
         });
@@ -481,6 +593,7 @@ impl AnnotationPlanner {
     fn reason(
         &self,
         current: &[Reading],
+        next_gpu: &Option<Option<String>>,
         snapshot_at: Duration,
         now: Duration,
     ) -> Option<PatchReason> {
@@ -501,6 +614,9 @@ impl AnnotationPlanner {
         }
         if pairs().any(|(c, a)| c.pressure != a.pressure) {
             return Some(PatchReason::PressureEased);
+        }
+        if pairs().any(|(c, a)| c.replicas != a.replicas()) || *next_gpu != applied.next_gpu {
+            return Some(PatchReason::ReplicasChanged);
         }
         let q = self.cfg.quantum_mib.max(1);
         let rise = q.saturating_add(q / 2);
@@ -541,6 +657,7 @@ impl AnnotationPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribute::podresources::model::{Allocations, GpuReplicas};
     use crate::model::snapshot::{GpuIdentity, GpuSample, MemoryInfo};
     use serde_json::json;
 
@@ -683,6 +800,118 @@ mod tests {
                 "gpu-warden.io/vram",
                 "gpu-warden.io/vram-observed-at"
             ]
+        );
+    }
+
+    /// Two GPUs time-sliced 4 ways: GPU 0 has 3 replicas out, GPU 1 has 1.
+    fn replica_view(g1_allocated: u32) -> ReplicaView {
+        let uuid = |i: u32| format!("GPU-{i:08x}-0000-0000-0000-000000000000");
+        let mut a = Allocations::default();
+        for (i, allocated) in [(0, 3), (1, g1_allocated)] {
+            a.gpus.insert(
+                uuid(i),
+                GpuReplicas {
+                    allocatable: 4,
+                    allocated,
+                    pods: Default::default(),
+                },
+            );
+        }
+        ReplicaView {
+            allocations: a,
+            declared_mib: [(uuid(0), 12_288), (uuid(1), 4096)].into(),
+        }
+    }
+
+    #[test]
+    fn replica_figures_are_additive_keys() {
+        let s = snap_at(1.0, vec![gpu(0, 10_340, 2048), gpu(1, 10_340, 0)]);
+        let without = annotation_values(&s, &none(), Q).vram_json();
+        assert!(
+            !without.contains("replicas") && !without.contains("nextGpu"),
+            "{without}"
+        );
+        assert_eq!(
+            annotation_values_with(&s, &none(), None, Q).vram_json(),
+            without
+        );
+        let view = replica_view(1);
+        let with = annotation_values_with(&s, &none(), Some(&view), Q).vram_json();
+        let g0 = r#""pressure":"none","replicasAllocated":3,"replicasAllocatable":4,"declaredMiB":12288}"#;
+        assert!(with.contains(g0), "{with}");
+        assert!(
+            with.ends_with(r#"],"nextGpuUuid":"GPU-00000001-0000-0000-0000-000000000000"}"#),
+            "the device plugin picks the GPU with the fewest replicas out: {with}"
+        );
+        // Stripping the new keys gives back the document without the feature.
+        let mut doc: Value = serde_json::from_str(&with).unwrap();
+        doc.as_object_mut().unwrap().remove("nextGpuUuid");
+        for g in doc["gpus"].as_array_mut().unwrap() {
+            let g = g.as_object_mut().unwrap();
+            for k in ["replicasAllocated", "replicasAllocatable", "declaredMiB"] {
+                assert!(g.remove(k).is_some(), "{k}");
+            }
+        }
+        assert_eq!(doc, serde_json::from_str::<Value>(&without).unwrap());
+        // Every replica out: no next GPU, said as null.
+        let full = ReplicaView {
+            allocations: Allocations {
+                gpus: view
+                    .allocations
+                    .gpus
+                    .iter()
+                    .map(|(u, g)| {
+                        (
+                            u.clone(),
+                            GpuReplicas {
+                                allocated: 4,
+                                ..g.clone()
+                            },
+                        )
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            ..view.clone()
+        };
+        let json = annotation_values_with(&s, &none(), Some(&full), Q).vram_json();
+        assert!(json.ends_with(r#"],"nextGpuUuid":null}"#), "{json}");
+    }
+
+    #[test]
+    fn replica_changes_are_a_reason_to_patch_within_the_min_interval() {
+        let mut p = AnnotationPlanner::new(cfg());
+        let gpus = || vec![gpu(0, 10_340, 2048), gpu(1, 10_340, 0)];
+        let r = |s: &Snapshot, p: &mut AnnotationPlanner, v: Option<&ReplicaView>| {
+            let out = p.plan_with_replicas(s, &none(), v, s.at)?;
+            p.patch_succeeded(s.at);
+            Some(out.reason)
+        };
+        let v1 = replica_view(1);
+        assert_eq!(
+            r(&snap_at(0.0, gpus()), &mut p, None),
+            Some(PatchReason::Initial)
+        );
+        // The data arrives: held back by the minimum interval, then sent.
+        assert_eq!(r(&snap_at(1.0, gpus()), &mut p, Some(&v1)), None);
+        assert_eq!(
+            r(&snap_at(5.0, gpus()), &mut p, Some(&v1)),
+            Some(PatchReason::ReplicasChanged)
+        );
+        assert_eq!(
+            r(&snap_at(11.0, gpus()), &mut p, Some(&v1)),
+            None,
+            "unchanged"
+        );
+        let v2 = replica_view(2);
+        assert_eq!(
+            r(&snap_at(12.0, gpus()), &mut p, Some(&v2)),
+            Some(PatchReason::ReplicasChanged)
+        );
+        // Withdrawn: the keys go.
+        assert_eq!(
+            r(&snap_at(20.0, gpus()), &mut p, None),
+            Some(PatchReason::ReplicasChanged)
         );
     }
 

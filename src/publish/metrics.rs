@@ -179,7 +179,8 @@ const PROF_FAMILIES: &[(&str, &str, ProfExtract)] = &[
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", |p| p.pcie_rx_bytes_per_second),
 ];
 
-fn label(name: &str, value: &str) -> LabelPair {
+/// One label pair.
+pub(crate) fn label(name: &str, value: &str) -> LabelPair {
     let mut l = LabelPair::default();
     l.set_name(name.to_string());
     l.set_value(value.to_string());
@@ -370,13 +371,14 @@ pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) -> Result<(), promet
     prometheus::TextEncoder::new().encode(families, out)
 }
 
+/// Test fixtures, shared with the sibling families' tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::snapshot::{GpuHealth, GpuIdentity, MemoryInfo, PodRef};
     use std::time::{Duration, SystemTime};
 
-    fn gpu(index: u32) -> GpuSample {
+    pub(crate) fn gpu(index: u32) -> GpuSample {
         let mut g = GpuSample::empty(
             GpuIdentity {
                 index,
@@ -408,7 +410,7 @@ mod tests {
         }
     }
 
-    fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
+    pub(crate) fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
         Snapshot {
             seq: 1,
             at: Duration::ZERO,
@@ -420,7 +422,7 @@ mod tests {
         }
     }
 
-    fn text(families: &[MetricFamily]) -> String {
+    pub(crate) fn text(families: &[MetricFamily]) -> String {
         let mut out = Vec::new();
         encode(families, &mut out).unwrap();
         String::from_utf8(out).unwrap()

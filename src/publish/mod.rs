@@ -5,6 +5,7 @@ pub mod annotations;
 pub mod auth;
 pub mod http;
 pub mod metrics;
+pub mod replica_metrics;
 pub mod self_metrics;
 pub mod state;
 pub mod tls;

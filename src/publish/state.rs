@@ -1,6 +1,7 @@
 //! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
 //! from it, and the guard's view for `/state`.
 
+use crate::attribute::podresources::model::ReplicaView;
 use crate::model::pressure::Pressure;
 use crate::model::snapshot::Snapshot;
 use bytes::Bytes;
@@ -22,6 +23,9 @@ pub struct Published {
     /// Memory pressure per GPU index as the guard classified it (empty when it is off);
     /// the annotations publish it.
     pub pressure: BTreeMap<u32, Pressure>,
+    /// The latest kubelet pod-resources data when the feature is on and has data (None
+    /// otherwise); the annotations publish it.
+    pub replicas: Option<Arc<ReplicaView>>,
 }
 
 #[derive(Serialize)]

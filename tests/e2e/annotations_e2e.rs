@@ -101,6 +101,7 @@ impl Feed {
             published_at: at,
             guard: Value::Null,
             pressure: pressure.iter().copied().collect(),
+            replicas: None,
         })));
     }
 

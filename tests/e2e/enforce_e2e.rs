@@ -245,6 +245,7 @@ fn info(p: &P) -> PodInfo {
             .collect(),
         created_at: None,
         terminating: false,
+        phase: None,
         containers: vec![],
     }
 }

@@ -7,6 +7,7 @@
 // injected clock.
 #![allow(clippy::disallowed_methods)]
 
+mod kubelet;
 mod support;
 
 mod agent_binary;
@@ -21,6 +22,7 @@ mod http_abuse;
 mod http_tls_auth;
 mod outage_budget;
 mod pod_watch_faults;
+mod podresources_e2e;
 mod podresources_kubelet;
 mod proptest_parsers;
 mod reliability_faults;

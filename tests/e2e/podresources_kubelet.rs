@@ -3,166 +3,20 @@
 //! that deletes and recreates the socket, terminal pods, time-slicing replica IDs and several
 //! GPUs. The fake holds its answers behind a lock so each test can change them mid-run.
 
+use crate::kubelet::{pod, replicas, serve, shared_node, FakeKubelet, Serving};
 use gpu_warden::attribute::podresources::client::{
     PodResourcesClient, PodResourcesError, PodResourcesReply,
 };
-use gpu_warden::attribute::podresources::generated::pod_resources_lister_server::{
-    PodResourcesLister, PodResourcesListerServer,
-};
-use gpu_warden::attribute::podresources::generated::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
-};
 use gpu_warden::attribute::podresources::model::{allocations, PodKey};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::Duration;
-use tokio::net::UnixListener;
-use tokio::sync::oneshot;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
 
 const G0: &str = "GPU-11111111-2222-3333-4444-555555555555";
 const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
 
-#[derive(Default)]
-struct State {
-    list: ListPodResourcesResponse,
-    allocatable: AllocatableResourcesResponse,
-    /// Answer every call with this status instead.
-    fail: Option<tonic::Code>,
-    /// Sleep this long before answering.
-    delay: Duration,
-}
-
-#[derive(Clone, Default)]
-struct FakeKubelet {
-    state: Arc<Mutex<State>>,
-    calls: Arc<AtomicU64>,
-}
-
-impl FakeKubelet {
-    fn set(&self, f: impl FnOnce(&mut State)) {
-        f(&mut self.state.lock().unwrap());
-    }
-
-    async fn answer<T>(&self, f: impl FnOnce(&State) -> T) -> Result<Response<T>, Status> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let (fail, delay) = {
-            let s = self.state.lock().unwrap();
-            (s.fail, s.delay)
-        };
-        tokio::time::sleep(delay).await;
-        if let Some(code) = fail {
-            return Err(Status::new(code, "injected"));
-        }
-        let s = self.state.lock().unwrap();
-        Ok(Response::new(f(&s)))
-    }
-}
-
-#[tonic::async_trait]
-impl PodResourcesLister for FakeKubelet {
-    async fn list(
-        &self,
-        _: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        self.answer(|s| s.list.clone()).await
-    }
-    async fn get_allocatable_resources(
-        &self,
-        _: Request<AllocatableResourcesRequest>,
-    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        self.answer(|s| s.allocatable.clone()).await
-    }
-    async fn get(
-        &self,
-        _: Request<GetPodResourcesRequest>,
-    ) -> Result<Response<GetPodResourcesResponse>, Status> {
-        Err(Status::unimplemented("not used by gpu-warden"))
-    }
-}
-
-/// A running fake kubelet: dropping `stop` shuts it down.
-struct Serving {
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<()>,
-}
-
-impl Serving {
-    /// Stops serving and deletes the socket, as a stopping kubelet does.
-    async fn shut_down(mut self, path: &Path) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let _ = self.done.await;
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-fn serve(kubelet: &FakeKubelet, path: &Path) -> Serving {
-    let listener = UnixListener::bind(path).unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let svc = PodResourcesListerServer::new(kubelet.clone());
-    let done = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    Serving {
-        stop: Some(stop),
-        done,
-    }
-}
-
-fn devices(ids: &[String]) -> Vec<ContainerDevices> {
-    vec![ContainerDevices {
-        resource_name: "nvidia.com/gpu".into(),
-        device_ids: ids.to_vec(),
-        topology: None,
-    }]
-}
-
-fn replicas(gpu: &str, n: std::ops::Range<u32>) -> Vec<String> {
-    n.map(|i| format!("{gpu}::{i}")).collect()
-}
-
-fn pod(ns: &str, name: &str, ids: Vec<String>) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![ContainerResources {
-            name: "main".into(),
-            devices: devices(&ids),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-/// Two GPUs time-sliced 4 ways; three pods share GPU 0 (where dcgm-exporter would label one),
-/// one holds two replicas of GPU 1, one finished job still listed by the kubelet.
+/// The shared two-GPU node (`kubelet::shared_node`).
 fn node(kubelet: &FakeKubelet) {
-    kubelet.set(|s| {
-        s.allocatable = AllocatableResourcesResponse {
-            devices: [devices(&replicas(G0, 0..4)), devices(&replicas(G1, 0..4))].concat(),
-            ..Default::default()
-        };
-        s.list = ListPodResourcesResponse {
-            pod_resources: vec![
-                pod("ci", "job-1", replicas(G0, 0..1)),
-                pod("ci", "job-2", replicas(G0, 1..2)),
-                pod("ci", "job-3", replicas(G0, 2..3)),
-                pod("ml", "train-0", replicas(G1, 0..2)),
-                pod("ci", "finished", replicas(G1, 3..4)),
-            ],
-        };
-    });
+    shared_node(kubelet, G0, G1);
 }
 
 fn socket(dir: &tempfile::TempDir) -> PathBuf {

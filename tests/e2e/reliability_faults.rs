@@ -566,6 +566,7 @@ fn a_pod_inflating_its_own_vram_ranks_itself_first() {
             .unwrap_or_default(),
         created_at: None,
         terminating: false,
+        phase: None,
         containers: vec![ContainerInfo {
             name: "main".into(),
             container_id: Some(format!("cid-{name}")),

@@ -9,7 +9,9 @@
 //! the plugin's `index` ID strategy) are ignored.
 
 use super::generated::{AllocatableResourcesResponse, ContainerDevices, ListPodResourcesResponse};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::model::pod::PodInfo;
+use crate::model::pod::PodMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A pod as the kubelet's pod-resources API names it: (namespace, name).
 pub type PodKey = (String, String);
@@ -147,6 +149,66 @@ impl Allocations {
             }
         }
         out
+    }
+}
+
+/// What one successful poll of the kubelet says, joined with the pod view: the replica
+/// counts, and the declared VRAM of the pods holding each GPU. The agent publishes the
+/// latest one; the metrics and the `vram` annotation read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// Replicas by GPU and GPUs by pod.
+    pub allocations: Allocations,
+    /// By GPU UUID: the declared VRAM (MiB) of the pods holding a replica of it.
+    pub declared_mib: BTreeMap<String, u64>,
+}
+
+impl ReplicaView {
+    /// Joins the kubelet's answers with the pod view `pods`: pods the view has in a terminal
+    /// phase are dropped, and each remaining pod's declared VRAM is read from its annotation
+    /// `request_key` (`<prefix>/vram-request-mib`; unset or unparsable counts as 0).
+    pub fn new(
+        list: &ListPodResourcesResponse,
+        allocatable: &AllocatableResourcesResponse,
+        pods: &PodMap,
+        request_key: &str,
+    ) -> ReplicaView {
+        // The kubelet names pods by namespace/name, the view keys them by UID.
+        let by_name: HashMap<(&str, &str), &PodInfo> = pods
+            .values()
+            .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+            .collect();
+        let allocations = allocations(list, allocatable, |ns, name| {
+            by_name.get(&(ns, name)).is_some_and(|p| p.is_terminal())
+        });
+        let declared_mib = allocations
+            .gpus
+            .keys()
+            .map(|uuid| {
+                let mib = allocations.declared_mib(uuid, |(ns, name)| {
+                    by_name
+                        .get(&(ns.as_str(), name.as_str()))
+                        .and_then(|p| p.vram_request_mib(request_key))
+                });
+                (uuid.clone(), mib)
+            })
+            .collect();
+        ReplicaView {
+            allocations,
+            declared_mib,
+        }
+    }
+
+    /// The kubelet's figures for the GPU `uuid`: (allocated, allocatable, declared MiB);
+    /// zeros for a GPU the kubelet does not name (it cannot hand it out).
+    pub fn gpu(&self, uuid: &str) -> (u32, u32, u64) {
+        let (allocated, allocatable) = self
+            .allocations
+            .gpus
+            .get(uuid)
+            .map_or((0, 0), |g| (g.allocated, g.allocatable));
+        let declared = self.declared_mib.get(uuid).copied().unwrap_or(0);
+        (allocated, allocatable, declared)
     }
 }
 
@@ -309,6 +371,57 @@ mod tests {
             allocations(&list, &allocatable, |_, _| false).next_gpu(|_| None),
             None
         );
+    }
+
+    #[test]
+    fn the_view_drops_terminal_pods_and_sums_declared_vram() {
+        use crate::model::pod::PodInfo;
+        let info = |ns: &str, name: &str, phase: &str, request: Option<&str>| PodInfo {
+            uid: format!("uid-{name}"),
+            namespace: ns.into(),
+            name: name.into(),
+            priority: 0,
+            priority_class: None,
+            owner_kind: None,
+            is_mirror: false,
+            labels: Default::default(),
+            annotations: request
+                .map(|r| [("gpu-warden.io/vram-request-mib".to_string(), r.to_string())].into())
+                .unwrap_or_default(),
+            created_at: None,
+            terminating: false,
+            phase: Some(phase.into()),
+            containers: vec![],
+        };
+        let pods: PodMap = [
+            info("ci", "a", "Running", Some("4096")),
+            info("ci", "b", "Running", Some("4Gi")),
+            info("ci", "done", "Succeeded", Some("8000")),
+            info("ci", "failed", "Failed", Some("8000")),
+        ]
+        .into_iter()
+        .map(|p| (p.uid.clone(), p))
+        .collect();
+        let allocatable = AllocatableResourcesResponse {
+            devices: vec![devices(&(0..4).map(|n| r(G0, n)).collect::<Vec<_>>())],
+            ..Default::default()
+        };
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("ci", "a", &[&[r(G0, 0)]]),
+                pod("ci", "b", &[&[r(G0, 1)]]),
+                pod("ci", "done", &[&[r(G0, 2)]]),
+                pod("ci", "failed", &[&[r(G0, 3)]]),
+                // Not in the view yet (the watch lags): kept, declares nothing.
+                pod("ci", "new", &[&[r(G1, 0)]]),
+            ],
+        };
+        let v = ReplicaView::new(&list, &allocatable, &pods, "gpu-warden.io/vram-request-mib");
+        assert_eq!(v.gpu(G0), (2, 4, 4096), "the unparsable 4Gi counts as 0");
+        assert_eq!(v.gpu(G1), (1, 0, 0));
+        assert_eq!(v.gpu("GPU-00000000"), (0, 0, 0));
+        assert!(v.allocations.holds(&key("ci", "new"), G1));
+        assert!(!v.allocations.pod_gpus.contains_key(&key("ci", "failed")));
     }
 
     #[test]

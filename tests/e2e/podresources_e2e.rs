@@ -1,0 +1,282 @@
+//! The kubelet's pod-resources data end to end (issue 16): the real binary on the simulated
+//! backend, the fake kubelet of `support/kubelet.rs` over a real unix socket, and the API
+//! double for the pod view and the Node. Two GPUs time-sliced four ways (`GPU-<uuid>::<n>`
+//! replica IDs); a finished pod the kubelet still lists (kubernetes #119423); a pod whose
+//! process runs on a GPU it holds no replica of. Short intervals keep it to a few seconds.
+
+use crate::kubelet::{pod, replicas, serve, shared_node, FakeKubelet};
+use crate::support::*;
+use apiserver_double::ApiServer;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const NODE: &str = "gpu-node-1";
+const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
+const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
+
+/// Two A10Gs, the pods of `kubelet::shared_node`: `ci/job-3` holds a replica of GPU 0 but
+/// runs on GPU 1.
+fn scenario() -> String {
+    format!(
+        "
+gpus:
+  - {{model: NVIDIA A10G, uuid: {G0}, memory_mib: 23028, reserved_mib: 434}}
+  - {{model: NVIDIA A10G, uuid: {G1}, pci_bus_id: \"00000000:00:1F.0\", memory_mib: 23028, reserved_mib: 434}}
+processes:
+  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-1, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
+  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-2, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
+  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: job-3}}}}
+  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train-0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
+"
+    )
+}
+
+fn metrics(port: u16) -> String {
+    get(port, "/metrics").map(|r| r.body).unwrap_or_default()
+}
+
+fn replica_line(gpu: u32, uuid: &str, state: &str, n: u32) -> String {
+    format!("gpu_warden_gpu_replicas{{gpu=\"{gpu}\",UUID=\"{uuid}\",state=\"{state}\"}} {n}\n")
+}
+
+/// Waits up to 8 s for `ok`, then fails with what was last seen.
+fn wait_until(what: &str, mut probe: impl FnMut() -> (bool, String)) {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let (ok, seen) = probe();
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}; last seen:\n{seen}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn vram_doc(server: &ApiServer) -> Option<Value> {
+    let node = server.node(NODE)?;
+    serde_json::from_str(node["metadata"]["annotations"]["gpu-warden.io/vram"].as_str()?).ok()
+}
+
+fn write_scenario(dir: &Path) -> String {
+    let path = dir.join("two-gpus.yaml");
+    std::fs::write(&path, scenario()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn pod_resources_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("pod-resources"))
+        .collect()
+}
+
+#[test]
+fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_restart() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::builder().start()).unwrap();
+    server
+        .add_node(json!({"metadata": {"name": NODE, "annotations": {"team": "ml"}}}))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = write_scenario(dir.path());
+    let sc = gpu_warden::sample::scenario::Scenario::parse(&scenario(), "two-gpus").unwrap();
+    for p in gpu_warden::sample::sim::scenario_pods(&sc, NODE) {
+        server.add_pod(p).unwrap();
+    }
+    // Finished, but still listed by the kubelet: its replica and its 9999 MiB must not count.
+    server
+        .add_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "finished", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
+                         "annotations": {"gpu-warden.io/vram-request-mib": "9999"}},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "x"}]},
+            "status": {"phase": "Succeeded"}
+        }))
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::default();
+    shared_node(&kubelet, G0, G1);
+    let serving = rt.block_on(async { serve(&kubelet, &socket) });
+
+    let agent = Agent::start_with_env(
+        &[
+            "--scenario",
+            &scenario_path,
+            "--node-name",
+            NODE,
+            "--guard-mode",
+            "off",
+            "--poll-interval",
+            "100ms",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--pod-resources-interval",
+            "100ms",
+            "--annotation-min-interval",
+            "100ms",
+            "--annotation-heartbeat",
+            "2s",
+        ],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    );
+
+    let expected = [
+        replica_line(0, G0, "allocated", 3),
+        replica_line(0, G0, "allocatable", 4),
+        replica_line(1, G1, "allocated", 2),
+        replica_line(1, G1, "allocatable", 4),
+        format!("gpu_warden_processes_without_replica{{gpu=\"0\",UUID=\"{G0}\"}} 0\n"),
+        format!("gpu_warden_processes_without_replica{{gpu=\"1\",UUID=\"{G1}\"}} 1\n"),
+    ];
+    wait_until("replica metrics", || {
+        let m = metrics(agent.port);
+        (expected.iter().all(|l| m.contains(l.as_str())), m)
+    });
+
+    wait_until("replica figures in the vram annotation", || {
+        let doc = vram_doc(&server);
+        let ok = doc.as_ref().is_some_and(|d| {
+            d["gpus"][0]["replicasAllocated"] == 3
+                && d["gpus"][1]["replicasAllocated"] == 2
+                && d["gpus"][1]["declaredMiB"] == 8192
+        });
+        (ok, format!("{doc:?}"))
+    });
+    let doc = vram_doc(&server).unwrap();
+    let g0 = &doc["gpus"][0];
+    assert_eq!(
+        (g0["index"].clone(), g0["uuid"].clone()),
+        (json!(0), json!(G0))
+    );
+    assert_eq!(g0["replicasAllocatable"], 4);
+    assert_eq!(
+        g0["declaredMiB"],
+        4096 + 2048,
+        "job-3 declares nothing: {doc}"
+    );
+    assert_eq!(doc["gpus"][1]["replicasAllocatable"], 4);
+    assert_eq!(
+        doc["nextGpuUuid"], G1,
+        "the device plugin hands out the GPU with fewer replicas out (2 < 3): {doc}"
+    );
+    // The document's other keys are the ones it always had.
+    let keys: BTreeSet<&str> = g0.as_object().unwrap().keys().map(String::as_str).collect();
+    let expected_keys: BTreeSet<&str> = [
+        "index",
+        "uuid",
+        "totalMiB",
+        "usedMiB",
+        "freeMiB",
+        "pressure",
+        "replicasAllocated",
+        "replicasAllocatable",
+        "declaredMiB",
+    ]
+    .into();
+    assert_eq!(keys, expected_keys);
+    assert_eq!(doc["v"], 1);
+
+    // The kubelet restarts: it deletes its socket; polls fail; after three intervals the
+    // figures are withdrawn (absent, not zero), in metrics and annotation alike.
+    rt.block_on(serving.shut_down(&socket));
+    wait_until("replica metrics withdrawn", || {
+        let m = metrics(agent.port);
+        (
+            !m.contains("gpu_warden_gpu_replicas") && m.contains("DCGM_FI_DEV_FB_FREE"),
+            m,
+        )
+    });
+    wait_until("replica keys withdrawn from the annotation", || {
+        let doc = vram_doc(&server);
+        let ok = doc.as_ref().is_some_and(|d| {
+            d.get("nextGpuUuid").is_none() && d["gpus"][0].get("replicasAllocated").is_none()
+        });
+        (ok, format!("{doc:?}"))
+    });
+
+    // It comes back on a new socket at the same path, with one more pod on GPU 1: 3 and 3
+    // replicas out, so the tie goes to the lower index.
+    kubelet.set(|s| {
+        s.list
+            .pod_resources
+            .push(pod("ml", "train-2", replicas(G1, 2..3)))
+    });
+    let serving = rt.block_on(async { serve(&kubelet, &socket) });
+    wait_until("replica metrics back after the restart", || {
+        let m = metrics(agent.port);
+        (m.contains(&replica_line(1, G1, "allocated", 3)), m)
+    });
+    wait_until("replica figures back in the annotation", || {
+        let doc = vram_doc(&server);
+        let ok = doc
+            .as_ref()
+            .is_some_and(|d| d["gpus"][1]["replicasAllocated"] == 3 && d["nextGpuUuid"] == G0);
+        (ok, format!("{doc:?}"))
+    });
+
+    let (status, _, stderr) = agent.terminate();
+    assert!(status.success(), "{stderr}");
+    let lines = pod_resources_lines(&stderr);
+    assert!(
+        lines.iter().any(|l| l.contains("pod-resources: on")),
+        "{stderr}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("answering again")),
+        "{stderr}"
+    );
+    // Logged by transition, not per failed poll.
+    assert!(lines.len() <= 5, "{lines:#?}");
+    rt.block_on(serving.shut_down(&socket));
+}
+
+#[test]
+fn absent_socket_is_one_log_line_and_nothing_else_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = write_scenario(dir.path());
+    let absent = dir.path().join("no-kubelet/kubelet.sock");
+    let families = |args: &[&str]| {
+        let mut all = vec![
+            "--scenario",
+            &scenario_path,
+            "--kube",
+            "off",
+            "--poll-interval",
+            "100ms",
+        ];
+        all.extend_from_slice(args);
+        let agent = Agent::start(&all);
+        let m = metrics(agent.port);
+        let (status, _, stderr) = agent.terminate();
+        assert!(status.success(), "{stderr}");
+        let types: Vec<String> = m
+            .lines()
+            .filter(|l| l.starts_with("# TYPE"))
+            .map(str::to_string)
+            .collect();
+        (types, stderr)
+    };
+    let (with_absent, stderr) = families(&["--pod-resources-socket", absent.to_str().unwrap()]);
+    let lines = pod_resources_lines(&stderr);
+    assert_eq!(lines.len(), 1, "exactly one line: {stderr}");
+    assert!(
+        lines[0].contains("pod-resources: off")
+            && lines[0].contains("no kubelet pod-resources socket"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        !with_absent.iter().any(|t| t.contains("replica")),
+        "{with_absent:?}"
+    );
+    let (switched_off, _) = families(&["--pod-resources", "off"]);
+    assert_eq!(
+        with_absent, switched_off,
+        "the same families as with the feature off"
+    );
+}
