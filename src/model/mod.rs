@@ -7,4 +7,5 @@ pub mod clock;
 pub mod ids;
 pub mod pod;
 pub mod pressure;
+pub mod replicas;
 pub mod snapshot;

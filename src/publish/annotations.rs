@@ -27,8 +27,8 @@
 //!   A change of any of them is a reason to patch (subject to the minimum interval): a
 //!   scheduler needs to see committed memory move.
 
-use crate::attribute::podresources::model::ReplicaView;
 use crate::model::pressure::Pressure;
+use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -657,7 +657,7 @@ impl AnnotationPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::podresources::model::{Allocations, GpuReplicas};
+    use crate::model::replicas::{Allocations, GpuReplicas};
     use crate::model::snapshot::{GpuIdentity, GpuSample, MemoryInfo};
     use serde_json::json;
 

@@ -4,7 +4,7 @@
 //! so a dashboard can tell "no replica allocated" from "not known".
 
 use super::metrics::{family, label, push};
-use crate::attribute::podresources::model::{PodKey, ReplicaView};
+use crate::model::replicas::{PodKey, ReplicaView};
 use crate::model::snapshot::{Owner, Snapshot};
 use prometheus::proto::{MetricFamily, MetricType};
 
@@ -66,7 +66,7 @@ pub fn replica_families(snap: &Snapshot, view: Option<&ReplicaView>) -> Vec<Metr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribute::podresources::model::{Allocations, GpuReplicas};
+    use crate::model::replicas::{Allocations, GpuReplicas};
     use crate::model::snapshot::{PodRef, ProcessSample};
     use crate::publish::metrics::tests::{gpu, snap, text};
 

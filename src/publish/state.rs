@@ -1,8 +1,8 @@
 //! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
 //! from it, and the guard's view for `/state`.
 
-use crate::attribute::podresources::model::ReplicaView;
 use crate::model::pressure::Pressure;
+use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::Snapshot;
 use bytes::Bytes;
 use serde::Serialize;

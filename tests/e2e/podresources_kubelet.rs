@@ -7,7 +7,8 @@ use crate::kubelet::{pod, replicas, serve, shared_node, FakeKubelet, Serving};
 use gpu_warden::attribute::podresources::client::{
     PodResourcesClient, PodResourcesError, PodResourcesReply,
 };
-use gpu_warden::attribute::podresources::model::{allocations, PodKey};
+use gpu_warden::attribute::podresources::model::allocations;
+use gpu_warden::model::replicas::PodKey;
 use std::path::PathBuf;
 use std::time::Duration;
 

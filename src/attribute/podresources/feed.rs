@@ -7,8 +7,9 @@
 //! one when it comes back.
 
 use super::client::{PodResourcesClient, PodResourcesError};
-use super::model::ReplicaView;
+use super::model::replica_view;
 use crate::attribute::ports::PodSource;
+use crate::model::replicas::ReplicaView;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,7 +86,7 @@ async fn run(
         }
         match client.poll().await {
             Ok(reply) => {
-                let view = ReplicaView::new(
+                let view = replica_view(
                     &reply.list,
                     &reply.allocatable,
                     &pods.pods(),
