@@ -13,6 +13,7 @@ mod support;
 mod agent_binary;
 mod agent_kube_e2e;
 mod annotations_e2e;
+mod architecture;
 mod attribution_e2e;
 mod enforce_e2e;
 mod golden_exposition;
