@@ -2,6 +2,7 @@
 //! until shutdown. Everything it runs is injected (source, clock, listener, pod view,
 //! decision executor), so integration tests start the same loop the binary does.
 
+pub mod build;
 pub mod pipeline;
 
 use crate::agent::pipeline::Pipeline;

@@ -1,0 +1,485 @@
+//! The wiring: from the parsed command line to a running agent. It opens the GPU source,
+//! connects to the cluster (or not), builds the pod view, the attributor, the guard and
+//! its enforcer, the node annotator and the HTTP server, and hands them to the event loop
+//! (`agent::run`). Every start-up failure is a [`StartError`] naming the flag or file.
+
+use super::pipeline::Pipeline;
+use super::{AgentParts, GuardParts};
+use crate::act::client::KubeClients;
+use crate::act::enforce::Enforcer;
+use crate::act::node_annotations::{remove_annotations, spawn_annotator};
+use crate::attribute::attributor::ProcAttributor;
+use crate::attribute::podresources::feed::{self, FeedConfig};
+use crate::attribute::pods::{self, StaticPods};
+use crate::attribute::ports::PodSource;
+use crate::attribute::procfs::ProcFs;
+use crate::attribute::watch::WatchedPods;
+use crate::config::{self, Backend, Cli, KubeMode, Switch};
+use crate::guard::policy::{Mode, Policy, PolicyError};
+use crate::guard::ports::DecisionExecutor;
+use crate::guard::state::Guard;
+use crate::model::clock::{Clock, SystemClock};
+use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
+use crate::publish::auth::Auth;
+use crate::publish::http::{HttpLimits, HttpSecurity};
+use crate::publish::metrics::MetricsConfig;
+use crate::publish::self_metrics::SelfMetrics;
+use crate::sample::nvml::NvmlSource;
+use crate::sample::sampler::Cadence;
+use crate::sample::scenario::{Scenario, ScenarioError};
+use crate::sample::sim::{self, SimSource};
+use crate::sample::{GpuSource, SourceError};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The demo scenario played when the simulator runs without `--scenario`.
+const EMBEDDED_SCENARIO: &str = include_str!("../../examples/a10g-timesliced.yaml");
+
+/// Why the agent could not start (or stopped on a fault of its own).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    #[error("cannot read --guard-config {}: {source}", path.display())]
+    ReadPolicy {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {source}")]
+    Policy { origin: String, source: PolicyError },
+    #[error(transparent)]
+    Annotations(#[from] AnnotationConfigError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("running in Kubernetes with --backend auto: {0}")]
+    NvmlInCluster(SourceError),
+    #[error("cannot write the simulated /proc under {}: {source}", path.display())]
+    SimProc {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Kube(#[from] crate::act::client::KubeError),
+    #[error("registering self metrics: {0}")]
+    Metrics(prometheus::Error),
+    #[error("starting the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("{0}")]
+    Http(String),
+    #[error("cannot listen on {addr} (--listen): {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Agent(#[from] super::AgentError),
+    #[error("cannot print the simulated pods: {0}")]
+    PrintPods(#[from] serde_yaml_ng::Error),
+}
+
+fn load_scenario(cli: &Cli) -> Result<Scenario, StartError> {
+    Ok(match &cli.scenario {
+        Some(path) => Scenario::load(path)?,
+        None => Scenario::parse(EMBEDDED_SCENARIO, "built-in a10g-timesliced.yaml")?,
+    })
+}
+
+/// The GPU source, and for the simulator its scenario and the simulated /proc it writes.
+struct Opened {
+    source: Box<dyn GpuSource>,
+    scenario: Option<Scenario>,
+    proc_root: PathBuf,
+    temp_proc: Option<PathBuf>,
+}
+
+fn sim_source(cli: &Cli) -> Result<Opened, StartError> {
+    let scenario = load_scenario(cli)?;
+    let (proc_root, temp_proc) = match &cli.proc_root {
+        Some(p) => (p.clone(), None),
+        None => {
+            let p =
+                std::env::temp_dir().join(format!("gpu-warden-sim-proc-{}", std::process::id()));
+            (p.clone(), Some(p))
+        }
+    };
+    let source = SimSource::new(scenario.clone())
+        .with_proc_root(&proc_root)
+        .map_err(|source| StartError::SimProc {
+            path: proc_root.clone(),
+            source,
+        })?;
+    Ok(Opened {
+        source: Box::new(source),
+        scenario: Some(scenario),
+        proc_root,
+        temp_proc,
+    })
+}
+
+fn nvml_source(cli: &Cli, s: NvmlSource) -> Opened {
+    Opened {
+        source: Box::new(s.with_gpm_interval(cli.gpm_interval)),
+        scenario: None,
+        proc_root: cli
+            .proc_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc")),
+        temp_proc: None,
+    }
+}
+
+fn open_source(cli: &Cli, clock: &dyn Clock) -> Result<Opened, StartError> {
+    match cli.backend {
+        Backend::Sim => sim_source(cli),
+        Backend::Nvml => Ok(nvml_source(
+            cli,
+            NvmlSource::open(clock, cli.gpm == Switch::On)?,
+        )),
+        // A scenario names the simulator: playing it is what was asked for.
+        Backend::Auto if cli.scenario.is_some() => sim_source(cli),
+        Backend::Auto => match NvmlSource::open(clock, cli.gpm == Switch::On) {
+            Ok(s) => Ok(nvml_source(cli, s)),
+            Err(e) => {
+                // Inside a cluster a missing NVML is a deployment fault to surface, not a
+                // reason to export invented figures.
+                if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+                    return Err(StartError::NvmlInCluster(e));
+                }
+                tracing::warn!(reason = %e, "NVML is not available: playing the simulated GPUs instead (--backend sim)");
+                sim_source(cli)
+            }
+        },
+    }
+}
+
+/// The guard policy: the file's, or the defaults, with `--guard-mode` on top; validated.
+fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
+    let mut policy = match &cli.guard_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| StartError::ReadPolicy {
+                path: path.clone(),
+                source,
+            })?;
+            Policy::from_yaml_str(&text).map_err(|source| StartError::Policy {
+                origin: format!("--guard-config {}", path.display()),
+                source,
+            })?
+        }
+        None => Policy::default(),
+    };
+    if let Some(mode) = cli.guard_mode {
+        policy.mode = mode.into();
+    }
+    policy.validate().map_err(|source| StartError::Policy {
+        origin: match &cli.guard_config {
+            Some(p) => format!("--guard-config {}", p.display()),
+            None => "guard policy".to_string(),
+        },
+        source,
+    })?;
+    Ok(policy)
+}
+
+/// The guard: it always tracks pressure; it decides only with a cluster to act on.
+fn guard_parts(
+    mut policy: Policy,
+    clients: Option<&KubeClients>,
+    pods: Arc<dyn PodSource>,
+    node: &str,
+    self_metrics: &SelfMetrics,
+    clock: &Arc<dyn Clock>,
+) -> GuardParts {
+    let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
+        Some(c) if policy.mode != Mode::Off => {
+            // The eviction walk and its Events must end well inside the cooldown, or a
+            // second decision could evict for the same pressure.
+            let budget = policy
+                .cooldown_timeout
+                .saturating_sub(Duration::from_secs(10))
+                .max(Duration::from_secs(5));
+            Some(Arc::new(
+                Enforcer::new(
+                    c,
+                    node.to_string(),
+                    self_metrics.clone(),
+                    &policy,
+                    clock.clone(),
+                )
+                .with_walk_budget(budget),
+            ))
+        }
+        _ => None,
+    };
+    if executor.is_none() && policy.mode != Mode::Off {
+        tracing::info!(
+            mode = policy.mode.as_str(),
+            "no Kubernetes API: the OOM guard only tracks pressure (mode off)"
+        );
+        policy.mode = Mode::Off;
+    } else {
+        tracing::info!(mode = policy.mode.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
+    }
+    GuardParts {
+        guard: Guard::new(policy),
+        pods,
+        executor,
+    }
+}
+
+fn print_sim_pods(cli: &Cli, node: &str) -> Result<(), StartError> {
+    let scenario = load_scenario(cli)?;
+    let fixtures = serde_json::json!({
+        "nodes": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"nvidia.com/gpu.present": "true"}, "annotations": {}}}],
+        "pods": sim::scenario_pods(&scenario, node),
+    });
+    print!("{}", serde_yaml_ng::to_string(&fixtures)?);
+    Ok(())
+}
+
+/// Runs the agent the command line describes until SIGTERM or SIGINT.
+pub fn run(cli: Cli) -> Result<(), StartError> {
+    let node = cli.node_name.clone().unwrap_or_else(config::host_name);
+    if cli.print_sim_pods {
+        return print_sim_pods(&cli, &node);
+    }
+    let policy = load_policy(&cli)?;
+    let annotation_cfg = AnnotationConfig {
+        prefix: cli.annotation_prefix.clone(),
+        quantum_mib: cli.annotation_quantum_mib,
+        heartbeat: cli.annotation_heartbeat,
+        min_interval: cli.annotation_min_interval,
+    };
+    annotation_cfg.validate()?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let opened = open_source(&cli, clock.as_ref())?;
+    tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
+    let metrics = SelfMetrics::new(env!("CARGO_PKG_VERSION")).map_err(StartError::Metrics)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    let temp_proc = opened.temp_proc.clone();
+    let wiring = Wiring {
+        cli,
+        node,
+        policy,
+        annotation_cfg,
+        clock,
+        metrics,
+    };
+    let result = runtime.block_on(wiring.run(opened));
+    // A sampler stuck in an NVML call for good would hold the runtime's drop forever (its
+    // join runs on a blocking thread); exit anyway, the thread dies with the process.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    if let Some(dir) = temp_proc {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+/// What the async half of the start-up needs.
+struct Wiring {
+    cli: Cli,
+    node: String,
+    policy: Policy,
+    annotation_cfg: AnnotationConfig,
+    clock: Arc<dyn Clock>,
+    metrics: SelfMetrics,
+}
+
+impl Wiring {
+    async fn run(self, opened: Opened) -> Result<(), StartError> {
+        let clients = self.connect().await?;
+        let pods = self.pod_view(clients.as_ref(), opened.scenario.as_ref());
+        let attributor = ProcAttributor::new(
+            ProcFs::new(&opened.proc_root),
+            pods.clone(),
+            Some(self.metrics.invisible_processes.clone()),
+        );
+        let request_key = self.policy.vram_request_annotation();
+        let fast_interval = self.policy.fast_interval;
+        let guard = guard_parts(
+            self.policy.clone(),
+            clients.as_ref(),
+            pods.clone(),
+            &self.node,
+            &self.metrics,
+            &self.clock,
+        );
+        let mut pipeline = Pipeline::new(
+            MetricsConfig {
+                hostname_label: self.cli.hostname_label.into(),
+                hostname: self.node.clone(),
+                per_process: self.cli.per_process_metrics,
+            },
+            self.metrics.clone(),
+            self.clock.clone(),
+        )
+        .with_attributor(Box::new(attributor));
+        if let Some(rx) = self.replicas(pods.clone(), request_key).await {
+            pipeline = pipeline.with_replicas(rx);
+        }
+        let companions = self.companions(clients.as_ref());
+        let security = self.http_security()?;
+        let listener = tokio::net::TcpListener::bind(self.cli.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: self.cli.listen,
+                source,
+            })?;
+        let parts = AgentParts {
+            source: opened.source,
+            clock: self.clock.clone(),
+            cadence: Cadence {
+                poll: self.cli.poll_interval,
+                process_util: self.cli.process_util_interval,
+                slow_counters: self.cli.slow_counter_interval,
+                fast: fast_interval,
+            },
+            pipeline,
+            listener,
+            http_limits: HttpLimits {
+                security,
+                ..HttpLimits::default()
+            },
+            guard: Some(guard),
+            companions,
+        };
+        super::run(parts, shutdown_signal()).await?;
+        Ok(())
+    }
+
+    /// The cluster's clients: none with `--kube off` or without any configuration.
+    async fn connect(&self) -> Result<Option<KubeClients>, StartError> {
+        match self.cli.kube {
+            KubeMode::Off => {
+                tracing::info!("--kube=off: standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
+                Ok(None)
+            }
+            KubeMode::Auto => match crate::act::client::connect().await? {
+                Some(c) => {
+                    tracing::info!(source = c.source, "Kubernetes API configured");
+                    Ok(Some(c))
+                }
+                None => {
+                    tracing::info!("no Kubernetes configuration (not in a cluster, no KUBECONFIG, no ~/.kube/config): standalone, metrics only; pod attribution from the API, node annotations and the guard are off");
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    /// The node's pods: watched from the API, or the scenario's own without a cluster.
+    fn pod_view(
+        &self,
+        clients: Option<&KubeClients>,
+        scenario: Option<&Scenario>,
+    ) -> Arc<dyn PodSource> {
+        match (clients, scenario) {
+            (Some(c), _) => WatchedPods::spawn(c.direct.clone(), &self.node),
+            (None, Some(sc)) => Arc::new(StaticPods(Arc::new(pods::index_json(
+                sim::scenario_pods(sc, &self.node),
+            )))),
+            (None, None) => Arc::new(StaticPods::default()),
+        }
+    }
+
+    /// The kubelet's replica figures, when `--pod-resources on` and the socket answers.
+    async fn replicas(
+        &self,
+        pods: Arc<dyn PodSource>,
+        request_key: String,
+    ) -> Option<feed::ReplicaReceiver> {
+        match self.cli.pod_resources {
+            Switch::On => {
+                let cfg = FeedConfig {
+                    socket: self.cli.pod_resources_socket.clone(),
+                    interval: self.cli.pod_resources_interval,
+                    request_key,
+                };
+                feed::start(cfg, pods).await
+            }
+            Switch::Off => {
+                tracing::info!("--pod-resources=off: replica figures are not published");
+                None
+            }
+        }
+    }
+
+    /// The node annotator (stopped, and its keys removed, at shutdown); with
+    /// `--annotations off`, a one-off removal of what an earlier run may have left.
+    fn companions(&self, clients: Option<&KubeClients>) -> Vec<super::Companion> {
+        let Some(c) = clients else {
+            return Vec::new();
+        };
+        let (client, node) = (c.direct.clone(), self.node.clone());
+        match self.cli.annotations {
+            Switch::On => {
+                let (cfg, metrics, clock) = (
+                    self.annotation_cfg.clone(),
+                    self.metrics.clone(),
+                    self.clock.clone(),
+                );
+                vec![Box::new(move |rx| {
+                    let handle = spawn_annotator(client, node, cfg, rx, clock, metrics);
+                    Box::new(move || {
+                        Box::pin(async move {
+                            if let Err(e) = handle.shutdown().await {
+                                tracing::warn!(error = %e, "the node annotations may remain");
+                            }
+                        })
+                    })
+                })]
+            }
+            Switch::Off => {
+                let prefix = self.annotation_cfg.prefix.clone();
+                tokio::spawn(async move {
+                    let _ =
+                        remove_annotations(client, &node, &prefix, Duration::from_secs(3)).await;
+                });
+                Vec::new()
+            }
+        }
+    }
+
+    /// TLS and authentication for the HTTP server, from their flags.
+    fn http_security(&self) -> Result<HttpSecurity, StartError> {
+        let security = HttpSecurity::load(
+            self.cli.web_tls_cert.as_deref(),
+            self.cli.web_tls_key.as_deref(),
+            self.cli.web_auth_bearer_file.as_deref(),
+            self.cli.web_auth_basic_file.as_deref(),
+        )
+        .map_err(StartError::Http)?;
+        tracing::info!(
+            tls = security.tls.is_some(),
+            auth = match &security.auth {
+                None => "none",
+                Some(Auth::Bearer(_)) => "bearer",
+                Some(Auth::Basic(_)) => "basic",
+            },
+            "HTTP server security"
+        );
+        Ok(security)
+    }
+}
+
+/// Resolves on SIGTERM (Kubernetes) or SIGINT (a terminal).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
