@@ -11,8 +11,8 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    if let Err(msg) = cli.validate() {
-        eprintln!("gpu-warden: error: {msg}");
+    if let Err(e) = cli.validate() {
+        eprintln!("gpu-warden: error: {e}");
         return ExitCode::from(2);
     }
     if let Err(e) = init_logging(&cli) {

@@ -19,9 +19,9 @@ use crate::guard::policy::{Mode, Policy, PolicyError};
 use crate::guard::ports::DecisionExecutor;
 use crate::guard::state::Guard;
 use crate::model::clock::{Clock, SystemClock};
-use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
+use crate::publish::annotations::AnnotationConfig;
 use crate::publish::auth::Auth;
-use crate::publish::http::{HttpLimits, HttpSecurity};
+use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
 use crate::publish::metrics::MetricsConfig;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::sample::nvml::NvmlSource;
@@ -49,8 +49,6 @@ pub enum StartError {
     #[error("{origin}: {source}")]
     Policy { origin: String, source: PolicyError },
     #[error(transparent)]
-    Annotations(#[from] AnnotationConfigError),
-    #[error(transparent)]
     Source(#[from] SourceError),
     #[error("running in Kubernetes with --backend auto: {0}")]
     NvmlInCluster(SourceError),
@@ -65,8 +63,8 @@ pub enum StartError {
     Metrics(prometheus::Error),
     #[error("starting the async runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("{0}")]
-    Http(String),
+    #[error(transparent)]
+    Http(#[from] crate::publish::auth::FlagFileError),
     #[error("cannot listen on {addr} (--listen): {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -244,13 +242,8 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
         return print_sim_pods(&cli, &node);
     }
     let policy = load_policy(&cli)?;
-    let annotation_cfg = AnnotationConfig {
-        prefix: cli.annotation_prefix.clone(),
-        quantum_mib: cli.annotation_quantum_mib,
-        heartbeat: cli.annotation_heartbeat,
-        min_interval: cli.annotation_min_interval,
-    };
-    annotation_cfg.validate()?;
+    // Validated with the other flags (`Cli::validate`).
+    let annotation_cfg = cli.annotation_config();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let opened = open_source(&cli, clock.as_ref())?;
     tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
@@ -446,13 +439,15 @@ impl Wiring {
 
     /// TLS and authentication for the HTTP server, from their flags.
     fn http_security(&self) -> Result<HttpSecurity, StartError> {
-        let security = HttpSecurity::load(
-            self.cli.web_tls_cert.as_deref(),
-            self.cli.web_tls_key.as_deref(),
-            self.cli.web_auth_bearer_file.as_deref(),
-            self.cli.web_auth_basic_file.as_deref(),
-        )
-        .map_err(StartError::Http)?;
+        let cli = &self.cli;
+        // `Cli::validate` has refused a certificate without a key and two auth files.
+        let tls = cli.web_tls_cert.as_deref().zip(cli.web_tls_key.as_deref());
+        let auth = match (&cli.web_auth_bearer_file, &cli.web_auth_basic_file) {
+            (Some(p), _) => Some(AuthFile::Bearer(p)),
+            (None, Some(p)) => Some(AuthFile::Basic(p)),
+            (None, None) => None,
+        };
+        let security = HttpSecurity::load(tls, auth)?;
         tracing::info!(
             tls = security.tls.is_some(),
             auth = match &security.auth {

@@ -2,6 +2,7 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
+use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
 use crate::publish::metrics::HostnameLabel;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
@@ -90,8 +91,7 @@ pub enum LogFormat {
 /// Parses a duration flag: `1s`, `250ms`, `2m`. Zero and sub-millisecond values are
 /// refused because every interval here paces a loop.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e}; write e.g. 500ms, 1s, 2m"))?;
+    let d = crate::model::units::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(1) {
         return Err("must be at least 1ms".into());
     }
@@ -257,46 +257,68 @@ pub struct Cli {
     pub log: String,
 }
 
+/// A combination of flags that cannot work; the message names the flags.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--scenario only applies to --backend sim or auto")]
+    ScenarioNeedsSim,
+    #[error("{flag} ({value}) must not be shorter than --poll-interval ({poll})")]
+    ShorterThanPoll {
+        flag: &'static str,
+        value: String,
+        poll: String,
+    },
+    #[error(transparent)]
+    Annotations(#[from] AnnotationConfigError),
+    #[error("--web-tls-cert and --web-tls-key must be given together")]
+    TlsPair,
+    #[error("--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one")]
+    TwoAuthFiles,
+    #[error("--node-name / NODE_NAME must be 1..253 characters")]
+    NodeName,
+}
+
 impl Cli {
     /// Cross-flag checks clap cannot express.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.scenario.is_some() && self.backend == Backend::Nvml {
-            return Err("--scenario only applies to --backend sim or auto".into());
+            return Err(ConfigError::ScenarioNeedsSim);
         }
-        if self.process_util_interval < self.poll_interval {
-            return Err(format!(
-                "--process-util-interval ({}) must not be shorter than --poll-interval ({})",
-                humantime::format_duration(self.process_util_interval),
-                humantime::format_duration(self.poll_interval)
-            ));
+        for (flag, value) in [
+            ("--process-util-interval", self.process_util_interval),
+            ("--slow-counter-interval", self.slow_counter_interval),
+        ] {
+            if value < self.poll_interval {
+                return Err(ConfigError::ShorterThanPoll {
+                    flag,
+                    value: humantime::format_duration(value).to_string(),
+                    poll: humantime::format_duration(self.poll_interval).to_string(),
+                });
+            }
         }
-        if self.slow_counter_interval < self.poll_interval {
-            return Err(format!(
-                "--slow-counter-interval ({}) must not be shorter than --poll-interval ({})",
-                humantime::format_duration(self.slow_counter_interval),
-                humantime::format_duration(self.poll_interval)
-            ));
-        }
-        if self.annotation_min_interval > self.annotation_heartbeat {
-            return Err(
-                "--annotation-min-interval must not be longer than --annotation-heartbeat".into(),
-            );
-        }
+        self.annotation_config().validate()?;
         if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
-            return Err("--web-tls-cert and --web-tls-key must be given together".into());
+            return Err(ConfigError::TlsPair);
         }
         if self.web_auth_bearer_file.is_some() && self.web_auth_basic_file.is_some() {
-            return Err(
-                "--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one"
-                    .into(),
-            );
+            return Err(ConfigError::TwoAuthFiles);
         }
         if let Some(n) = &self.node_name {
             if n.is_empty() || n.len() > 253 {
-                return Err("--node-name / NODE_NAME must be 1..253 characters".into());
+                return Err(ConfigError::NodeName);
             }
         }
         Ok(())
+    }
+
+    /// The node annotations' settings, from their flags.
+    pub fn annotation_config(&self) -> AnnotationConfig {
+        AnnotationConfig {
+            prefix: self.annotation_prefix.clone(),
+            quantum_mib: self.annotation_quantum_mib,
+            heartbeat: self.annotation_heartbeat,
+            min_interval: self.annotation_min_interval,
+        }
     }
 }
 
@@ -369,20 +391,21 @@ mod tests {
     #[test]
     fn cross_flag_checks() {
         let c = parse(&["--backend", "nvml", "--scenario", "x.yaml"]).unwrap();
-        assert!(c.validate().unwrap_err().contains("--scenario"));
+        assert!(c.validate().unwrap_err().to_string().contains("--scenario"));
         let c = parse(&["--poll-interval", "10s", "--process-util-interval", "1s"]).unwrap();
         assert!(c
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("--process-util-interval"));
         let c = parse(&["--web-tls-cert", "c.pem"]).unwrap();
-        let e = c.validate().unwrap_err();
+        let e = c.validate().unwrap_err().to_string();
         assert!(
             e.contains("--web-tls-cert") && e.contains("--web-tls-key"),
             "{e}"
         );
         let c = parse(&["--web-auth-bearer-file", "t", "--web-auth-basic-file", "b"]).unwrap();
-        let e = c.validate().unwrap_err();
+        let e = c.validate().unwrap_err().to_string();
         assert!(
             e.contains("--web-auth-bearer-file") && e.contains("--web-auth-basic-file"),
             "{e}"

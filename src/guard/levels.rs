@@ -18,12 +18,27 @@ pub struct Levels {
     pub target: u64,
 }
 
+/// Why a policy's thresholds do not fit a GPU.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LevelsError {
+    #[error("threshold `hard` ({hard}) is not below this GPU's total ({gib:.1} GiB)")]
+    HardTooHigh { hard: String, gib: f64 },
+    #[error("threshold `soft` ({soft}) is not below this GPU's total ({gib:.1} GiB)")]
+    SoftTooHigh { soft: String, gib: f64 },
+    #[error("`soft` ({soft}) plus `reclaimMargin` ({margin}) is not below this GPU's total ({gib:.1} GiB)")]
+    TargetTooHigh {
+        soft: String,
+        margin: String,
+        gib: f64,
+    },
+}
+
 impl Levels {
     /// Resolves the policy against a GPU of `total` bytes. Fails when an absolute threshold
     /// does not fit the GPU (e.g. `hard: 32Gi` on a 24 GiB A10G in a mixed node group):
     /// such a GPU would be under pressure forever and lose every pod, so the guard reports
     /// it instead of acting on it.
-    pub fn resolve(policy: &Policy, total: u64) -> Result<Levels, String> {
+    pub fn resolve(policy: &Policy, total: u64) -> Result<Levels, LevelsError> {
         let hard = policy.hard.resolve(total);
         let soft = policy.soft.resolve(total);
         let target = hard
@@ -31,22 +46,23 @@ impl Levels {
             .saturating_add(policy.reclaim_margin.resolve(total));
         let gib = total as f64 / (1024.0 * MIB as f64);
         if hard >= total {
-            return Err(format!(
-                "threshold `hard` ({}) is not below this GPU's total ({gib:.1} GiB)",
-                policy.hard
-            ));
+            return Err(LevelsError::HardTooHigh {
+                hard: policy.hard.to_string(),
+                gib,
+            });
         }
         if soft >= total {
-            return Err(format!(
-                "threshold `soft` ({}) is not below this GPU's total ({gib:.1} GiB)",
-                policy.soft
-            ));
+            return Err(LevelsError::SoftTooHigh {
+                soft: policy.soft.to_string(),
+                gib,
+            });
         }
         if target >= total {
-            return Err(format!(
-                "`soft` ({}) plus `reclaimMargin` ({}) is not below this GPU's total ({gib:.1} GiB)",
-                policy.soft, policy.reclaim_margin
-            ));
+            return Err(LevelsError::TargetTooHigh {
+                soft: policy.soft.to_string(),
+                margin: policy.reclaim_margin.to_string(),
+                gib,
+            });
         }
         Ok(Levels { hard, soft, target })
     }
@@ -154,7 +170,7 @@ mod tests {
                 soft,
                 ..Policy::default()
             };
-            let e = Levels::resolve(&p, total).unwrap_err();
+            let e = Levels::resolve(&p, total).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains("24.0 GiB"), "{e}");
         }
         let p = Policy {
@@ -164,6 +180,7 @@ mod tests {
         };
         assert!(Levels::resolve(&p, total)
             .unwrap_err()
+            .to_string()
             .contains("reclaimMargin"));
     }
 }

@@ -218,11 +218,7 @@ mod human_duration {
                 f.write_str("a duration with a unit, like \"10s\" or \"500ms\"")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
-                humantime::parse_duration(v.trim()).map_err(|e| {
-                    E::custom(format!(
-                        "invalid duration {v:?} ({e}): expected a duration like \"10s\", \"500ms\" or \"1m\""
-                    ))
-                })
+                crate::model::units::parse_duration(v).map_err(E::custom)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
                 Err(E::custom(format!(
@@ -470,14 +466,14 @@ impl Policy {
             ));
         }
         for ns in &self.excluded_namespaces {
-            if !is_dns_label(ns) {
+            if crate::model::units::check_dns_label(ns).is_err() {
                 return Err(invalid(
                     "excludedNamespaces",
                     format!("{ns:?} is not a namespace name (lowercase letters, digits and `-`, at most 63)"),
                 ));
             }
         }
-        if !is_dns_subdomain(&self.annotation_prefix) {
+        if crate::model::units::check_dns_subdomain(&self.annotation_prefix).is_err() {
             return Err(invalid(
                 "annotationPrefix",
                 format!(
@@ -521,19 +517,6 @@ fn check_level(field: &'static str, t: &Threshold, zero_ok: bool) -> Result<(), 
         Threshold::Bytes(_) => {}
     }
     Ok(())
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 #[cfg(test)]

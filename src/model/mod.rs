@@ -9,3 +9,4 @@ pub mod pod;
 pub mod pressure;
 pub mod replicas;
 pub mod snapshot;
+pub mod units;

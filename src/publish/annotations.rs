@@ -30,6 +30,7 @@
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
+use crate::model::units::DnsNameError;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -79,12 +80,12 @@ impl Default for AnnotationConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationConfigError {
     /// The prefix is not a DNS subdomain, so the API server would refuse every key.
-    #[error("--annotation-prefix {prefix:?}: {reason}; it must be a DNS subdomain (lowercase letters, digits, '-' and '.', each part starting and ending with a letter or digit, at most 253 characters), e.g. gpu-warden.io")]
+    #[error("--annotation-prefix {prefix:?}: {reason}; it must be a DNS subdomain (lowercase letters, digits, '-' and '.', each part 1–63 characters starting and ending with a letter or digit, at most 253 characters), e.g. gpu-warden.io")]
     Prefix {
         /// The prefix given.
         prefix: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: DnsNameError,
     },
     /// A zero quantum would make every MiB a reason to patch.
     #[error("--annotation-quantum-mib must be at least 1")]
@@ -105,7 +106,7 @@ pub enum AnnotationConfigError {
 impl AnnotationConfig {
     /// Checks the configuration; the agent refuses to start on an error.
     pub fn validate(&self) -> Result<(), AnnotationConfigError> {
-        if let Err(reason) = check_dns_subdomain(&self.prefix) {
+        if let Err(reason) = crate::model::units::check_dns_subdomain(&self.prefix) {
             return Err(AnnotationConfigError::Prefix {
                 prefix: self.prefix.clone(),
                 reason,
@@ -143,32 +144,6 @@ fn annotation_key(prefix: &str, name: &str) -> String {
 
 fn owned_keys(prefix: &str) -> [String; 4] {
     [KEY_FREE, KEY_MAX_FREE, KEY_VRAM, KEY_OBSERVED_AT].map(|n| annotation_key(prefix, n))
-}
-
-/// RFC 1123 subdomain, as the API server validates an annotation key's prefix.
-fn check_dns_subdomain(s: &str) -> Result<(), &'static str> {
-    if s.is_empty() {
-        return Err("it is empty");
-    }
-    if s.len() > 253 {
-        return Err("it is longer than 253 characters");
-    }
-    for label in s.split('.') {
-        let bytes = label.as_bytes();
-        let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
-            return Err("it has an empty part between dots");
-        };
-        if !bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        {
-            return Err("it has a character other than a-z, 0-9, '-' and '.'");
-        }
-        if *first == b'-' || *last == b'-' {
-            return Err("a part starts or ends with '-'");
-        }
-    }
-    Ok(())
 }
 
 /// One GPU's entry of the `vram` JSON, quantized. Field order is the JSON's key order.

@@ -7,7 +7,7 @@
 use base64::Engine;
 use hyper::header::HeaderValue;
 use ring::digest::{digest, SHA256};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use subtle::{Choice, ConstantTimeEq};
 
 /// The realm announced in the Basic challenge.
@@ -37,10 +37,49 @@ fn sha256(b: &[u8]) -> [u8; 32] {
     out
 }
 
-fn read_text(path: &Path, flag: &str) -> Result<String, String> {
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| format!("{flag} {}: not UTF-8 text", path.display()))
+/// A flag's file that cannot be used (TLS certificate or key, credentials). Messages name the
+/// flag and the path, never the file's contents.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagFileError {
+    #[error("{flag} {}: cannot read: {source}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{flag} {}: {problem}", path.display())]
+    Invalid {
+        flag: &'static str,
+        path: PathBuf,
+        problem: String,
+    },
+    #[error("--web-tls-cert {} / --web-tls-key {}: {reason}", cert.display(), key.display())]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+    #[error("TLS set-up failed: {0}")]
+    Tls(String),
+}
+
+impl FlagFileError {
+    pub(crate) fn invalid(flag: &'static str, path: &Path, problem: impl Into<String>) -> Self {
+        FlagFileError::Invalid {
+            flag,
+            path: path.to_path_buf(),
+            problem: problem.into(),
+        }
+    }
+}
+
+fn read_text(path: &Path, flag: &'static str) -> Result<String, FlagFileError> {
+    let bytes = std::fs::read(path).map_err(|source| FlagFileError::Read {
+        flag,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    String::from_utf8(bytes).map_err(|_| FlagFileError::invalid(flag, path, "not UTF-8 text"))
 }
 
 fn parse_hex32(s: &str) -> Option<[u8; 32]> {
@@ -57,19 +96,18 @@ fn parse_hex32(s: &str) -> Option<[u8; 32]> {
 impl Auth {
     /// Reads the bearer token from `path`; trailing line breaks are trimmed. An empty token
     /// is an error.
-    pub fn bearer_from_file(path: &Path) -> Result<Auth, String> {
-        let text = read_text(path, "--web-auth-bearer-file")?;
+    pub fn bearer_from_file(path: &Path) -> Result<Auth, FlagFileError> {
+        let flag = "--web-auth-bearer-file";
+        let text = read_text(path, flag)?;
         let token = text.trim_end_matches(['\n', '\r']);
         if token.is_empty() {
-            return Err(format!(
-                "--web-auth-bearer-file {}: the file is empty",
-                path.display()
-            ));
+            return Err(FlagFileError::invalid(flag, path, "the file is empty"));
         }
         if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!(
-                "--web-auth-bearer-file {}: the token must be one line without spaces",
-                path.display()
+            return Err(FlagFileError::invalid(
+                flag,
+                path,
+                "the token must be one line without spaces",
             ));
         }
         Ok(Auth::Bearer(sha256(token.as_bytes())))
@@ -77,7 +115,7 @@ impl Auth {
 
     /// Reads `user:<sha256 hex of the password>` lines from `path` (blank lines and lines
     /// starting with `#` are skipped). Plain-text passwords are refused.
-    pub fn basic_from_file(path: &Path) -> Result<Auth, String> {
+    pub fn basic_from_file(path: &Path) -> Result<Auth, FlagFileError> {
         let flag = "--web-auth-basic-file";
         let text = read_text(path, flag)?;
         let mut users = Vec::new();
@@ -88,10 +126,13 @@ impl Auth {
             }
             // Never echo the line: it may hold a plain-text password by mistake.
             let bad = || {
-                format!(
-                    "{flag} {} line {}: expected user:<64 hex digits, the SHA-256 of the password>",
-                    path.display(),
-                    n + 1
+                FlagFileError::invalid(
+                    flag,
+                    path,
+                    format!(
+                        "line {}: expected user:<64 hex digits, the SHA-256 of the password>",
+                        n + 1
+                    ),
                 )
             };
             let (user, hash) = line.split_once(':').ok_or_else(bad)?;
@@ -103,7 +144,7 @@ impl Auth {
             users.push((user.to_string(), hash));
         }
         if users.is_empty() {
-            return Err(format!("{flag} {}: no users", path.display()));
+            return Err(FlagFileError::invalid(flag, path, "no users"));
         }
         Ok(Auth::Basic(users))
     }
@@ -180,6 +221,7 @@ mod tests {
         assert!(!format!("{a:?}").contains("s3cret"));
         assert!(Auth::bearer_from_file(file("\n").path())
             .unwrap_err()
+            .to_string()
             .contains("empty"));
     }
 
@@ -207,7 +249,9 @@ mod tests {
 
     #[test]
     fn plain_text_passwords_are_refused_without_echo() {
-        let e = Auth::basic_from_file(file("alice:hunter2\n").path()).unwrap_err();
+        let e = Auth::basic_from_file(file("alice:hunter2\n").path())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 1") && !e.contains("hunter2"), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 //! rendered once per poll; it never calls NVML. Connections are bounded in number, header
 //! size and time, so a slow or hostile client cannot starve Prometheus.
 
-use super::auth::Auth;
+use super::auth::{Auth, FlagFileError};
 use super::state::Published;
 use crate::model::clock::Clock;
 use bytes::Bytes;
@@ -40,31 +40,32 @@ impl std::fmt::Debug for HttpSecurity {
 }
 
 impl HttpSecurity {
-    /// Loads the TLS certificate and key and the credentials file named by the flags.
-    /// Errors name the flag and file; no secret is put in them or logged.
+    /// Loads the TLS certificate and key (`tls`: certificate, key) and the credentials file.
+    /// Which flags go together is the configuration's rule (`Cli::validate`); this reads the
+    /// files. Errors name the flag and file; no secret is put in them or logged.
     pub fn load(
-        tls_cert: Option<&Path>,
-        tls_key: Option<&Path>,
-        bearer_file: Option<&Path>,
-        basic_file: Option<&Path>,
-    ) -> Result<HttpSecurity, String> {
-        let tls = match (tls_cert, tls_key) {
-            (Some(c), Some(k)) => Some(super::tls::load_acceptor(c, k)?),
-            (None, None) => None,
-            _ => return Err("--web-tls-cert and --web-tls-key must be given together".into()),
-        };
-        let auth = match (bearer_file, basic_file) {
-            (Some(b), None) => Some(Auth::bearer_from_file(b)?),
-            (None, Some(b)) => Some(Auth::basic_from_file(b)?),
-            (None, None) => None,
-            (Some(_), Some(_)) => {
-                return Err(
-                    "--web-auth-bearer-file and --web-auth-basic-file exclude each other".into(),
-                )
-            }
+        tls: Option<(&Path, &Path)>,
+        auth: Option<AuthFile<'_>>,
+    ) -> Result<HttpSecurity, FlagFileError> {
+        let tls = tls
+            .map(|(cert, key)| super::tls::load_acceptor(cert, key))
+            .transpose()?;
+        let auth = match auth {
+            Some(AuthFile::Bearer(p)) => Some(Auth::bearer_from_file(p)?),
+            Some(AuthFile::Basic(p)) => Some(Auth::basic_from_file(p)?),
+            None => None,
         };
         Ok(HttpSecurity { tls, auth })
     }
+}
+
+/// The credentials file the HTTP server checks requests against.
+#[derive(Debug, Clone, Copy)]
+pub enum AuthFile<'a> {
+    /// `--web-auth-bearer-file`: one token.
+    Bearer(&'a Path),
+    /// `--web-auth-basic-file`: `user:<sha256>` lines.
+    Basic(&'a Path),
 }
 
 /// Limits of the HTTP server.

@@ -304,14 +304,9 @@ fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
     }
 }
 
-/// Parses a duration like `10s`, `250ms`, `2m`, or `0`.
+/// Parses a duration like `10s`, `250ms`, `2m`, or `0` (see [`crate::model::units`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. \"500ms\", \"10s\", \"2m\""))
+    crate::model::units::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// serde_yaml_ng's message, made to say where: some scanner errors carry no line

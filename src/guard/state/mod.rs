@@ -77,7 +77,7 @@ impl GpuState {
             }
             Some(m) => {
                 self.trend.push(now, m.used);
-                self.levels = Levels::resolve(policy, m.total);
+                self.levels = Levels::resolve(policy, m.total).map_err(|e| e.to_string());
                 match &self.levels {
                     // Free is NVML v2's `free`, which already excludes `reserved`:
                     // total − used would overstate what CUDA can still allocate.
