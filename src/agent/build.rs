@@ -167,7 +167,7 @@ fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
         None => Policy::default(),
     };
     if let Some(mode) = cli.guard_mode {
-        policy.mode = mode.into();
+        policy.mode = mode;
     }
     policy.validate().map_err(|source| StartError::Policy {
         origin: match &cli.guard_config {
@@ -303,7 +303,7 @@ impl Wiring {
         );
         let mut pipeline = Pipeline::new(
             MetricsConfig {
-                hostname_label: self.cli.hostname_label.into(),
+                hostname_label: self.cli.hostname_label,
                 hostname: self.node.clone(),
                 per_process: self.cli.per_process_metrics,
             },

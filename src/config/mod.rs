@@ -2,8 +2,10 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
+use crate::guard::policy::Mode;
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
 use crate::publish::metrics::HostnameLabel;
+use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,27 +22,40 @@ pub enum Backend {
     Sim,
 }
 
-/// The hostname label's name on device families.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum HostnameLabelArg {
-    /// `Hostname`, as dcgm-exporter up to 4.8.2 and dashboard 12239 use.
-    #[value(name = "Hostname")]
-    Hostname,
-    /// `hostname`, as dcgm-exporter 4.8.3 and later use.
-    #[value(name = "hostname")]
-    Lower,
-    /// No hostname label.
-    #[value(name = "none")]
-    Off,
+// The domain's own enums are the flags' values (no mirrored copies): their spellings and
+// help come from here.
+impl ValueEnum for HostnameLabel {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            HostnameLabel::Hostname,
+            HostnameLabel::Lower,
+            HostnameLabel::Off,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            HostnameLabel::Hostname => PossibleValue::new("Hostname")
+                .help("`Hostname`, as dcgm-exporter up to 4.8.2 and dashboard 12239 use"),
+            HostnameLabel::Lower => PossibleValue::new("hostname")
+                .help("`hostname`, as dcgm-exporter 4.8.3 and later use"),
+            HostnameLabel::Off => PossibleValue::new("none").help("No hostname label"),
+        })
+    }
 }
 
-impl From<HostnameLabelArg> for HostnameLabel {
-    fn from(a: HostnameLabelArg) -> Self {
-        match a {
-            HostnameLabelArg::Hostname => HostnameLabel::Hostname,
-            HostnameLabelArg::Lower => HostnameLabel::Lower,
-            HostnameLabelArg::Off => HostnameLabel::Off,
-        }
+impl ValueEnum for Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Mode::Off, Mode::DryRun, Mode::Enforce]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            Mode::Off => "Pressure only: metrics and annotations, no decisions",
+            Mode::DryRun => "Decide, log, emit Events and metrics; evict nothing",
+            Mode::Enforce => "Decide and evict through the Eviction API",
+        };
+        Some(PossibleValue::new(self.as_str()).help(help))
     }
 }
 
@@ -51,27 +66,6 @@ pub enum KubeMode {
     Auto,
     /// Never: metrics only; annotations and the guard are off.
     Off,
-}
-
-/// The guard mode as a flag (overrides the policy file's `mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GuardModeArg {
-    /// Pressure only: metrics and annotations, no decisions.
-    Off,
-    /// Decide, log, emit Events and metrics; evict nothing.
-    DryRun,
-    /// Decide and evict through the Eviction API.
-    Enforce,
-}
-
-impl From<GuardModeArg> for crate::guard::policy::Mode {
-    fn from(m: GuardModeArg) -> Self {
-        match m {
-            GuardModeArg::Off => crate::guard::policy::Mode::Off,
-            GuardModeArg::DryRun => crate::guard::policy::Mode::DryRun,
-            GuardModeArg::Enforce => crate::guard::policy::Mode::Enforce,
-        }
-    }
 }
 
 /// On/off switch.
@@ -167,7 +161,7 @@ pub struct Cli {
         default_value = "Hostname",
         env = "GPU_WARDEN_HOSTNAME_LABEL"
     )]
-    pub hostname_label: HostnameLabelArg,
+    pub hostname_label: HostnameLabel,
 
     /// This node's name (Downward API `spec.nodeName`); defaults to the host name.
     #[arg(long, env = "NODE_NAME")]
@@ -188,7 +182,7 @@ pub struct Cli {
 
     /// OOM guard mode; overrides `mode` in --guard-config. Default: the policy's (dry-run).
     #[arg(long, value_enum, env = "GPU_WARDEN_GUARD_MODE")]
-    pub guard_mode: Option<GuardModeArg>,
+    pub guard_mode: Option<Mode>,
 
     /// Guard policy file (YAML; see docs/guard.md). Invalid policies stop the agent at start.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_GUARD_CONFIG")]
@@ -350,7 +344,7 @@ mod tests {
             Duration::from_secs(1),
             "GPM every full poll"
         );
-        assert_eq!(c.hostname_label, HostnameLabelArg::Hostname);
+        assert_eq!(c.hostname_label, HostnameLabel::Hostname);
         assert_eq!(c.pod_resources, Switch::On);
         assert_eq!(
             c.pod_resources_socket,
