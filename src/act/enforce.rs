@@ -139,7 +139,7 @@ impl Enforcer {
     ///   no outcome.
     /// - Dry-run: evicts nothing and returns nothing, so the guard cools down on the
     ///   planned victims' processes exactly as its dry-run semantics say.
-    /// - Off: does nothing (the guard makes no decisions in that mode).
+    /// - Off: never reaches here (a guard in mode off makes no decision).
     ///
     /// Then the decision's Events are sent, best effort and bounded by the Events timeout;
     /// their failures are logged and change no outcome. Never panics, never errors.
@@ -148,10 +148,6 @@ impl Enforcer {
         decision: &Decision,
         pods: &PodMap,
     ) -> Vec<(String, EvictionOutcome)> {
-        if decision.mode == Mode::Off {
-            tracing::debug!(decision = decision.id, "mode off: decision ignored");
-            return Vec::new();
-        }
         self.metrics
             .decisions
             .with_label_values(&[decision.mode.as_str(), decision.trigger.as_str()])

@@ -186,8 +186,9 @@ impl Core {
     /// costs microseconds per GPU, so the watch runs whenever the guard may decide.
     pub fn wants_fast(&self) -> bool {
         self.guard.as_ref().is_some_and(|g| {
-            g.parts.executor.is_some() && g.parts.guard.policy().mode != Mode::Off
-                || g.parts.guard.any_below_soft()
+            // Whether the guard may act is decided once, at wiring (`agent::build`): no
+            // cluster means mode off.
+            g.parts.guard.policy().mode != Mode::Off || g.parts.guard.any_below_soft()
         })
     }
 
