@@ -236,10 +236,7 @@ fn jitter_seed(clock: &dyn Clock, node: &str) -> u64 {
         .wall()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let name = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    nanos ^ name
+    nanos ^ crate::model::ids::fnv64(&[node])
 }
 
 struct Task {

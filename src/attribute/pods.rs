@@ -2,7 +2,9 @@
 //! conversion is pure; the watch that feeds it lives in `attribute::watch`.
 
 use super::ports::PodSource;
-use crate::model::pod::{strip_runtime_scheme, ContainerInfo, PodInfo, PodMap, PodViewStatus};
+use crate::model::pod::{
+    strip_runtime_scheme, ContainerInfo, PodInfo, PodMap, PodViewStatus, MIRROR_ANNOTATION,
+};
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -91,7 +93,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         name,
         priority: spec.and_then(|s| s.priority).unwrap_or(0),
         priority_class: spec.and_then(|s| s.priority_class_name.clone()),
-        is_mirror: annotations.contains_key("kubernetes.io/config.mirror")
+        is_mirror: annotations.contains_key(MIRROR_ANNOTATION)
             || owner_kind.as_deref() == Some("Node"),
         owner_kind,
         labels: meta.labels.clone().unwrap_or_default(),

@@ -46,10 +46,7 @@ pub fn gpu_mem(index: u32, memory: MemoryInfo) -> GpuSample {
 
 /// A stable fake PID per pod UID, so a test can drop "that pod's process" by UID.
 pub fn pid_of(uid: &str) -> u32 {
-    let h = uid.bytes().fold(2_166_136_261u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(16_777_619)
-    });
-    1000 + h % 1_000_000
+    1000 + (crate::model::ids::fnv64(&[uid]) % 1_000_000) as u32
 }
 
 /// A process of pod `uid` (container `main`) holding `mib` on `gpu`.

@@ -12,8 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::SystemTime;
 
-/// Annotation the kubelet sets on the API-server mirror of a static pod.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use crate::model::pod::MIRROR_ANNOTATION;
 /// GitLab Runner's CI job annotations, quoted in Events so the job's owner can be found.
 pub const CI_JOB_ID_ANNOTATION: &str = "job.runner.gitlab.com/id";
 /// See [`CI_JOB_ID_ANNOTATION`].
@@ -341,10 +340,7 @@ fn exclusion(
         Some(Exclusion::Terminating)
     } else if policy.excluded_namespaces.contains(&info.namespace) {
         Some(Exclusion::ExcludedNamespace)
-    } else if info.is_mirror
-        || info.annotations.contains_key(MIRROR_ANNOTATION)
-        || owner == Some("Node")
-    {
+    } else if info.is_static() {
         Some(Exclusion::StaticPod)
     } else if owner == Some("DaemonSet") {
         Some(Exclusion::DaemonSet)

@@ -43,7 +43,18 @@ pub struct PodInfo {
     pub containers: Vec<ContainerInfo>,
 }
 
+/// Annotation the kubelet sets on the API-server mirror of a static pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 impl PodInfo {
+    /// A static pod (its API object is the kubelet's mirror, or the Node owns it): the
+    /// Eviction API cannot remove it and the kubelet would restart it.
+    pub fn is_static(&self) -> bool {
+        self.is_mirror
+            || self.annotations.contains_key(MIRROR_ANNOTATION)
+            || self.owner_kind.as_deref() == Some("Node")
+    }
+
     /// Whether the pod is in a terminal phase (`Succeeded` or `Failed`): its containers have
     /// ended for good, so the devices the kubelet still lists for it are free again
     /// (kubernetes #119423).
