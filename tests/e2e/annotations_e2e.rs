@@ -212,10 +212,11 @@ impl Rig {
             .get()
     }
 
-    /// Waits (publishing steadily) until `n` patches have been applied.
+    /// Waits (publishing steadily) until `n` patches have been applied and the annotator has
+    /// seen their answers (the double records a 200 before the client has read it).
     async fn until_ok_patches(&mut self, n: usize, pressure: &[(u32, Pressure)]) {
         let deadline = Instant::now() + Duration::from_secs(5);
-        while self.ok_patches().len() < n {
+        while self.ok_patches().len() < n || (self.count("success") as usize) < n {
             assert!(
                 Instant::now() < deadline,
                 "waited for {n} patches: {:?}",
