@@ -58,7 +58,7 @@ fn attributed_snapshot(
             slow_counters: true,
         },
     );
-    let snap = Arc::new(Stamper::default().stamp(raw, Duration::ZERO, clock.wall()));
+    let mut snap = Stamper::default().stamp(raw, Duration::ZERO, clock.wall());
     let mut pipeline = Pipeline::new(
         MetricsConfig {
             hostname: "node".into(),
@@ -72,8 +72,8 @@ fn attributed_snapshot(
         pods.clone(),
         None,
     )));
-    let snap = pipeline.prepare(snap, Duration::from_micros(100));
-    (Arc::unwrap_or_clone(snap), pipeline, pods)
+    pipeline.prepare(&mut snap, Duration::from_micros(100));
+    (snap, pipeline, pods)
 }
 
 fn exposition(c: &mut Criterion) {
@@ -192,8 +192,9 @@ fn full_poll(c: &mut Criterion) {
                         slow_counters: true,
                     },
                 );
-                let snap = Arc::new(stamper.stamp(raw, now, clock.wall()));
-                let snap = pipeline.prepare(snap, Duration::from_micros(100));
+                let mut snap = stamper.stamp(raw, now, clock.wall());
+                pipeline.prepare(&mut snap, Duration::from_micros(100));
+                let snap = Arc::new(snap);
                 let decisions = guard.observe(&snap, &pod_map, now);
                 let pressure = snap
                     .gpus

@@ -117,8 +117,10 @@ impl Core {
 
     /// A full poll: attribute, let the guard observe, render. Returns the publication and
     /// the decisions to execute.
-    pub fn on_full(&mut self, snap: Arc<Snapshot>, took: Duration) -> (Published, Vec<Dispatch>) {
-        let snap = self.pipeline.prepare(snap, took);
+    pub fn on_full(&mut self, mut snap: Snapshot, took: Duration) -> (Published, Vec<Dispatch>) {
+        self.pipeline.prepare(&mut snap, took);
+        // From here on the snapshot is shared and never changes.
+        let snap = Arc::new(snap);
         let now = self.clock.mono();
         let mut out = Vec::new();
         let (pressure, guard_json) = match &mut self.guard {
@@ -374,7 +376,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         tokio::select! {
             msg = rx.recv() => match msg {
                 Some(Sampled::Full(snap, took)) => {
-                    let (published, dispatches) = core.on_full(snap, took);
+                    let (published, dispatches) = core.on_full(*snap, took);
                     execute(dispatches);
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");

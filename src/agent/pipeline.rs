@@ -55,8 +55,9 @@ impl Pipeline {
         &self.self_metrics
     }
 
-    /// Attributes a fresh snapshot (if an attributor is set) and records poll metrics.
-    pub fn prepare(&mut self, snap: Arc<Snapshot>, took: Duration) -> Arc<Snapshot> {
+    /// Records the poll's metrics and attributes the fresh snapshot's processes in place (if
+    /// an attributor is set); the caller then shares it, immutable, as an `Arc`.
+    pub fn prepare(&mut self, snap: &mut Snapshot, took: Duration) {
         let m = &self.self_metrics;
         m.poll_duration.observe(took.as_secs_f64());
         for (call, n) in &snap.errors {
@@ -78,13 +79,8 @@ impl Pipeline {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         m.last_poll.set(unix);
-        match &mut self.attributor {
-            Some(a) => {
-                let mut owned = Arc::unwrap_or_clone(snap);
-                a.attribute(&mut owned);
-                Arc::new(owned)
-            }
-            None => snap,
+        if let Some(a) = &mut self.attributor {
+            a.attribute(snap);
         }
     }
 
@@ -166,7 +162,7 @@ mod tests {
                 slow_counters: true,
             },
         );
-        let snap = Arc::new(stamper.stamp(raw, Duration::ZERO, clock.wall()));
+        let snap = stamper.stamp(raw, Duration::ZERO, clock.wall());
         let sm = SelfMetrics::new("test").unwrap();
         let mut p = Pipeline::new(
             MetricsConfig {
@@ -177,7 +173,9 @@ mod tests {
             clock.clone(),
         )
         .with_attributor(Box::new(Everyone));
-        let snap = p.prepare(snap, Duration::from_millis(2));
+        let mut snap = snap;
+        p.prepare(&mut snap, Duration::from_millis(2));
+        let snap = Arc::new(snap);
         clock.advance(Duration::from_secs(1));
         let pressure = [(0, Pressure::Soft)].into_iter().collect();
         let out = p.publish(snap, pressure, serde_json::Value::Null);

@@ -383,7 +383,11 @@ mod tests {
             ..Policy::default()
         });
         let ps = pods(pods_);
-        let mut ds = g.observe(&snap(vec![gpu(0, TOTAL, 9600)], procs), &ps, secs(0.0));
+        let mut ds = g.observe(
+            &std::sync::Arc::new(snap(vec![gpu(0, TOTAL, 9600)], procs)),
+            &std::sync::Arc::new(ps.clone()),
+            secs(0.0),
+        );
         assert_eq!(ds.len(), 1);
         (ds.remove(0), ps)
     }

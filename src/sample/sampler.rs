@@ -27,8 +27,9 @@ pub struct Cadence {
 /// What the sampler sends.
 #[derive(Debug, Clone)]
 pub enum Sampled {
-    /// A full poll, stamped into a snapshot, with how long the poll took.
-    Full(Arc<Snapshot>, Duration),
+    /// A full poll, stamped into a snapshot, with how long the poll took. Owned: the agent
+    /// attributes its processes before it becomes the shared, immutable `Arc<Snapshot>`.
+    Full(Box<Snapshot>, Duration),
     /// A memory-only reading between full polls.
     Memory {
         at: Duration,
@@ -124,7 +125,7 @@ pub fn run_loop(
             let raw = source.poll(now, req);
             let took = clock.mono().saturating_sub(started);
             let snap = stamper.stamp(raw, now, clock.wall());
-            if !send(Sampled::Full(Arc::new(snap), took)) {
+            if !send(Sampled::Full(Box::new(snap), took)) {
                 return;
             }
             // Keep a fixed rate; after a long stall skip missed ticks instead of bursting.

@@ -168,9 +168,11 @@ impl World {
 
     /// The guard's one decision on the current snapshot at `t` seconds.
     fn decide(&mut self, t: f64) -> Decision {
-        let mut ds = self
-            .guard
-            .observe(&self.snapshot, &self.pods, Duration::from_secs_f64(t));
+        let mut ds = self.guard.observe(
+            &Arc::new(self.snapshot.clone()),
+            &Arc::new(self.pods.clone()),
+            Duration::from_secs_f64(t),
+        );
         assert_eq!(ds.len(), 1, "{ds:#?}");
         ds.remove(0)
     }
@@ -577,15 +579,19 @@ async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
     );
     assert_eq!(w.evictions_metric("ci", "in_doubt"), 1);
     // Still under pressure a second later, with the pod still in view: no new decision.
-    let ds = w
-        .guard
-        .observe(&w.snapshot, &w.pods, Duration::from_secs(1));
+    let ds = w.guard.observe(
+        &Arc::new(w.snapshot.clone()),
+        &Arc::new(w.pods.clone()),
+        Duration::from_secs(1),
+    );
     assert!(ds.is_empty(), "{ds:#?}");
     // The pod is seen gone: the doubt resolves as evicted, and the guard cools down on it.
     w.pods.remove(&uid("stuck"));
-    let ds = w
-        .guard
-        .observe(&w.snapshot, &w.pods, Duration::from_secs(2));
+    let ds = w.guard.observe(
+        &Arc::new(w.snapshot.clone()),
+        &Arc::new(w.pods.clone()),
+        Duration::from_secs(2),
+    );
     assert!(ds.is_empty(), "{ds:#?}");
     assert!(
         matches!(w.phase(), GpuPhase::Cooldown { .. }),
@@ -633,9 +639,11 @@ async fn a_slow_eviction_that_is_carried_out_evicts_one_pod_not_two() -> Result 
     }
     // The watch shows the pod terminating: resolved as evicted, cooldown, no second victim.
     w.pods.get_mut(&uid("slow")).unwrap().terminating = true;
-    let ds = w
-        .guard
-        .observe(&w.snapshot, &w.pods, Duration::from_secs(1));
+    let ds = w.guard.observe(
+        &Arc::new(w.snapshot.clone()),
+        &Arc::new(w.pods.clone()),
+        Duration::from_secs(1),
+    );
     assert!(ds.is_empty(), "{ds:#?}");
     assert!(
         matches!(w.phase(), GpuPhase::Cooldown { .. }),

@@ -67,7 +67,9 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
         clock.clone(),
     )
     .with_attributor(Box::new(FromScenario(scenario)));
-    let snap = pipeline.prepare(snap, Duration::from_micros(850));
+    let mut snap = Arc::unwrap_or_clone(snap);
+    pipeline.prepare(&mut snap, Duration::from_micros(850));
+    let snap = Arc::new(snap);
     let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
     String::from_utf8(published.metrics.to_vec()).unwrap()
 }

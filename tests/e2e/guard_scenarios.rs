@@ -170,7 +170,7 @@ impl World {
                         slow_counters: true,
                     },
                 );
-                let snap = Arc::new(self.stamper.stamp(raw, now, self.clock.wall()));
+                let snap = self.stamper.stamp(raw, now, self.clock.wall());
                 let (published, dispatches) = self.core.on_full(snap, Duration::ZERO);
                 self.last_metrics = String::from_utf8(published.metrics.to_vec()).unwrap();
                 dispatches

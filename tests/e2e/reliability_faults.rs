@@ -500,7 +500,7 @@ fn the_guard_decides_only_on_gpus_whose_data_is_current() {
                     slow_counters: true,
                 },
             );
-            let snap = Arc::new(stamper.stamp(raw, now, clock.wall()));
+            let snap = stamper.stamp(raw, now, clock.wall());
             let (published, dispatches) = core.on_full(snap, Duration::from_millis(1));
             decided.extend(dispatches.iter().map(|(d, _)| (d.gpu, now)));
             let guard = &published.guard["status"]["gpus"];

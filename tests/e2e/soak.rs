@@ -264,7 +264,7 @@ fn soak() {
                 slow_counters: poll % 10 == 0,
             },
         );
-        let snap = Arc::new(stamper.stamp(raw, now, clock.wall()));
+        let snap = stamper.stamp(raw, now, clock.wall());
         let tb = Instant::now();
         let (published, _) = core.on_full(snap, Duration::from_micros(100));
         let tc = Instant::now();

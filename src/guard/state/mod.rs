@@ -21,9 +21,10 @@ use super::levels::{Levels, Pressure};
 use super::policy::Policy;
 use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, RefusedPod};
 use super::trend::Trend;
-use crate::model::pod::PodInfo;
-use crate::model::snapshot::{GpuHealth, MemoryInfo, ProcessSample, Snapshot};
+use crate::model::pod::PodMap;
+use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -125,8 +126,9 @@ impl GpuState {
 pub struct Guard {
     policy: Policy,
     gpus: BTreeMap<u32, GpuState>,
-    processes: Vec<ProcessSample>,
-    pods: HashMap<String, PodInfo>,
+    /// The last full poll and pod view, shared with the rest of the agent (not copied).
+    snapshot: Option<Arc<Snapshot>>,
+    pods: Arc<PodMap>,
     next_id: u64,
     /// Times of recorded evictions inside the rate-limit window.
     evictions: VecDeque<Duration>,
@@ -157,8 +159,8 @@ impl Guard {
         Guard {
             policy,
             gpus: BTreeMap::new(),
-            processes: Vec::new(),
-            pods: HashMap::new(),
+            snapshot: None,
+            pods: Arc::default(),
             next_id: 1,
             evictions: VecDeque::new(),
             refused: HashMap::new(),
@@ -199,16 +201,17 @@ impl Guard {
     }
 
     /// Folds in a full poll (GPUs, processes) and the current pod view, and returns the
-    /// decisions it triggers (at most one per GPU).
+    /// decisions it triggers (at most one per GPU). Both are kept by reference count: the
+    /// guard reads them until the next poll and never copies them.
     pub fn observe(
         &mut self,
-        snap: &Snapshot,
-        pods: &HashMap<String, PodInfo>,
+        snap: &Arc<Snapshot>,
+        pods: &Arc<PodMap>,
         now: Duration,
     ) -> Vec<Decision> {
         self.expire(now);
-        self.processes.clone_from(&snap.processes);
-        self.pods.clone_from(pods);
+        self.snapshot = Some(snap.clone());
+        self.pods = pods.clone();
         self.gpus
             .retain(|index, _| snap.gpus.iter().any(|g| g.id.index == *index));
         for g in &snap.gpus {
@@ -330,6 +333,8 @@ mod tests {
     use crate::guard::fixtures::*;
     use crate::guard::policy::{Mode, RateLimit, Threshold};
     use crate::guard::rank::{self, Victim};
+    use crate::model::pod::PodInfo;
+    use crate::model::snapshot::ProcessSample;
     use crate::model::snapshot::MIB;
 
     /// MiB of the test GPU: with the default policy hard is 500, soft 1000, target 1200 MiB.
@@ -358,7 +363,8 @@ mod tests {
         /// A full poll of GPU 0 at `t` seconds with `used` MiB in use.
         fn poll(&mut self, t: f64, used: u64) -> Vec<Decision> {
             let s = snap(vec![gpu(0, TOTAL, used)], self.procs.clone());
-            self.guard.observe(&s, &self.pods, secs(t))
+            self.guard
+                .observe(&Arc::new(s), &Arc::new(self.pods.clone()), secs(t))
         }
 
         /// A fast memory tick of GPU 0, followed at once by a full poll when the guard asks
@@ -510,7 +516,7 @@ mod tests {
         let mut g = Guard::new(Policy::default());
         // total − used would say 1000 MiB free (soft); NVML says 400 (hard).
         let s = snap(vec![gpu_mem(0, mem_reserved(TOTAL, 9000, 600))], vec![]);
-        let d = one(g.observe(&s, &HashMap::new(), secs(0.0)));
+        let d = one(g.observe(&Arc::new(s), &Arc::default(), secs(0.0)));
         assert_eq!(d.trigger, Trigger::Hard);
         assert_eq!(d.free, 400 * MIB);
     }
@@ -1203,7 +1209,7 @@ mod tests {
             proc_in("y", 1, 900),
         ];
         let s = snap(vec![gpu(0, TOTAL, 9600), gpu(1, TOTAL, 9600)], procs);
-        let d0 = one(g.observe(&s, &ps, secs(0.0)));
+        let d0 = one(g.observe(&Arc::new(s.clone()), &Arc::new(ps.clone()), secs(0.0)));
         assert_eq!((d0.gpu, d0.planned, d0.max_evictions), (0, 3, 3));
         let st = g.status();
         assert!(st.gpus[1]
@@ -1214,7 +1220,7 @@ mod tests {
         assert_eq!(st.evictions_allowed, 0);
         // GPU 0's three evictions settle its decision and spend the whole budget.
         enforcer(&mut g, &d0, 0.05, |_| EvictionOutcome::Evicted);
-        let d1 = one(g.observe(&s, &ps, secs(0.1)));
+        let d1 = one(g.observe(&Arc::new(s.clone()), &Arc::new(ps.clone()), secs(0.1)));
         assert_eq!(d1.gpu, 1);
         assert!(d1.rate_limited);
         assert_eq!(d1.planned, 0);
@@ -1227,7 +1233,7 @@ mod tests {
         let ps = pods([pod("a"), pod("x")]);
         let procs = vec![proc_in("a", 0, 900), proc_in("x", 1, 900)];
         let s = snap(vec![gpu(0, TOTAL, 9600), gpu(1, TOTAL, 9600)], procs);
-        let ds = g.observe(&s, &ps, secs(0.0));
+        let ds = g.observe(&Arc::new(s.clone()), &Arc::new(ps.clone()), secs(0.0));
         assert_eq!(ds.iter().map(|d| d.gpu).collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(ds[1].max_evictions, 1);
         assert!(ds[0].id != ds[1].id);
@@ -1294,7 +1300,11 @@ mod tests {
             let ps = pods([pod("a")]);
             let s = snap(vec![sample], vec![proc_in("a", 0, 3000)]);
             for t in 0..40 {
-                assert!(g.observe(&s, &ps, secs(t as f64)).is_empty(), "{name}");
+                assert!(
+                    g.observe(&Arc::new(s.clone()), &Arc::new(ps.clone()), secs(t as f64))
+                        .is_empty(),
+                    "{name}"
+                );
                 // A fresh fast reading is not stale data: it would revive the no-memory GPU.
                 if name != "no memory" {
                     assert!(
@@ -1326,10 +1336,19 @@ mod tests {
         let mut bad = gpu(0, TOTAL, 9600);
         bad.health = GpuHealth::Degraded("x".into());
         assert!(g
-            .observe(&snap(vec![bad], procs.clone()), &ps, secs(0.0))
+            .observe(
+                &Arc::new(snap(vec![bad], procs.clone())),
+                &Arc::new(ps.clone()),
+                secs(0.0)
+            )
             .is_empty());
         assert_eq!(
-            one(g.observe(&snap(vec![gpu(0, TOTAL, 9600)], procs), &ps, secs(1.0))).trigger,
+            one(g.observe(
+                &Arc::new(snap(vec![gpu(0, TOTAL, 9600)], procs)),
+                &Arc::new(ps.clone()),
+                secs(1.0)
+            ))
+            .trigger,
             Trigger::Hard
         );
     }
@@ -1365,14 +1384,14 @@ mod tests {
     fn gpus_missing_from_a_snapshot_are_forgotten() {
         let mut g = Guard::new(Policy::default());
         g.observe(
-            &snap(vec![gpu(0, TOTAL, 9200), gpu(1, TOTAL, 9200)], vec![]),
-            &HashMap::new(),
+            &Arc::new(snap(vec![gpu(0, TOTAL, 9200), gpu(1, TOTAL, 9200)], vec![])),
+            &Arc::default(),
             secs(0.0),
         );
         assert_eq!(g.pressure(1), Pressure::Soft);
         g.observe(
-            &snap(vec![gpu(0, TOTAL, 9200)], vec![]),
-            &HashMap::new(),
+            &Arc::new(snap(vec![gpu(0, TOTAL, 9200)], vec![])),
+            &Arc::default(),
             secs(1.0),
         );
         assert_eq!(g.pressure(1), Pressure::None);

@@ -138,7 +138,8 @@ impl Guard {
             .iter()
             .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
             .collect();
-        let ranking = rank::rank(&self.policy, index, &self.processes, &self.pods, &refused);
+        let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
+        let ranking = rank::rank(&self.policy, index, processes, &self.pods, &refused);
         let reclaim = levels.target.saturating_sub(memory.free);
         let mut covered = 0u64;
         let needed = ranking
