@@ -11,6 +11,7 @@ use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::policy::Mode;
 use crate::guard::ports::{DecisionExecutor, Outcomes};
 use crate::guard::state::Guard;
+use crate::guard::status::GuardStatus;
 use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{MemoryInfo, Snapshot};
@@ -281,19 +282,47 @@ impl GuardCore {
     }
 
     fn status_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "status": self.parts.guard.status(),
-            "held": self.parts.guard.held(),
-            "recentDecisions": self.recent.iter().map(|r| {
-                let d = &r.decision;
-                serde_json::json!({
-                    "id": d.id, "gpu": d.gpu, "uuid": d.uuid, "mode": d.mode,
-                    "trigger": d.trigger.as_str(), "summary": d.summary(),
-                    "victims": recent_victims(r),
+        let view = GuardView {
+            status: self.parts.guard.status(),
+            held: self.parts.guard.held(),
+            recent_decisions: self
+                .recent
+                .iter()
+                .map(|r| RecentView {
+                    id: r.decision.id,
+                    gpu: r.decision.gpu,
+                    uuid: &r.decision.uuid,
+                    mode: r.decision.mode,
+                    trigger: r.decision.trigger.as_str(),
+                    summary: r.decision.summary(),
+                    victims: recent_victims(r),
                 })
-            }).collect::<Vec<_>>(),
-        })
+                .collect(),
+        };
+        // Through a JSON value, whose objects keep their keys sorted: /state's layout.
+        serde_json::to_value(&view).unwrap_or_default()
     }
+}
+
+/// The guard's part of `/state`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GuardView<'a> {
+    status: GuardStatus,
+    held: Option<&'a str>,
+    recent_decisions: Vec<RecentView<'a>>,
+}
+
+/// One recent decision in `/state`.
+#[derive(serde::Serialize)]
+struct RecentView<'a> {
+    id: u64,
+    gpu: u32,
+    uuid: &'a str,
+    mode: Mode,
+    trigger: &'static str,
+    summary: String,
+    victims: Vec<RecentVictim<'a>>,
 }
 
 /// The planned victims and every other pod tried, in rank order, with what became of each.
