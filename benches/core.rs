@@ -12,7 +12,6 @@ use gpu_warden::attribute::pods::{index_json, StaticPods};
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::rank::rank;
-use gpu_warden::guard::state::Guard;
 use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::metrics::{self, MetricsConfig};
@@ -21,9 +20,10 @@ use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
 use gpu_warden::sample::sim::{scenario_pods, SimSource};
 use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::testkit::rig::{Rig, RigOptions};
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// A scenario with `gpus` H100s and `procs` processes spread over them, each in its own pod.
 fn scenario(gpus: u32, procs: u32) -> Scenario {
@@ -155,54 +155,32 @@ fn ranking(c: &mut Criterion) {
     g.finish();
 }
 
+/// One full poll through the real agent core (`Core::on_full`: attribution, the guard,
+/// rendering), on the test kit's simulated node; the simulator's own poll is outside the
+/// measured time.
 fn full_poll(c: &mut Criterion) {
     let mut g = c.benchmark_group("pipeline");
     for (gpus, procs) in [(1u32, 4u32), (8, 64)] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let sc = scenario(gpus, procs);
-        let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
-        let mut src = SimSource::new(sc)
-            .with_proc_root(dir.path())
-            .expect("proc root");
-        let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
-        let mut pipeline = Pipeline::new(
-            MetricsConfig {
-                hostname: "node".into(),
-                ..Default::default()
+        let mut rig = Rig::from_scenario(
+            scenario(gpus, procs),
+            RigOptions {
+                policy: Some(Policy::default()),
+                ..RigOptions::default()
             },
-            SelfMetrics::new("bench").expect("metrics"),
-            clock.clone(),
         )
-        .with_attributor(Box::new(ProcAttributor::new(
-            ProcFs::new(dir.path()),
-            pods.clone(),
-            None,
-        )));
-        let mut guard = Guard::new(Policy::default());
-        let mut stamper = Stamper::default();
-        let pod_map = gpu_warden::attribute::ports::PodSource::pods(pods.as_ref());
+        .expect("rig");
         g.bench_function(format!("{gpus}gpu_{procs}procs"), |b| {
-            b.iter(|| {
-                clock.advance(Duration::from_secs(1));
-                let now = clock.mono();
-                let raw = src.poll(
-                    now,
-                    PollRequest {
-                        process_utilization: true,
-                        slow_counters: true,
-                    },
-                );
-                let mut snap = stamper.stamp(raw, now, clock.wall());
-                pipeline.prepare(&mut snap, Duration::from_micros(100));
-                let snap = Arc::new(snap);
-                let decisions = guard.observe(&snap, &pod_map, now);
-                let pressure = snap
-                    .gpus
-                    .iter()
-                    .map(|gpu| (gpu.id.index, guard.pressure(gpu.id.index)))
-                    .collect();
-                let published = pipeline.publish(snap, pressure, serde_json::Value::Null);
-                black_box((decisions.len(), published.metrics.len()))
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    rig.clock.advance(Duration::from_secs(1));
+                    let snap = rig.sample();
+                    let t0 = Instant::now();
+                    let (published, decisions) = rig.core.on_full(snap, Duration::from_micros(100));
+                    spent += t0.elapsed();
+                    black_box((decisions.len(), published.metrics.len()));
+                }
+                spent
             })
         });
     }

@@ -14,3 +14,4 @@ pub mod guard;
 pub mod model;
 pub mod publish;
 pub mod sample;
+pub mod testkit;

@@ -10,6 +10,3 @@ pub mod selector;
 pub mod state;
 pub mod status;
 pub mod trend;
-
-#[cfg(test)]
-pub mod fixtures;

@@ -367,9 +367,9 @@ pub fn regarding_name(regarding: &Regarding) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::fixtures::*;
     use crate::guard::policy::Policy;
     use crate::guard::state::Guard;
+    use crate::testkit::fixtures::*;
 
     const TOTAL: u64 = 10_000;
 

@@ -403,8 +403,8 @@ fn decider(a: &Victim, b: &Victim) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::fixtures::*;
     use crate::guard::selector::Selector;
+    use crate::testkit::fixtures::*;
 
     fn uids(r: &Ranking) -> Vec<&str> {
         r.candidates.iter().map(|v| v.uid.as_str()).collect()

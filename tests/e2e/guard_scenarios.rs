@@ -9,22 +9,15 @@
 
 use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction};
 use gpu_warden::act::enforce::Enforcer;
-use gpu_warden::agent::pipeline::Pipeline;
-use gpu_warden::agent::{Core, GuardParts};
-use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::ports::PodSource;
-use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::attribute::watch::WatchedPods;
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::ports::DecisionExecutor;
-use gpu_warden::guard::state::Guard;
 use gpu_warden::model::clock::{Clock, ManualClock};
-use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::{placement_uid, scenario_pods, SimHandle, SimSource};
-use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::sample::sim::{placement_uid, scenario_pods};
+use gpu_warden::testkit::rig::{Rig, RigOptions};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -35,18 +28,14 @@ struct World {
     rt: tokio::runtime::Runtime,
     server: ApiServer,
     clock: Arc<ManualClock>,
-    core: Core,
-    source: SimSource,
-    sim: SimHandle,
+    rig: Rig,
     scenario: Scenario,
-    stamper: Stamper,
     executor: Arc<dyn DecisionExecutor>,
     pods: Arc<WatchedPods>,
     evicted: Arc<Mutex<Vec<String>>>,
     /// Simulated time an evicted pod's processes take to exit.
     exit_delay: Duration,
     last_metrics: String,
-    _dir: tempfile::TempDir,
 }
 
 impl World {
@@ -93,11 +82,6 @@ impl World {
             assert!(Instant::now() < deadline, "pod watch never synced");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let dir = tempfile::tempdir().unwrap();
-        let source = SimSource::new(scenario.clone())
-            .with_proc_root(dir.path())
-            .unwrap();
-        let sim = source.handle();
         let clock = Arc::new(ManualClock::new(
             UNIX_EPOCH + Duration::from_secs(1_790_000_000),
         ));
@@ -109,43 +93,30 @@ impl World {
             &policy,
             clock.clone(),
         ));
-        let pipeline = Pipeline::new(
-            MetricsConfig {
-                hostname: NODE.into(),
-                ..Default::default()
-            },
-            metrics,
-            clock.clone(),
-        )
-        .with_attributor(Box::new(ProcAttributor::new(
-            ProcFs::new(dir.path()),
-            pods.clone(),
-            None,
-        )));
-        let core = Core::new(
-            pipeline,
-            Some(GuardParts {
-                guard: Guard::new(policy),
-                pods: pods.clone(),
+        let rig = Rig::from_scenario(
+            scenario.clone(),
+            RigOptions {
+                node: NODE.into(),
+                pods: Some(pods.clone()),
+                policy: Some(policy),
                 executor: Some(executor.clone()),
-            }),
-            clock.clone(),
-        );
+                metrics: Some(metrics),
+                clock: Some(clock.clone()),
+                ..RigOptions::default()
+            },
+        )
+        .unwrap();
         World {
             rt,
             server,
             clock,
-            core,
-            source,
-            sim,
+            rig,
             scenario,
-            stamper: Stamper::default(),
             executor,
             pods,
             evicted,
             exit_delay: Duration::ZERO,
             last_metrics: String::new(),
-            _dir: dir,
         }
     }
 
@@ -158,20 +129,9 @@ impl World {
             let full_due = now.as_millis() % 1000 == 0;
             // A fast reading that fires a trigger asks for a full poll at once, as the
             // agent's sampler does on `poll_now`.
-            let poll_now = !full_due && self.core.wants_fast() && {
-                let readings = self.source.memory(now);
-                self.core.on_memory(now, readings)
-            };
+            let poll_now = !full_due && self.rig.core.wants_fast() && self.rig.memory().1;
             let dispatches = if full_due || poll_now {
-                let raw = self.source.poll(
-                    now,
-                    PollRequest {
-                        process_utilization: true,
-                        slow_counters: true,
-                    },
-                );
-                let snap = self.stamper.stamp(raw, now, self.clock.wall());
-                let (published, dispatches) = self.core.on_full(snap, Duration::ZERO);
+                let (published, dispatches) = self.rig.full();
                 self.last_metrics = String::from_utf8(published.metrics.to_vec()).unwrap();
                 dispatches
             } else {
@@ -180,7 +140,7 @@ impl World {
             for (decision, pods) in dispatches {
                 let id = decision.id;
                 let results = self.rt.block_on(self.executor.execute(decision, pods));
-                self.core.on_outcomes(id, results);
+                self.rig.core.on_outcomes(id, results);
             }
             // The kubelet's part: processes of deleted pods exit after the delay.
             let uids: Vec<String> = self.evicted.lock().unwrap().drain(..).collect();
@@ -192,7 +152,7 @@ impl World {
                     .filter(|p| p.pod.as_ref().is_some_and(|pl| placement_uid(pl) == uid))
                     .map(|p| p.pid)
                     .collect();
-                self.sim.kill(&pids, now + self.exit_delay);
+                self.rig.sim.kill(&pids, now + self.exit_delay);
             }
         }
     }
@@ -244,7 +204,7 @@ fn a_growing_low_priority_ci_pod_is_evicted_before_the_gpu_is_full() {
     let mut w = World::new(&scenario(&format!("{TRAIN}{SMALL}{GREEDY}")), ENFORCE);
     w.run_for(Duration::from_secs(20));
     assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
-    let ooms = w.sim.ooms();
+    let ooms = w.rig.sim.ooms();
     assert!(ooms.is_empty(), "nobody may hit OOM: {ooms:?}");
     let warnings = w.events_with_reason("GPUMemoryPressure");
     let on_pod: Vec<_> = warnings
@@ -368,7 +328,7 @@ fn g_the_rate_limit_holds_under_flapping() {
     w.run_for(Duration::from_secs(40));
     assert_eq!(w.evicted_names().len(), 2, "{:?}", w.attempts());
     assert!(
-        w.sim.ooms().len() >= 2,
+        w.rig.sim.ooms().len() >= 2,
         "the flapping went on past the limit (as intended)"
     );
 }

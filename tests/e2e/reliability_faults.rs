@@ -5,28 +5,17 @@
 
 use crate::support::*;
 
-use gpu_warden::agent::pipeline::Pipeline;
-use gpu_warden::agent::{Core, GuardParts};
-use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::{index, StaticPods};
-use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::guard::decision::Decision;
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::ports::{DecisionExecutor, Outcomes};
-use gpu_warden::guard::state::Guard;
-use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::pod::PodMap;
-use gpu_warden::publish::metrics::MetricsConfig;
-use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
-use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::{scenario_pods, SimSource};
-use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden::testkit::wait_for;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Starts the binary on `scenario` (written to a temporary file) with a 200 ms poll.
 fn start(scenario: &str) -> (Agent, tempfile::TempDir) {
@@ -47,18 +36,6 @@ fn start(scenario: &str) -> (Agent, tempfile::TempDir) {
         "--per-process-metrics",
     ]);
     (agent, dir)
-}
-
-/// Polls `f` every 25 ms until it returns Some, or panics after `within`.
-fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
 }
 
 /// The value of the series `name{labels}` whose labels include every pair of `want`.
@@ -456,52 +433,21 @@ faults:
 /// fast memory watch (whose readings fail for both) never revives them in between.
 #[test]
 fn the_guard_decides_only_on_gpus_whose_data_is_current() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = Scenario::parse(PRESSURE, "pressure").unwrap();
-    let parsed: Vec<k8s_openapi::api::core::v1::Pod> = scenario_pods(&scenario, "node")
-        .into_iter()
-        .map(|p| serde_json::from_value(p).unwrap())
-        .collect();
-    let pods = Arc::new(StaticPods(Arc::new(index(parsed.iter()))));
-    let mut src = SimSource::new(scenario).with_proc_root(dir.path()).unwrap();
-    let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
-    let pipeline = Pipeline::new(
-        MetricsConfig {
-            hostname: "node".into(),
-            ..Default::default()
-        },
-        SelfMetrics::new("test").unwrap(),
-        clock.clone(),
-    )
-    .with_attributor(Box::new(ProcAttributor::new(
-        ProcFs::new(dir.path()),
-        pods.clone(),
-        None,
-    )));
-    let mut core = Core::new(
-        pipeline,
-        Some(GuardParts {
-            guard: Guard::new(Policy::default()),
-            pods,
+    let mut rig = Rig::new(
+        PRESSURE,
+        RigOptions {
+            policy: Some(Policy::default()),
             executor: Some(Arc::new(Nobody)),
-        }),
-        clock.clone(),
-    );
-    let mut stamper = Stamper::default();
+            ..RigOptions::default()
+        },
+    )
+    .unwrap();
     let mut decided: Vec<(u32, Duration)> = Vec::new();
     for step in 0..80u64 {
-        clock.set(Duration::from_millis(step * 100));
-        let now = clock.mono();
+        let now = Duration::from_millis(step * 100);
+        rig.set(now);
         if step % 10 == 0 {
-            let raw = src.poll(
-                now,
-                PollRequest {
-                    process_utilization: true,
-                    slow_counters: true,
-                },
-            );
-            let snap = stamper.stamp(raw, now, clock.wall());
-            let (published, dispatches) = core.on_full(snap, Duration::from_millis(1));
+            let (published, dispatches) = rig.full();
             decided.extend(dispatches.iter().map(|(d, _)| (d.gpu, now)));
             let guard = &published.guard["status"]["gpus"];
             let reason = |i: usize| guard[i]["inactive_reason"].as_str().map(str::to_string);
@@ -518,11 +464,12 @@ fn the_guard_decides_only_on_gpus_whose_data_is_current() {
                 guard[1]
             );
         } else {
-            let readings = src.memory(now);
+            // The fast watch's readings fail for both faulty GPUs (until the memory read
+            // of GPU 2 answers again at 5 s): they never revive them in between.
+            let (readings, _) = rig.memory();
             assert!(
                 readings[1].1.is_err() && (now >= Duration::from_secs(5) || readings[2].1.is_err())
             );
-            core.on_memory(now, readings);
         }
     }
     let gpus: Vec<u32> = decided.iter().map(|(g, _)| *g).collect();

@@ -330,12 +330,12 @@ impl Guard {
 mod tests {
     use super::*;
     use crate::guard::decision::Trigger;
-    use crate::guard::fixtures::*;
     use crate::guard::policy::{Mode, RateLimit, Threshold};
     use crate::guard::rank::{self, Victim};
     use crate::model::pod::PodInfo;
     use crate::model::snapshot::ProcessSample;
     use crate::model::snapshot::MIB;
+    use crate::testkit::fixtures::*;
 
     /// MiB of the test GPU: with the default policy hard is 500, soft 1000, target 1200 MiB.
     const TOTAL: u64 = 10_000;

@@ -1,5 +1,5 @@
-//! Test builders so the guard's table tests read like tables: GPUs in MiB, processes by
-//! pod UID, pods with chained attributes.
+//! Builders so tests read like tables: GPUs in MiB, processes by pod UID, pods with
+//! chained attributes (and, for the API double, the same pod as a Kubernetes object).
 
 use crate::model::pod::PodInfo;
 use crate::model::snapshot::{
@@ -136,6 +136,18 @@ pub fn pod(uid: &str) -> PodBuilder {
 }
 
 impl PodBuilder {
+    /// The pod as the API server would serve it, bound to `node` (for the API double).
+    pub fn api_object(&self, node: &str) -> serde_json::Value {
+        let p = &self.0;
+        serde_json::json!({
+            "metadata": {
+                "name": p.name, "namespace": p.namespace, "uid": p.uid,
+                "labels": p.labels, "annotations": p.annotations,
+            },
+            "spec": {"nodeName": node, "priority": p.priority},
+        })
+    }
+
     /// Sets the namespace.
     pub fn ns(mut self, ns: &str) -> Self {
         self.0.namespace = ns.into();

@@ -1,0 +1,202 @@
+//! A simulated node on the real agent core: the simulator playing a scenario (with its
+//! simulated `/proc`), the real attributor, pipeline and guard inside [`Core`], and a manual
+//! clock. Tests, the soak and the benches drive it poll by poll instead of wiring the agent
+//! by hand; what they measure and assert is the core the binary runs.
+
+use crate::agent::pipeline::Pipeline;
+use crate::agent::{Core, Dispatch, GuardParts};
+use crate::attribute::attributor::ProcAttributor;
+use crate::attribute::pods::{index_json, StaticPods};
+use crate::attribute::ports::PodSource;
+use crate::attribute::procfs::ProcFs;
+use crate::guard::policy::Policy;
+use crate::guard::ports::DecisionExecutor;
+use crate::guard::state::Guard;
+use crate::model::clock::{Clock, ManualClock};
+use crate::model::snapshot::Snapshot;
+use crate::publish::metrics::MetricsConfig;
+use crate::publish::self_metrics::SelfMetrics;
+use crate::publish::state::Published;
+use crate::sample::sampler::Stamper;
+use crate::sample::scenario::Scenario;
+use crate::sample::sim::{scenario_pods, SimHandle, SimSource};
+use crate::sample::{GpuSource, MemoryReading, PollRequest};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How to build a [`Rig`]; every field has a default.
+pub struct RigOptions {
+    /// The node name (pods are bound to it, the hostname label carries it).
+    pub node: String,
+    /// The pod view; default: the scenario's own pods, fixed.
+    pub pods: Option<Arc<dyn PodSource>>,
+    /// The guard's policy; `None` runs without a guard.
+    pub policy: Option<Policy>,
+    /// What carries decisions out; default: nothing (decisions are only returned).
+    pub executor: Option<Arc<dyn DecisionExecutor>>,
+    /// The self-metrics registry; default: a fresh one.
+    pub metrics: Option<SelfMetrics>,
+    /// Per-process metric families.
+    pub per_process: bool,
+    /// Wall time at monotonic zero (when the rig makes its own clock).
+    pub wall_origin: SystemTime,
+    /// The clock, when the caller's other parts (an enforcer, a pod view) must share it;
+    /// default: a new one at `wall_origin`.
+    pub clock: Option<Arc<ManualClock>>,
+}
+
+impl Default for RigOptions {
+    fn default() -> Self {
+        RigOptions {
+            node: "node".into(),
+            pods: None,
+            policy: None,
+            executor: None,
+            metrics: None,
+            per_process: false,
+            wall_origin: UNIX_EPOCH + Duration::from_secs(1_790_000_000),
+            clock: None,
+        }
+    }
+}
+
+/// Why a rig could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RigError {
+    #[error(transparent)]
+    Scenario(#[from] crate::sample::scenario::ScenarioError),
+    #[error("cannot write the simulated /proc under {}: {source}", path.display())]
+    Proc {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot register self metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A simulated node on the real [`Core`].
+pub struct Rig {
+    /// The clock every part reads; move it with [`Rig::set`].
+    pub clock: Arc<ManualClock>,
+    /// Controls the simulated processes (kill one, change its growth).
+    pub sim: SimHandle,
+    /// The agent core under test.
+    pub core: Core,
+    /// The pod view the core sees.
+    pub pods: Arc<dyn PodSource>,
+    /// The self-metrics registry the core records into.
+    pub metrics: SelfMetrics,
+    source: SimSource,
+    stamper: Stamper,
+    proc_root: PathBuf,
+}
+
+impl Rig {
+    /// A rig playing `scenario_yaml` with `options`.
+    pub fn new(scenario_yaml: &str, options: RigOptions) -> Result<Rig, RigError> {
+        let scenario = Scenario::parse(scenario_yaml, "rig")?;
+        Self::from_scenario(scenario, options)
+    }
+
+    /// A rig playing `scenario` with `options`.
+    pub fn from_scenario(scenario: Scenario, options: RigOptions) -> Result<Rig, RigError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let proc_root = std::env::temp_dir().join(format!(
+            "gpu-warden-rig-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let pods = options.pods.unwrap_or_else(|| {
+            Arc::new(StaticPods(Arc::new(index_json(scenario_pods(
+                &scenario,
+                &options.node,
+            )))))
+        });
+        let source = SimSource::new(scenario)
+            .with_proc_root(&proc_root)
+            .map_err(|source| RigError::Proc {
+                path: proc_root.clone(),
+                source,
+            })?;
+        let clock = options
+            .clock
+            .unwrap_or_else(|| Arc::new(ManualClock::new(options.wall_origin)));
+        let metrics = match options.metrics {
+            Some(m) => m,
+            None => SelfMetrics::new("rig")?,
+        };
+        let pipeline = Pipeline::new(
+            MetricsConfig {
+                hostname: options.node.clone(),
+                per_process: options.per_process,
+                ..Default::default()
+            },
+            metrics.clone(),
+            clock.clone(),
+        )
+        .with_attributor(Box::new(ProcAttributor::new(
+            ProcFs::new(&proc_root),
+            pods.clone(),
+            None,
+        )));
+        let guard = options.policy.map(|policy| GuardParts {
+            guard: Guard::new(policy),
+            pods: pods.clone(),
+            executor: options.executor,
+        });
+        let core = Core::new(pipeline, guard, clock.clone());
+        Ok(Rig {
+            sim: source.handle(),
+            clock,
+            core,
+            pods,
+            metrics,
+            source,
+            stamper: Stamper::default(),
+            proc_root,
+        })
+    }
+
+    /// Moves the clock to `t` after its origin.
+    pub fn set(&self, t: Duration) {
+        self.clock.set(t);
+    }
+
+    /// A full poll of the simulator now (every field, process utilization and slow
+    /// counters included), stamped as the sampler stamps it; not yet given to the core.
+    pub fn sample(&mut self) -> Snapshot {
+        let now = self.clock.mono();
+        let raw = self.source.poll(
+            now,
+            PollRequest {
+                process_utilization: true,
+                slow_counters: true,
+            },
+        );
+        self.stamper.stamp(raw, now, self.clock.wall())
+    }
+
+    /// A full poll now, handed to the core as the sampler would: the publication and the
+    /// decisions to run.
+    pub fn full(&mut self) -> (Published, Vec<Dispatch>) {
+        let snap = self.sample();
+        self.core.on_full(snap, Duration::ZERO)
+    }
+
+    /// A memory-only reading now (the fast watch), handed to the core: what was read, and
+    /// whether the guard wants a full poll at once.
+    pub fn memory(&mut self) -> (Vec<MemoryReading>, bool) {
+        let now = self.clock.mono();
+        let readings = self.source.memory(now);
+        let refresh = self.core.on_memory(now, readings.clone());
+        (readings, refresh)
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.proc_root);
+    }
+}
