@@ -51,6 +51,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- end -}}
 
+{{/* guard.mode; YAML 1.1 reads an unquoted `off` as false, which means off. */}}
+{{- define "gpu-warden.guardMode" -}}
+{{- if eq (toString .Values.guard.mode) "false" -}}off{{- else -}}{{ .Values.guard.mode }}{{- end -}}
+{{- end -}}
+
 {{- define "gpu-warden.policyChecksum" -}}
 {{- toYaml .Values.guard.policy | sha256sum | trunc 16 -}}
 {{- end -}}
