@@ -235,5 +235,24 @@ else
   fail "docs/deploy.md missing"
 fi
 
+echo "== 9. container image (scripts/image-build.sh, deploy/tests/check_image.py)"
+if [ -n "${GPU_WARDEN_SKIP_IMAGE:-}" ]; then
+  echo "SKIP container image: GPU_WARDEN_SKIP_IMAGE is set"
+elif [ "$(id -u)" != 0 ]; then
+  echo "SKIP container image: needs root (buildah's vfs storage, chroot); CI runs as root"
+else
+  command -v readelf >/dev/null || apt_install binutils || exit 1
+  tag=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+  started=$SECONDS
+  if out=$(IMAGE_TAG=$tag scripts/image-build.sh "$ARTIFACTS" 2>&1); then
+    printf '%s\n' "$out" | sed -n 's/^image /    image /p; s/^  \(.* sha256:\)/    package \1/p'
+    pass "scripts/image-build.sh: $ARTIFACTS/gpu-warden-image.oci.tar ($((SECONDS - started)) s)"
+    run_checker check_image "$PY" deploy/tests/check_image.py "$ARTIFACTS" "$tag" "$WORK/image"
+  else
+    printf '%s\n' "$out" | tail -20
+    fail "scripts/image-build.sh"
+  fi
+fi
+
 echo "deploy checks: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
