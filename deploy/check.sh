@@ -245,7 +245,7 @@ else
   tag=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
   started=$SECONDS
   if out=$(IMAGE_TAG=$tag scripts/image-build.sh "$ARTIFACTS" 2>&1); then
-    printf '%s\n' "$out" | sed -n 's/^image /    image /p; s/^  \(.* sha256:\)/    package \1/p'
+    printf '%s\n' "$out" | sed -n -e 's/^image /    image /p' -e t -e 's/^  \(.* sha256:\)/    package \1/p'
     pass "scripts/image-build.sh: $ARTIFACTS/gpu-warden-image.oci.tar ($((SECONDS - started)) s)"
     run_checker check_image "$PY" deploy/tests/check_image.py "$ARTIFACTS" "$tag" "$WORK/image"
   else

@@ -7,7 +7,8 @@
 # Environment: GPU_WARDEN_RELEASE_BIN (the binary to put in; default: cargo build --release
 # --locked -p gpu-warden, then target/release/gpu-warden), IMAGE_NAME (default
 # ghcr.io/gpu-warden/gpu-warden), IMAGE_TAG (default: the version in Cargo.toml),
-# SOURCE_DATE_EPOCH (file and image timestamps; default: the last commit's time).
+# SOURCE_DATE_EPOCH (file and image timestamps; default: the time of the last commit that
+# changed the image's inputs).
 #
 # Writes into OUT_DIR:
 #   gpu-warden-image.oci.tar   the image as an OCI archive (skopeo copy … oci-archive:…),
@@ -29,7 +30,13 @@ OUT=$(cd "$OUT" && pwd)
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 NAME=${IMAGE_NAME:-ghcr.io/gpu-warden/gpu-warden}
 TAG=${IMAGE_TAG:-$VERSION}
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+# The last change to what goes into the image, so a commit that touches only docs or tests
+# rebuilds the same image (same binary and .debs: same digest).
+inputs=(src examples Cargo.toml Cargo.lock Dockerfile scripts/image-rootfs.sh scripts/image-build.sh)
+# Not exported to cargo: the cc crate's build scripts (ring) read it, and a changed value
+# rebuilds every dependency.
+EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct -- "${inputs[@]}" 2>/dev/null || true)}
+EPOCH=${EPOCH:-0}
 
 [ "$(id -u)" = 0 ] || { echo "$0: needs root (buildah's vfs storage, file ownership)" >&2; exit 1; }
 need=()
@@ -60,7 +67,7 @@ fi
 echo "== root filesystem (scripts/image-rootfs.sh)"
 ROOTFS=$OUT/gpu-warden-image.rootfs
 rm -rf "$ROOTFS"
-scripts/image-rootfs.sh "$ROOTFS" "$BIN" "$OUT/gpu-warden-image.packages"
+SOURCE_DATE_EPOCH=$EPOCH scripts/image-rootfs.sh "$ROOTFS" "$BIN" "$OUT/gpu-warden-image.packages"
 
 echo "== buildah (vfs), from scratch"
 STORE=$(mktemp -d -t gpu-warden-buildah.XXXXXX)
@@ -73,7 +80,7 @@ cleanup() {
 trap cleanup EXIT
 # One layer: the root filesystem as a tar with numeric owners (home/nonroot is 65532's).
 tar --create --file "$STORE/rootfs.tar" --directory "$ROOTFS" --sort=name --numeric-owner \
-  --mtime="@$SOURCE_DATE_EPOCH" .
+  --mtime="@$EPOCH" .
 ctr=$("${BUILDAH[@]}" from --quiet scratch)
 "${BUILDAH[@]}" add --quiet "$ctr" "$STORE/rootfs.tar" /
 config=(--user "$USER_" --entrypoint "$ENTRY" --cmd '' --workingdir /
@@ -84,7 +91,7 @@ config=(--user "$USER_" --entrypoint "$ENTRY" --cmd '' --workingdir /
 # Docker writes EXPOSE 9400 as "9400/tcp"; buildah as given.
 for p in $PORTS; do [[ $p == */* ]] || p=$p/tcp; config+=(--port "$p"); done
 "${BUILDAH[@]}" config "${config[@]}" "$ctr"
-"${BUILDAH[@]}" commit --quiet --timestamp "$SOURCE_DATE_EPOCH" --format oci "$ctr" "$NAME:$TAG" >/dev/null
+"${BUILDAH[@]}" commit --quiet --timestamp "$EPOCH" --format oci "$ctr" "$NAME:$TAG" >/dev/null
 
 echo "== skopeo copy → OCI archive"
 rm -f "$OUT/gpu-warden-image.oci.tar"
