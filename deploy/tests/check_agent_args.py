@@ -25,21 +25,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+import checklib
+from checklib import free_port
 
 OVERLAY_MODE = {"default": "dry-run", "enforce": "enforce", "no-runtimeclass": "dry-run",
                 "prometheus-operator": "dry-run", "beside-dcgm-exporter": "dry-run"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 INSECURE = ssl.create_default_context()
@@ -50,14 +45,7 @@ BASIC_USER, BASIC_PASSWORD = "ci", "deploy-check-password"
 
 
 def get(url, headers=None):
-    try:
-        req = urllib.request.Request(url, headers=headers or {})
-        with urllib.request.urlopen(req, timeout=2, context=INSECURE if url.startswith("https") else None) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
+    return checklib.get(url, headers, INSECURE if url.startswith("https") else None)
 
 
 def make_secrets(env, tmp, p):

@@ -33,6 +33,7 @@ import tarfile
 import yaml
 
 import helm_python as helm
+from checklib import report, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -51,14 +52,6 @@ ACCEPTED = [
     ({"service": {"port": 9401}}, "another port"),
 ]
 
-results = []
-
-
-def report(ok, name, details=()):
-    results.append(ok)
-    for d in details:
-        print(f"    {d}")
-    print(f"{'PASS' if ok else 'FAIL'} {name}")
 
 
 def load_values(path):
@@ -321,8 +314,7 @@ def main(kustomize_dir, helm_dir, artifact_dir):
     if "default" in rendered:
         check_package(chart, rendered["default"], artifact_dir)
     chart.close()
-    print(f"check_helm: {sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return summary("check_helm")
 
 
 def quiet_symlink_notes(fn, *args):

@@ -25,25 +25,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import tarfile
 import time
-import urllib.error
-import urllib.request
+
+from checklib import free_port, get, report, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-results = []
-
-
-def report(ok, name, details=()):
-    results.append(ok)
-    for d in details:
-        print(f"    {d}")
-    print(f"{'PASS' if ok else 'FAIL'} {name}")
 
 
 def run(cmd, **kw):
@@ -82,22 +73,6 @@ def elf_needed(path):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
-
-
 def start(rootfs, spec_process, extra_args, log_path):
     """The entrypoint in a chroot as the image's user, with no_new_privs and only the image's
     environment, like a container without a runtime."""
@@ -107,6 +82,15 @@ def start(rootfs, spec_process, extra_args, log_path):
     env = dict(e.split("=", 1) for e in spec_process.get("env", []))
     log = open(log_path, "w")
     return subprocess.Popen(cmd, env=env, cwd="/", stdout=log, stderr=subprocess.STDOUT), log
+
+
+def wait_ready(agent, port, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline and agent.poll() is None:
+        if get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def status_fields(pid):
@@ -206,14 +190,7 @@ def main(artifacts, tag, work):
     p = []
     agent, log = start(rootfs, proc, args, os.path.join(work, "agent.log"))
     try:
-        ready = False
-        deadline = time.time() + 15
-        while time.time() < deadline and agent.poll() is None:
-            if get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
-                ready = True
-                break
-            time.sleep(0.1)
-        if not ready:
+        if not wait_ready(agent, port, 15):
             p.append(f"not ready within 15 s (exit code {agent.poll()})")
         else:
             st = status_fields(agent.pid)
@@ -262,14 +239,8 @@ def main(artifacts, tag, work):
     port = free_port()
     agent, log = start(broken, proc, ["--backend", "sim", "--kube", "off", "--listen", f"127.0.0.1:{port}"],
                        os.path.join(work, "broken.log"))
-    ready = False
     try:
-        deadline = time.time() + 5
-        while time.time() < deadline and agent.poll() is None:
-            if get(f"http://127.0.0.1:{port}/readyz")[0] == 200:
-                ready = True
-                break
-            time.sleep(0.1)
+        ready = wait_ready(agent, port, 5)
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -279,8 +250,7 @@ def main(artifacts, tag, work):
         last = (f.read().strip().splitlines() or ["(no output)"])[-1]
     report(not ready, f"control: without /tmp the entrypoint does not start (exit {agent.returncode}: {last[:160]})")
 
-    print(f"check_image: {sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return summary("check_image")
 
 
 if __name__ == "__main__":

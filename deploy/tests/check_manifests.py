@@ -35,6 +35,7 @@ import yaml
 from referencing import Registry, Resource
 
 from check_rbac import rbac_problems
+from checklib import report, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -83,14 +84,6 @@ HELM = {
 EXPECT = OVERLAYS  # the table main() judges renders by (HELM with --helm)
 TAG = ""  # "helm " in the PASS/FAIL lines of Helm renders
 
-results = []
-
-
-def report(ok, name, details=()):
-    results.append(ok)
-    for d in details:
-        print(f"    {d}")
-    print(f"{'PASS' if ok else 'FAIL'} {name}")
 
 
 def load(path):
@@ -488,13 +481,11 @@ def main(rendered_dir, out_dir, helm=False):
         check_daemonset(overlay, objects, out_dir)
         check_wiring(overlay, objects)
     if helm:
-        print(f"check_manifests: {sum(results)} passed, {len(results) - sum(results)} failed")
-        return 0 if all(results) else 1
+        return summary("check_manifests")
     check_examples(k8s)
     if one(rendered.get("prometheus-operator", []), "PrometheusRule", "gpu-warden") is not None:
         write_rules(rendered["prometheus-operator"], out_dir)
-    print(f"check_manifests: {sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return summary("check_manifests")
 
 
 if __name__ == "__main__":
