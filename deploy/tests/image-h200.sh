@@ -37,7 +37,11 @@ touch "$dest" && mount --bind "$real" "$dest" && mounts+=("$dest")
 mount -o remount,bind,ro "$dest" || true
 ln -sf "$(basename "$real")" "$R/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 mkdir -p "$R/dev"
-for node in /dev/nvidiactl /dev/nvidia[0-9]*; do cp -a "$node" "$R/dev/"; done
+for node in /dev/nvidiactl /dev/nvidia[0-9]*; do
+  # mknod with the host's major/minor and mode, as the runtime does; a bind mount of the
+  # node where mknod is not allowed (gVisor).
+  cp -a "$node" "$R/dev/" 2>/dev/null || { touch "$R/dev/${node#/dev/}" && mount --bind "$node" "$R/dev/${node#/dev/}" && mounts+=("$R/dev/${node#/dev/}"); }
+done
 # hostPID: true, and the /sys every container has.
 mkdir -p "$R/proc" "$R/sys"
 mount --bind /proc "$R/proc" && mounts+=("$R/proc")
