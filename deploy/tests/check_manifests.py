@@ -58,7 +58,10 @@ OVERLAYS = {
 }
 # Optional expectation keys and their defaults (an overlay states only what differs).
 DEFAULTS = dict(image=IMAGE, node_selector={"nvidia.com/gpu.present": "true"}, policy=None,
-                namespace_object=True, tls=False, auth=None)
+                namespace_object=True, tls=False, auth=None, drop_dcgm=False)
+# Families a drop rule for dcgm-exporter's duplicates must drop, and must keep.
+DCGM_NAMES = ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
+OWN_NAMES = ["gpu_warden_container_gpu_memory_used_bytes", "gpu_warden_gpu_memory_pressure", "up"]
 # The Helm chart's CI value combinations (deploy/helm/gpu-warden/ci/<name>-values.yaml).
 # Helm creates the release namespace (--create-namespace), so the chart renders no
 # Namespace unless told to (namespace-create).
@@ -68,6 +71,8 @@ HELM = {
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400, namespace_object=False),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400, namespace_object=False),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401, namespace_object=False),
+    "beside-dcgm-exporter-prometheus-operator": dict(mode="dry-run", runtime_class=True, prom="servicemonitor",
+                                                     port=9401, namespace_object=False, drop_dcgm=True),
     "namespace-create": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
     "annotations-off": dict(mode="off", runtime_class=True, prom=False, port=9400, namespace_object=False),
     "tls-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
@@ -370,6 +375,14 @@ def check_wiring(overlay, objects):
                         p.append("ServiceMonitor must send the bearer token (authorization: Bearer)")
                     if exp["auth"] == "basic" and not ep.get("basicAuth"):
                         p.append("ServiceMonitor must send basicAuth")
+                    # Prometheus anchors relabel regexes: a full match drops the series.
+                    drops = [re.compile(r.get("regex", "(.*)")) for r in ep.get("metricRelabelings", [])
+                             if r.get("action", "replace").lower() == "drop" and r.get("sourceLabels") == ["__name__"]]
+                    dropped = lambda n: any(x.fullmatch(n) for x in drops)  # noqa: E731
+                    if exp["drop_dcgm"] and not all(dropped(n) for n in DCGM_NAMES):
+                        p.append("beside dcgm-exporter the ServiceMonitor must drop every DCGM_FI_* family")
+                    if any(dropped(n) for n in OWN_NAMES) or (not exp["drop_dcgm"] and any(dropped(n) for n in DCGM_NAMES)):
+                        p.append(f"ServiceMonitor drops families it must keep: {[x.pattern for x in drops]}")
                 if annotations.get("prometheus.io/scrape") != "false":
                     p.append("annotation-based scraping must be off where the ServiceMonitor scrapes")
             dash = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
