@@ -299,6 +299,17 @@ def main(kustomize_dir, helm_dir, artifact_dir):
         render(chart, load_values(os.path.join(ex, "opentofu", "gpu-warden-values.yaml")))
     except (helm.HelmError, OSError) as e:
         p.append(f"deploy/examples/opentofu/gpu-warden-values.yaml: {e}")
+    # The OpenTofu release names this chart, its version and that values file.
+    with open(os.path.join(ex, "opentofu", "main.tf")) as f:
+        tf = f.read()
+    block = re.search(r'resource "helm_release" "gpu_warden" \{(.*?)\n\}', tf, re.S)
+    body = block.group(1) if block else ""
+    for key, want in (("chart", "gpu-warden"), ("version", meta.get("version"))):
+        got = re.search(rf'^\s*{key}\s*=\s*"([^"]*)"', body, re.M)
+        if not got or got.group(1) != want:
+            p.append(f"main.tf helm_release.gpu_warden {key} = {got.group(1) if got else None!r}, expected {want!r}")
+    if 'file("${path.module}/gpu-warden-values.yaml")' not in body:
+        p.append("main.tf helm_release.gpu_warden does not take its values from gpu-warden-values.yaml")
     try:
         with open(os.path.join(ex, "argocd-application.yaml")) as f:
             app = yaml.safe_load(f)
