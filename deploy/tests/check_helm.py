@@ -320,7 +320,7 @@ def main(kustomize_dir, helm_dir, artifact_dir):
         render(chart, src["helm"]["valuesObject"])
     except (helm.HelmError, OSError, KeyError, TypeError) as e:
         p.append(f"deploy/examples/argocd-application.yaml: {e!r}")
-    report(not p, "the values in deploy/examples (OpenTofu, Argo CD) render", p)
+    report(not p, "deploy/examples: OpenTofu and Argo CD name this chart and version, and their values render", p)
 
     if "default" in rendered:
         check_package(chart, rendered["default"], artifact_dir)
