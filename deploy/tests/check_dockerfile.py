@@ -3,8 +3,12 @@
 
     check_dockerfile.py CONTEXT_COPY_DIR
 
-- the runtime stage is distroless/cc (glibc) as UID 65532 with ENTRYPOINT ["/gpu-warden"]
-  and EXPOSE 9400; the builder builds gpu-warden --release --locked;
+- a thin wrapper over CI's image recipe: a rootfs stage runs scripts/image-rootfs.sh (the
+  runtime layer from Debian packages, as scripts/image-build.sh does) on the binary the
+  builder built (--release --locked), and the final stage is FROM scratch with that root
+  filesystem only, UID 65532, ENTRYPOINT ["/gpu-warden"], EXPOSE 9400, no RUN (no shell);
+  scripts/image-build.sh takes USER, EXPOSE and ENTRYPOINT from it, and
+  deploy/tests/check_image.py compares the built image with it;
 - the build context after .dockerignore holds what the build needs: copies it into
   CONTEXT_COPY_DIR and runs `cargo metadata --locked --offline --no-deps` there (every
   workspace member and declared target must load), and checks every include_str!/
@@ -26,17 +30,26 @@ def dockerfile_problems(text):
     lines = [re.sub(r"\s+", " ", x.strip()) for x in re.sub(r"\\\n", " ", text).splitlines()]
     lines = [x for x in lines if x and not x.startswith("#")]
     froms = [x for x in lines if x.upper().startswith("FROM ")]
-    if len(froms) < 2:
-        p.append("expected a multi-stage build (builder, runtime)")
+    if len(froms) < 3:
+        p.append("expected a multi-stage build (builder, rootfs, runtime)")
     else:
         if not re.match(r"FROM rust:1-bookworm( AS \w+)?$", froms[0], re.I):
             p.append(f"builder stage should be rust:1-bookworm: {froms[0]}")
-        if froms[-1] != "FROM gcr.io/distroless/cc-debian12:nonroot":
-            p.append(f"runtime stage should be gcr.io/distroless/cc-debian12:nonroot: {froms[-1]}")
+        # The rootfs stage's Debian release must match the builder's (the binary's glibc).
+        if not re.match(r"FROM debian:bookworm(-slim)? AS rootfs$", froms[-2], re.I):
+            p.append(f"rootfs stage should be debian:bookworm(-slim) AS rootfs: {froms[-2]}")
+        if froms[-1] != "FROM scratch":
+            p.append(f"runtime stage should be FROM scratch (the recipe's root filesystem only): {froms[-1]}")
     runtime = lines[lines.index(froms[-1]):] if froms else []
-    build = " ".join(lines[:lines.index(froms[-1])] if froms else [])
+    build = " ".join(lines[:lines.index(froms[-2])] if len(froms) >= 2 else [])
+    rootfs = " ".join(lines[lines.index(froms[-2]):lines.index(froms[-1])] if len(froms) >= 2 else [])
     if not re.search(r"cargo build --release --locked -p gpu-warden", build):
         p.append("builder must run cargo build --release --locked -p gpu-warden")
+    if "COPY scripts/image-rootfs.sh" not in rootfs or not re.search(r"RUN .*image-rootfs\.sh /rootfs /out/gpu-warden", rootfs):
+        p.append("the rootfs stage must run scripts/image-rootfs.sh /rootfs /out/gpu-warden (CI's recipe)")
+    copies = [x for x in runtime if x.upper().startswith(("COPY", "ADD"))]
+    if copies != ["COPY --from=rootfs /rootfs/ /"]:
+        p.append(f"the runtime stage must hold the recipe's root filesystem and nothing else: {copies}")
     users = [x for x in runtime if x.upper().startswith("USER ")]
     if not users or users[-1].split()[1].split(":")[0] not in ("65532", "nonroot"):
         p.append("runtime stage must end as USER 65532 (nonroot)")
@@ -45,7 +58,7 @@ def dockerfile_problems(text):
     if "EXPOSE 9400" not in runtime:
         p.append("runtime stage should EXPOSE 9400")
     if any(x.upper().startswith("RUN ") for x in runtime):
-        p.append("the distroless runtime stage has no shell: no RUN there")
+        p.append("the runtime stage has no shell: no RUN there")
     if re.search(r"libnvidia-ml", " ".join(x for x in lines if x.upper().startswith(("COPY", "ADD")))):
         p.append("libnvidia-ml must come from the NVIDIA runtime, not the image")
     return p
@@ -85,7 +98,8 @@ def main(copy_dir):
         p = dockerfile_problems(f.read())
     for x in p:
         print(f"    {x}")
-    print(f"{'PASS' if not p else 'FAIL'} Dockerfile: rust:1-bookworm builder, distroless/cc runtime, UID 65532, exec ENTRYPOINT, EXPOSE 9400")
+    print(f"{'PASS' if not p else 'FAIL'} Dockerfile: rust:1-bookworm builder, scripts/image-rootfs.sh runtime layer "
+          "FROM scratch (CI's recipe), UID 65532, exec ENTRYPOINT, EXPOSE 9400")
     ok &= not p
 
     patterns = ignore_patterns()
@@ -95,6 +109,8 @@ def main(copy_dir):
     for must_go in ("target/debug/gpu-warden", ".git/HEAD"):
         if not ignored(must_go, patterns):
             p.append(f".dockerignore lets {must_go} into the context")
+    if ignored("scripts/image-rootfs.sh", patterns):
+        p.append(".dockerignore keeps scripts/image-rootfs.sh (the Dockerfile's recipe) out of the context")
     if os.path.exists(copy_dir):
         shutil.rmtree(copy_dir)
     for f in kept:

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Offline checks of the rendered kustomize overlays and of deploy/examples.
+"""Offline checks of the rendered kustomize overlays, of the Helm chart's renders and of deploy/examples.
 
     check_manifests.py RENDERED_DIR OUT_DIR
+    check_manifests.py --helm RENDERED_DIR OUT_DIR
 
 RENDERED_DIR holds <overlay>.yaml, one per deploy/overlays/<overlay>, as `kubectl kustomize`
-printed them. Checks, each printed as one PASS/FAIL line:
+printed them; with --helm, helm-<combination>.yaml, one per values file
+deploy/helm/gpu-warden/ci/<combination>-values.yaml, as Helm's engine rendered them
+(check_helm.py), each judged against its expectations in HELM below. Checks, each printed as
+one PASS/FAIL line:
   - every object validates against the Kubernetes OpenAPI schemas of kubernetes-validate
     (strict: unknown fields refused), for every Kubernetes minor version from MIN_K8S to the
     newest the package ships; ServiceMonitor and PrometheusRule (CRDs, not in those schemas)
@@ -16,7 +20,8 @@ printed them. Checks, each printed as one PASS/FAIL line:
   - the dashboard ConfigMap carries deploy/grafana/gpu-warden.json byte for byte;
   - deploy/examples parse, validate, and agree with the enforce policy.
 Writes OUT_DIR/gpu-warden.rules.yaml (the PrometheusRule's groups) for promtool, and
-OUT_DIR/<overlay>.container.json (env, args, mounted ConfigMaps) for check_agent_args.py.
+OUT_DIR/<overlay>.container.json (helm-<combination>.container.json with --helm: env, args,
+mounted ConfigMaps and Secrets, guard mode) for check_agent_args.py.
 """
 import json
 import os
@@ -30,6 +35,7 @@ import yaml
 from referencing import Registry, Resource
 
 from check_rbac import rbac_problems
+from checklib import report, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -40,6 +46,7 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityCla
 CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+    ("argoproj.io/v1alpha1", "Application"): "application-argoproj-v1alpha1.json",
 }
 OVERLAYS = {
     # overlay: guard mode, runtimeClassName expected, prometheus-operator objects, port
@@ -53,15 +60,41 @@ OVERLAYS = {
 }
 # The one host path the agent mounts: the kubelet's pod-resources directory, read-only.
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+# Optional expectation keys and their defaults (an overlay states only what differs).
+DEFAULTS = dict(image=IMAGE, node_selector={"nvidia.com/gpu.present": "true"}, policy=None,
+                namespace_object=True, tls=False, auth=None, drop_dcgm=False)
+# Families a drop rule for dcgm-exporter's duplicates must drop, and must keep.
+DCGM_NAMES = ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
+OWN_NAMES = ["gpu_warden_container_gpu_memory_used_bytes", "gpu_warden_gpu_memory_pressure", "up"]
+# The Helm chart's CI value combinations (deploy/helm/gpu-warden/ci/<name>-values.yaml).
+# Helm creates the release namespace (--create-namespace), so the chart renders no
+# Namespace unless told to (namespace-create).
+HELM = {
+    "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False),
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, namespace_object=False, policy=True),
+    "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400, namespace_object=False),
+    "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400, namespace_object=False),
+    "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401, namespace_object=False),
+    "beside-dcgm-exporter-prometheus-operator": dict(mode="dry-run", runtime_class=True, prom="servicemonitor",
+                                                     port=9401, namespace_object=False, drop_dcgm=True),
+    "namespace-create": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
+    "pod-resources": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False,
+                          root=True),
+    "annotations-off": dict(mode="off", runtime_class=True, prom=False, port=9400, namespace_object=False),
+    "tls-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
+                     tls=True, auth="bearer"),
+    "basic-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
+                       auth="basic"),
+    "dcgm-exporter-style": dict(
+        mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
+        image="123456789012.dkr.ecr.eu-west-1.amazonaws.com/platform/gpu-warden@sha256:"
+              "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        # Helm merges maps: the default nvidia.com/gpu.present stays unless set to null.
+        node_selector={"eks.amazonaws.com/nodegroup": "gpu-ci", "nvidia.com/gpu.present": "true"}),
+}
+EXPECT = OVERLAYS  # the table main() judges renders by (HELM with --helm)
+TAG = ""  # "helm " in the PASS/FAIL lines of Helm renders
 
-results = []
-
-
-def report(ok, name, details=()):
-    results.append(ok)
-    for d in details:
-        print(f"    {d}")
-    print(f"{'PASS' if ok else 'FAIL'} {name}")
 
 
 def load(path):
@@ -154,7 +187,7 @@ def one(objects, kind, name=None):
 
 
 def check_daemonset(overlay, objects, out_dir):
-    exp = OVERLAYS[overlay]
+    exp = {**DEFAULTS, **EXPECT[overlay]}
     mode, runtime_class = exp["mode"], exp["runtime_class"]
     p = []
     ds = one(objects, "DaemonSet", "gpu-warden")
@@ -178,7 +211,7 @@ def check_daemonset(overlay, objects, out_dir):
     us = spec.get("updateStrategy", {})
     if us.get("type") != "RollingUpdate" or not us.get("rollingUpdate", {}).get("maxUnavailable"):
         p.append(f"updateStrategy must be RollingUpdate with maxUnavailable: {us}")
-    if pod.get("nodeSelector") != {"nvidia.com/gpu.present": "true"}:
+    if pod.get("nodeSelector") != exp["node_selector"]:
         p.append(f"nodeSelector: {pod.get('nodeSelector')}")
     if {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} not in pod.get("tolerations", []):
         p.append("missing toleration nvidia.com/gpu Exists NoSchedule")
@@ -214,8 +247,8 @@ def check_daemonset(overlay, objects, out_dir):
     caps = csc.get("capabilities", {})
     if caps.get("drop") != ["ALL"] or caps.get("add"):
         p.append(f"capabilities must drop ALL and add nothing: {caps}")
-    if c.get("image") != IMAGE:
-        p.append(f"image {c.get('image')} != {IMAGE}")
+    if c.get("image") != exp["image"]:
+        p.append(f"image {c.get('image')} != {exp['image']}")
     env = {e["name"]: e for e in c.get("env", [])}
     for name, want in (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "utility"),
                        ("GPU_WARDEN_BACKEND", "nvml"), ("GPU_WARDEN_GUARD_MODE", mode)):
@@ -229,10 +262,21 @@ def check_daemonset(overlay, objects, out_dir):
     listen = env.get("GPU_WARDEN_LISTEN", {}).get("value", "0.0.0.0:9400")
     if not listen.endswith(f":{exp['port']}"):
         p.append(f"GPU_WARDEN_LISTEN {listen} disagrees with the metrics port {exp['port']}")
+    tls = "GPU_WARDEN_WEB_TLS_CERT" in env
+    if tls != exp["tls"]:
+        p.append(f"HTTPS (GPU_WARDEN_WEB_TLS_CERT) {'expected' if exp['tls'] else 'not expected'}")
+    if ("GPU_WARDEN_WEB_TLS_CERT" in env) != ("GPU_WARDEN_WEB_TLS_KEY" in env):
+        p.append("GPU_WARDEN_WEB_TLS_CERT and GPU_WARDEN_WEB_TLS_KEY go together")
+    auth = {"GPU_WARDEN_WEB_AUTH_BEARER_FILE": "bearer", "GPU_WARDEN_WEB_AUTH_BASIC_FILE": "basic"}
+    got_auth = [kind for name, kind in auth.items() if name in env]
+    if got_auth != ([exp["auth"]] if exp["auth"] else []):
+        p.append(f"authentication {got_auth or 'none'}, expected {exp['auth'] or 'none'}")
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         hg = c.get(probe, {}).get("httpGet", {})
         if hg.get("path") != path or hg.get("port") not in ("metrics", ports.get("metrics", {}).get("containerPort")):
             p.append(f"{probe} must GET {path} on the metrics port: {hg}")
+        if hg.get("scheme", "HTTP") != ("HTTPS" if tls else "HTTP"):
+            p.append(f"{probe} scheme {hg.get('scheme', 'HTTP')} but the agent serves {'HTTPS' if tls else 'HTTP'}")
     res = c.get("resources", {})
     for kind in ("requests", "limits"):
         if not {"cpu", "memory"} <= set(res.get(kind, {})):
@@ -242,6 +286,7 @@ def check_daemonset(overlay, objects, out_dir):
     configmaps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
     files = {}
     pod_resources = False
+    secrets = {}
     for m in c.get("volumeMounts", []):
         v = volumes.get(m["name"])
         if v is None:
@@ -260,12 +305,19 @@ def check_daemonset(overlay, objects, out_dir):
             else:
                 for key, text in cm.get("data", {}).items():
                     files[os.path.join(m["mountPath"], key)] = text
+        elif "secret" in v and set(v) == {"name", "secret"}:
+            secrets[m["mountPath"]] = v["secret"].get("secretName")
         elif set(v) - {"name", "emptyDir"}:
-            p.append(f"volume {m['name']} is not a ConfigMap, emptyDir or the pod-resources host path")
+            p.append(f"volume {m['name']} is not a ConfigMap, Secret, emptyDir or the pod-resources host path")
     if not pod_resources:
         p.append(f"the kubelet's pod-resources directory {POD_RESOURCES_DIR} must be mounted read-only")
+    for name in ("GPU_WARDEN_WEB_TLS_CERT", "GPU_WARDEN_WEB_TLS_KEY", "GPU_WARDEN_WEB_AUTH_BEARER_FILE",
+                 "GPU_WARDEN_WEB_AUTH_BASIC_FILE"):
+        path = env.get(name, {}).get("value")
+        if path is not None and os.path.dirname(path) not in secrets:
+            p.append(f"env {name}={path} is not in a mounted Secret ({sorted(secrets)})")
     args = c.get("args", [])
-    if overlay == "enforce":
+    if exp["policy"] if exp["policy"] is not None else overlay == "enforce":
         cfg = [a.split("=", 1)[1] for a in args if a.startswith("--guard-config=")]
         if len(cfg) != 1 or cfg[0] not in files:
             p.append(f"--guard-config must name a file mounted from a ConfigMap: args={args}")
@@ -275,13 +327,14 @@ def check_daemonset(overlay, objects, out_dir):
                 p.append("policy.yaml must not set mode (GPU_WARDEN_GUARD_MODE does)")
     elif any(a.startswith("--guard-config") for a in args):
         p.append("only the enforce overlay passes a policy file")
-    with open(os.path.join(out_dir, f"{overlay}.container.json"), "w") as f:
-        json.dump({"env": c.get("env", []), "args": args, "files": files,
-                   "command": c.get("command")}, f, indent=1)
-    report(not p, f"daemonset contract: {overlay} (guard {mode}, runtimeClassName {'nvidia' if runtime_class else 'absent'}, port {exp['port']})", p)
+    with open(os.path.join(out_dir, f"{TAG.replace(' ', '-')}{overlay}.container.json"), "w") as f:
+        json.dump({"env": c.get("env", []), "args": args, "files": files, "secrets": secrets,
+                   "command": c.get("command"), "mode": mode}, f, indent=1)
+    report(not p, f"daemonset contract: {TAG}{overlay} (guard {mode}, runtimeClassName {'nvidia' if runtime_class else 'absent'}, port {exp['port']})", p)
 
 
 def check_wiring(overlay, objects):
+    exp = {**DEFAULTS, **EXPECT[overlay]}
     p = []
     for o in objects:
         ns = o["metadata"].get("namespace")
@@ -295,7 +348,10 @@ def check_wiring(overlay, objects):
         if size > 200 * 1024:
             p.append(f"{o['kind']}/{o['metadata']['name']} is {size} bytes: too large for kubectl apply's last-applied annotation")
     ns = one(objects, "Namespace", NAMESPACE)
-    if ns is None:
+    if not exp["namespace_object"]:
+        if any(o["kind"] == "Namespace" for o in objects):
+            p.append("no Namespace expected (Helm creates the release namespace)")
+    elif ns is None:
         p.append("Namespace gpu-warden missing")
     elif ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") not in (None, "privileged"):
         p.append("Pod Security level must allow hostPID (privileged)")
@@ -318,9 +374,11 @@ def check_wiring(overlay, objects):
         sm = one(objects, "ServiceMonitor")
         if sports.get("metrics", {}).get("port") != cports.get("metrics"):
             p.append("Service port and container port differ: scrape configs would be confusing")
-        if OVERLAYS[overlay]["prom"]:
-            if sm is None or one(objects, "PrometheusRule") is None:
+        if exp["prom"]:
+            if sm is None or (exp["prom"] is True and one(objects, "PrometheusRule") is None):
                 p.append("ServiceMonitor and PrometheusRule expected")
+            elif exp["prom"] != True and one(objects, "PrometheusRule") is not None:  # noqa: E712
+                p.append("only a ServiceMonitor expected")
             else:
                 msel = sm["spec"]["selector"].get("matchLabels", {})
                 slabels = svc["metadata"].get("labels", {})
@@ -331,16 +389,30 @@ def check_wiring(overlay, objects):
                         p.append(f"ServiceMonitor port {ep.get('port')} is not a Service port name")
                     if ep.get("honorLabels") is not True:
                         p.append("ServiceMonitor endpoints need honorLabels: true (workload namespace/pod/container labels)")
+                    if ep.get("scheme", "http") != ("https" if exp["tls"] else "http"):
+                        p.append(f"ServiceMonitor scheme {ep.get('scheme', 'http')} but the agent serves {'https' if exp['tls'] else 'http'}")
+                    if exp["auth"] == "bearer" and ep.get("authorization", {}).get("type") != "Bearer":
+                        p.append("ServiceMonitor must send the bearer token (authorization: Bearer)")
+                    if exp["auth"] == "basic" and not ep.get("basicAuth"):
+                        p.append("ServiceMonitor must send basicAuth")
+                    # Prometheus anchors relabel regexes: a full match drops the series.
+                    drops = [re.compile(r.get("regex", "(.*)")) for r in ep.get("metricRelabelings", [])
+                             if r.get("action", "replace").lower() == "drop" and r.get("sourceLabels") == ["__name__"]]
+                    dropped = lambda n: any(x.fullmatch(n) for x in drops)  # noqa: E731
+                    if exp["drop_dcgm"] and not all(dropped(n) for n in DCGM_NAMES):
+                        p.append("beside dcgm-exporter the ServiceMonitor must drop every DCGM_FI_* family")
+                    if any(dropped(n) for n in OWN_NAMES) or (not exp["drop_dcgm"] and any(dropped(n) for n in DCGM_NAMES)):
+                        p.append(f"ServiceMonitor drops families it must keep: {[x.pattern for x in drops]}")
                 if annotations.get("prometheus.io/scrape") != "false":
                     p.append("annotation-based scraping must be off where the ServiceMonitor scrapes")
             dash = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
             with open(os.path.join(ROOT, "deploy", "grafana", "gpu-warden.json")) as f:
                 want = f.read()
-            if len(dash) != 1 or dash[0].get("data", {}).get("gpu-warden.json") != want:
+            if exp["prom"] is True and (len(dash) != 1 or dash[0].get("data", {}).get("gpu-warden.json") != want):
                 p.append("one ConfigMap labelled grafana_dashboard=1 must carry deploy/grafana/gpu-warden.json unchanged")
         elif sm is not None or one(objects, "PrometheusRule") is not None:
             p.append("prometheus-operator objects only belong to the prometheus-operator overlay (CRDs may be missing)")
-    report(not p, f"namespaces, labels and ports line up: {overlay}", p)
+    report(not p, f"namespaces, labels and ports line up: {TAG}{overlay}", p)
 
 
 def check_examples(k8s):
@@ -415,29 +487,41 @@ def write_rules(objects, out_dir):
         yaml.safe_dump({"groups": slim}, f, sort_keys=False, width=1000)
 
 
-def main(rendered_dir, out_dir):
+def main(rendered_dir, out_dir, helm=False):
+    global EXPECT, TAG
+    EXPECT = HELM if helm else OVERLAYS
+    TAG = "helm " if helm else ""
+    what, prefix = ("helm", "helm-") if helm else ("overlay", "")
     k8s = K8sSchemas()
     rendered = {}
-    for overlay in OVERLAYS:
-        path = os.path.join(rendered_dir, f"{overlay}.yaml")
+    for overlay in EXPECT:
+        path = os.path.join(rendered_dir, f"{prefix}{overlay}.yaml")
         if not os.path.exists(path):
-            report(False, f"rendered overlay present: {overlay}")
+            report(False, f"rendered {what} present: {overlay}")
             continue
         rendered[overlay] = load(path)
-    on_disk = sorted(d for d in os.listdir(os.path.join(ROOT, "deploy", "overlays")))
-    report(on_disk == sorted(OVERLAYS), f"every overlay is checked: {on_disk}")
+    if helm:
+        ci = os.path.join(ROOT, "deploy", "helm", "gpu-warden", "ci")
+        on_disk = sorted(f[:-len("-values.yaml")] for f in os.listdir(ci) if f.endswith("-values.yaml"))
+        report(on_disk == sorted(EXPECT), f"every chart value combination is checked: {on_disk}")
+    else:
+        on_disk = sorted(d for d in os.listdir(os.path.join(ROOT, "deploy", "overlays")))
+        report(on_disk == sorted(OVERLAYS), f"every overlay is checked: {on_disk}")
     for overlay, objects in rendered.items():
-        check_schemas(f"overlay {overlay}", objects, k8s)
+        check_schemas(f"{what} {overlay}", objects, k8s)
         problems = rbac_problems(objects)
-        report(not problems, f"rbac exactly DESIGN §3.6: {overlay}", problems)
+        report(not problems, f"rbac exactly DESIGN §3.6: {TAG}{overlay}", problems)
         check_daemonset(overlay, objects, out_dir)
         check_wiring(overlay, objects)
+    if helm:
+        return summary("check_manifests")
     check_examples(k8s)
     if one(rendered.get("prometheus-operator", []), "PrometheusRule", "gpu-warden") is not None:
         write_rules(rendered["prometheus-operator"], out_dir)
-    print(f"check_manifests: {sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return summary("check_manifests")
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--helm":
+        sys.exit(main(sys.argv[2], sys.argv[3], helm=True))
     sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,110 @@
+{{/* Chart name, or nameOverride. Also the app.kubernetes.io/name label and selector. */}}
+{{- define "gpu-warden.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object names: fullnameOverride, else the release name when it contains the chart name, else <release>-<name>. */}}
+{{- define "gpu-warden.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "gpu-warden.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-warden.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{- define "gpu-warden.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpu-warden.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels: the name only, as deploy/base writes them (a DaemonSet's selector is immutable). */}}
+{{- define "gpu-warden.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-warden.name" . }}
+{{- end -}}
+
+{{- define "gpu-warden.labels" -}}
+{{ include "gpu-warden.selectorLabels" . }}
+app.kubernetes.io/part-of: gpu-warden
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{- define "gpu-warden.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* guard.mode; YAML 1.1 reads an unquoted `off` as false, which means off. */}}
+{{- define "gpu-warden.guardMode" -}}
+{{- if eq (toString .Values.guard.mode) "false" -}}off{{- else -}}{{ .Values.guard.mode }}{{- end -}}
+{{- end -}}
+
+{{- define "gpu-warden.policyChecksum" -}}
+{{- toYaml .Values.guard.policy | sha256sum | trunc 16 -}}
+{{- end -}}
+
+{{/*
+A guard threshold ("5%", "2Gi", "2048Mi", "512MiB", or a bare number of MiB) as "pct:<n>" or
+"mib:<n>", the way the agent reads it (src/guard/policy.rs, Threshold::parse); the schema has
+already refused every other spelling.
+*/}}
+{{- define "gpu-warden.threshold" -}}
+{{- $s := toString . | trim -}}
+{{- if hasSuffix "%" $s -}}
+pct:{{ trimSuffix "%" $s | trim | float64 }}
+{{- else if regexMatch "^[0-9]+$" $s -}}
+mib:{{ float64 $s }}
+{{- else -}}
+{{- $num := regexFind "^[0-9.]+" $s -}}
+{{- $unit := trimPrefix $num $s | trim -}}
+{{- if ne $unit "B" }}{{ $unit = trimSuffix "B" $unit }}{{ end -}}
+{{- $scale := get (dict "B" 0.00000095367431640625 "Ki" 0.0009765625 "Mi" 1.0 "Gi" 1024.0 "Ti" 1048576.0) $unit -}}
+mib:{{ mulf (float64 $num) $scale }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Cross-field checks JSON Schema cannot express, with the agent's own rule (Policy::validate):
+soft must be above hard when both are percentages or both sizes (mixed units are ordered per
+GPU by its total), and a percentage soft plus reclaimMargin must stay below 100%.
+*/}}
+{{- define "gpu-warden.validate" -}}
+{{- $p := .Values.guard.policy | default dict -}}
+{{- $hard := include "gpu-warden.threshold" (get $p "hard" | default "5%") | splitList ":" -}}
+{{- $soft := include "gpu-warden.threshold" (get $p "soft" | default "10%") | splitList ":" -}}
+{{- if and (eq (index $hard 0) (index $soft 0)) (le (float64 (index $soft 1)) (float64 (index $hard 1))) -}}
+{{- fail (printf "guard.policy.soft (%v) must be above guard.policy.hard (%v): soft pressure is the early warning before hard" (get $p "soft" | default "10%") (get $p "hard" | default "5%")) -}}
+{{- end -}}
+{{- if hasKey $p "reclaimMargin" -}}
+{{- $m := include "gpu-warden.threshold" (get $p "reclaimMargin") | splitList ":" -}}
+{{- if and (eq (index $m 0) "pct") (eq (index $soft 0) "pct") (ge (addf (float64 (index $soft 1)) (float64 (index $m 1))) 100.0) -}}
+{{- fail (printf "guard.policy.soft (%v) plus guard.policy.reclaimMargin (%v) must stay below 100%%" (get $p "soft" | default "10%") (get $p "reclaimMargin")) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.web.auth.bearerTokenSecret.name .Values.web.auth.basicAuthSecret.name -}}
+{{- fail "web.auth.bearerTokenSecret and web.auth.basicAuthSecret: set one of them, not both (the agent takes one kind of authentication)" -}}
+{{- end -}}
+{{- if and .Values.serviceMonitor.enabled .Values.web.auth.basicAuthSecret.name (not .Values.serviceMonitor.basicAuth) -}}
+{{- fail "serviceMonitor.basicAuth: required when web.auth.basicAuthSecret is set and serviceMonitor.enabled (Prometheus needs the plain user and password; the agent's Secret only holds their hashes)" -}}
+{{- end -}}
+{{- if and .Values.namespace.create (or (not .Values.namespaceOverride) (eq .Values.namespaceOverride .Release.Namespace)) -}}
+{{- fail "namespace.create: true needs namespaceOverride naming another namespace than the release's (Helm stores the release in its namespace before creating objects; use --create-namespace instead)" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""The Helm chart, rendered and linted by Helm's own engine (helm-python-sdk: Helm v4's Go SDK).
+
+    check_helm.py KUSTOMIZE_RENDERED_DIR HELM_RENDERED_DIR ARTIFACT_DIR
+
+KUSTOMIZE_RENDERED_DIR holds <overlay>.yaml as `kubectl kustomize` printed them (deploy/check.sh,
+step 1). Checks, each printed as one PASS/FAIL line:
+  - `helm lint --strict` of the chart with its defaults and with every values file in
+    deploy/helm/gpu-warden/ci/, for the oldest and the newest Kubernetes the project supports;
+  - renders every ci/<combination>-values.yaml (release gpu-warden in namespace gpu-warden;
+    namespace-create in namespace default) into HELM_RENDERED_DIR/helm-<combination>.yaml, for
+    check_manifests.py --helm and check_agent_args.py (the same checks the overlays pass);
+  - each overlay and its chart combination render the same objects with the same specs
+    (labels may differ; the enforce policy ConfigMap's name hash and the chart's checksum
+    annotation aside), so the two install paths cannot drift; the chart renders no Namespace
+    unless namespace.create (Helm creates the release namespace);
+  - every values file in deploy/tests/helm-bad-values/ is refused, by render and by lint,
+    with the message its `# expect:` line names; the near misses in ACCEPTED render;
+  - the values in deploy/examples (OpenTofu's gpu-warden-values.yaml, the Argo CD
+    Application's valuesObject) render;
+  - `helm package` (the SDK's) writes ARTIFACT_DIR/gpu-warden-<version>.tgz, which holds the
+    dashboard and rules as files (not links), leaves ci/ out, and renders as the directory does.
+"""
+import copy
+import glob
+import json
+import tempfile
+import os
+import re
+import sys
+import tarfile
+
+import yaml
+
+import helm_python as helm
+from checklib import report, summary
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+CHART = os.path.join(ROOT, "deploy", "helm", "gpu-warden")
+RELEASE, NAMESPACE = "gpu-warden", "gpu-warden"
+KUBE_VERSIONS = ("v1.27.0", "v1.37.0")  # as check_manifests.py validates schemas
+# overlay -> chart combination rendering the same objects
+PAIRS = {"default": "default", "enforce": "enforce", "no-runtimeclass": "no-runtimeclass",
+         "prometheus-operator": "prometheus-operator", "beside-dcgm-exporter": "beside-dcgm-exporter",
+         "pod-resources": "pod-resources"}
+# Near misses of the refused values: these must render.
+ACCEPTED = [
+    ({"guard": {"policy": {"hard": "2Gi", "soft": "3%"}}}, "mixed units (ordered per GPU by its total, as the agent does)"),
+    ({"guard": {"policy": {"hard": 1024, "soft": "1.5Gi"}}}, "MiB as a number below a size"),
+    ({"guard": {"policy": {"soft": "60%", "reclaimMargin": "39%"}}}, "soft + reclaimMargin just below 100%"),
+    ({"guard": {"mode": "enforce"}}, "enforce without a policy file"),
+    ({"service": {"port": 9401}}, "another port"),
+]
+
+
+
+def load_values(path):
+    # Helm's own -f parsing, not PyYAML's.
+    with open(path) as f:
+        return helm.values_from_yaml(f.read())
+
+
+def combinations():
+    out = {}
+    for path in sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml"))):
+        out[os.path.basename(path)[: -len("-values.yaml")]] = load_values(path)
+    return out
+
+
+def render(chart, values, namespace=NAMESPACE):
+    """Rendered objects (NOTES.txt apart) in template order, and the NOTES."""
+    out = chart.render(values, name=RELEASE, namespace=namespace, is_install=True)
+    objects, notes = [], ""
+    for path in sorted(out):
+        if path.endswith("NOTES.txt"):
+            notes = out[path]
+            continue
+        objects += [o for o in yaml.safe_load_all(out[path]) if o]
+    return objects, notes
+
+
+def lint_problems(values, kube_version):
+    rep = helm.lint(CHART, values, strict=True, kube_version=kube_version)
+    # severity: 1 info, 2 warning, 3 error; --strict fails on warnings too.
+    return [f"{m['path']}: {m['error'].strip()}" for m in rep["messages"] if m["severity"] >= 2] + \
+        [e.strip() for e in rep["errors"] if e.strip() and not any(e.strip() in m["error"] for m in rep["messages"])]
+
+
+# ---------------------------------------------------------------- equivalence
+
+POLICY_CM = re.compile(r"^gpu-warden-policy(-[a-z0-9]{10})?$")
+
+
+def normalize(objects):
+    """Objects keyed by (kind, name), without what may legitimately differ between the two
+    install paths: metadata labels (Helm's own), the order of the name-keyed lists env,
+    volumes and volumeMounts (a strategic merge patch puts its entries first), the kustomize
+    hash in the policy ConfigMap's name and the chart's checksum annotation standing in for it."""
+    out = {}
+    for o in objects:
+        o = copy.deepcopy(o)
+        md = o["metadata"]
+        md.pop("labels", None)
+        if o["kind"] == "ConfigMap" and POLICY_CM.match(md["name"]):
+            md["name"] = "gpu-warden-policy"
+            o["data"] = {k: yaml.safe_load(v) for k, v in o.get("data", {}).items()}
+        if o["kind"] == "DaemonSet":
+            tmpl = o["spec"]["template"]
+            ann = tmpl["metadata"].get("annotations", {})
+            ann.pop("checksum/guard-policy", None)
+            for v in tmpl["spec"].get("volumes", []):
+                if "configMap" in v and POLICY_CM.match(v["configMap"]["name"]):
+                    v["configMap"]["name"] = "gpu-warden-policy"
+            by_name = lambda items: sorted(items, key=lambda x: x["name"])  # noqa: E731
+            if "volumes" in tmpl["spec"]:
+                tmpl["spec"]["volumes"] = by_name(tmpl["spec"]["volumes"])
+            for c in tmpl["spec"].get("containers", []):
+                for k in ("env", "volumeMounts"):
+                    if k in c:
+                        c[k] = by_name(c[k])
+        out[(o["kind"], md["name"])] = o
+    return out
+
+
+def differences(a, b, path=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a:
+                out.append(f"{path}.{k}: only in the chart: {json.dumps(b[k])[:200]}")
+            elif k not in b:
+                out.append(f"{path}.{k}: only in kustomize: {json.dumps(a[k])[:200]}")
+            else:
+                out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += differences(x, y, f"{path}[{i}]")
+        return out
+    if a != b:
+        return [f"{path}: kustomize {json.dumps(a)[:200]} != chart {json.dumps(b)[:200]}"]
+    return []
+
+
+def equivalence(kustomize_objects, chart_objects, namespace_expected):
+    k, c = normalize(kustomize_objects), normalize(chart_objects)
+    p = []
+    for key in sorted(set(k) | set(c)):
+        if key not in c:
+            if key[0] == "Namespace" and not namespace_expected:
+                continue  # Helm's --create-namespace (or namespace.create) makes it
+            p.append(f"{key[0]}/{key[1]}: only in kustomize")
+        elif key not in k:
+            p.append(f"{key[0]}/{key[1]}: only in the chart")
+        else:
+            p += [f"{key[0]}/{key[1]}{d}" for d in differences(k[key], c[key])]
+    return p
+
+
+# ---------------------------------------------------------------- package
+
+def check_package(chart, default_objects, artifact_dir):
+    p = []
+    os.makedirs(artifact_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(artifact_dir, "gpu-warden-*.tgz")):
+        os.remove(old)
+    path = helm.package(CHART, destination=artifact_dir)
+    with tarfile.open(path) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for name in ("gpu-warden/files/gpu-warden.json", "gpu-warden/files/prometheusrule.yaml"):
+            m = members.get(name)
+            if m is None or not m.isfile():
+                p.append(f"{name} missing or not a regular file in the package")
+        if "gpu-warden/files/gpu-warden.json" in members:
+            with open(os.path.join(ROOT, "deploy", "grafana", "gpu-warden.json"), "rb") as f:
+                if tar.extractfile("gpu-warden/files/gpu-warden.json").read() != f.read():
+                    p.append("the packaged dashboard differs from deploy/grafana/gpu-warden.json")
+        leaked = [n for n in members if n.startswith("gpu-warden/ci/")]
+        if leaked:
+            p.append(f".helmignore lets the CI values into the package: {leaked}")
+    with helm.Chart.load(path) as packaged:
+        objects, _ = render(packaged, {})
+        if objects != default_objects:
+            p.append("the packaged chart renders differently from deploy/helm/gpu-warden")
+    size = os.path.getsize(path)
+    report(not p, f"helm package: {os.path.relpath(path, ROOT)} ({size} bytes, {helm.digest(path)}), "
+           f"{len(members)} entries, renders as the directory", p)
+
+
+def main(kustomize_dir, helm_dir, artifact_dir):
+    helm.disable_logging()
+    print(f"helm-python-sdk {helm.__version__}: Helm SDK {helm.helm_sdk_version()}")
+    os.makedirs(helm_dir, exist_ok=True)
+    combos = combinations()
+    chart = helm.Chart.load(CHART)
+    meta = chart.metadata
+    p = []
+    if meta.get("apiVersion") != "v2":
+        p.append(f"Chart.yaml apiVersion {meta.get('apiVersion')}, expected v2")
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
+        import tomllib
+        version = tomllib.load(f)["package"]["version"]
+    if meta.get("appVersion") != version:
+        p.append(f"appVersion {meta.get('appVersion')} != the agent's version {version} (Cargo.toml)")
+    if chart.schema is None:
+        p.append("no values.schema.json")
+    report(not p, f"Chart.yaml: {meta.get('name')} {meta.get('version')}, appVersion {meta.get('appVersion')}, with a values schema", p)
+
+    # lint
+    for name, values in [("defaults", None)] + list(combos.items()):
+        problems = []
+        for kv in KUBE_VERSIONS:
+            problems += [f"Kubernetes {kv}: {x}" for x in lint_problems(values, kv)]
+        report(not problems, f"helm lint --strict: {name} (Kubernetes {' and '.join(KUBE_VERSIONS)})", problems)
+
+    # render
+    rendered = {}
+    for name, values in combos.items():
+        ns = "default" if (values.get("namespace") or {}).get("create") else NAMESPACE
+        try:
+            objects, notes = render(chart, values, ns)
+        except helm.HelmError as e:
+            report(False, f"helm render: {name}", [str(e)])
+            continue
+        rendered[name] = objects
+        with open(os.path.join(helm_dir, f"helm-{name}.yaml"), "w") as f:
+            yaml.safe_dump_all(objects, f, sort_keys=False)
+        kinds = sorted({o["kind"] for o in objects})
+        p = [] if "rollout status" in notes else ["NOTES.txt rendered without the rollout command"]
+        report(not p, f"helm render: {name}: {len(objects)} objects ({', '.join(kinds)}), NOTES.txt", p)
+
+    # equivalence with kustomize
+    for overlay, combo in PAIRS.items():
+        kpath = os.path.join(kustomize_dir, f"{overlay}.yaml")
+        if combo not in rendered or not os.path.exists(kpath):
+            report(False, f"chart {combo} equivalent to overlay {overlay}: a render is missing")
+            continue
+        with open(kpath) as f:
+            kobjs = [o for o in yaml.safe_load_all(f) if o]
+        p = equivalence(kobjs, rendered[combo], namespace_expected=False)
+        if any(o["kind"] == "Namespace" for o in rendered[combo]):
+            p.append("the chart renders a Namespace although namespace.create is false")
+        report(not p, f"chart ci/{combo}-values.yaml renders what `kubectl kustomize deploy/overlays/{overlay}` does "
+               f"({len(kobjs)} objects; labels aside; the Namespace is Helm's)", p)
+    if "namespace-create" in rendered and os.path.exists(os.path.join(kustomize_dir, "default.yaml")):
+        with open(os.path.join(kustomize_dir, "default.yaml")) as f:
+            kobjs = [o for o in yaml.safe_load_all(f) if o]
+        p = equivalence(kobjs, rendered["namespace-create"], namespace_expected=True)
+        report(not p, "chart with namespace.create renders exactly `kubectl kustomize deploy/overlays/default`, Namespace included", p)
+    # The enforce combination carries the enforce overlay's policy, key for key.
+    with open(os.path.join(ROOT, "deploy", "overlays", "enforce", "policy.yaml")) as f:
+        policy = yaml.safe_load(f)
+    enforce = combos.get("enforce", {}).get("guard", {}).get("policy")
+    report(enforce == policy, "ci/enforce-values.yaml guard.policy == deploy/overlays/enforce/policy.yaml",
+           [] if enforce == policy else [f"chart {enforce}", f"overlay {policy}"])
+
+    # refused values
+    bad = sorted(glob.glob(os.path.join(HERE, "helm-bad-values", "*.yaml")))
+    for path in bad:
+        with open(path) as f:
+            text = f.read()
+        m = re.search(r"^# expect: (.+)$", text, re.M)
+        rel = os.path.relpath(path, ROOT)
+        if not m:
+            report(False, f"refused: {rel}: no '# expect: <message>' line")
+            continue
+        want = m.group(1).strip()
+        p = []
+        shown = want
+        try:
+            render(chart, load_values(path))
+            p.append("rendered without an error")
+        except helm.HelmError as e:
+            msg = str(e)
+            if want not in msg:
+                p.append(f"refused with {msg!r}, which does not say {want!r}")
+            shown = msg.strip().splitlines()[-1]
+            # Schema refusals show in `helm lint` too. The cross-field checks are template
+            # `fail`s, which Helm's lint mode deliberately turns into log lines (as it does
+            # `required`); `helm install`/`template`/`upgrade` refuse them, as render does here.
+            if isinstance(e, helm.HelmValuesError):
+                lint = lint_problems(load_values(path), KUBE_VERSIONS[-1])
+                if not any(want in x for x in lint):
+                    p.append(f"helm lint does not report {want!r}: {lint}")
+        report(not p, f"refused: {rel}: {shown if not p else want}", p)
+    report(len(bad) >= 10, f"{len(bad)} refused values files (at least 10 expected)")
+    for values, why in ACCEPTED:
+        try:
+            render(chart, values)
+            report(True, f"accepted: {json.dumps(values)} ({why})")
+        except helm.HelmError as e:
+            report(False, f"accepted: {json.dumps(values)} ({why})", [str(e)])
+
+    # the examples' values
+    ex = os.path.join(ROOT, "deploy", "examples")
+    p = []
+    try:
+        render(chart, load_values(os.path.join(ex, "opentofu", "gpu-warden-values.yaml")))
+    except (helm.HelmError, OSError) as e:
+        p.append(f"deploy/examples/opentofu/gpu-warden-values.yaml: {e}")
+    # The OpenTofu release names this chart, its version and that values file.
+    with open(os.path.join(ex, "opentofu", "main.tf")) as f:
+        tf = f.read()
+    block = re.search(r'resource "helm_release" "gpu_warden" \{(.*?)\n\}', tf, re.S)
+    body = block.group(1) if block else ""
+    for key, want in (("chart", "gpu-warden"), ("version", meta.get("version"))):
+        got = re.search(rf'^\s*{key}\s*=\s*"([^"]*)"', body, re.M)
+        if not got or got.group(1) != want:
+            p.append(f"main.tf helm_release.gpu_warden {key} = {got.group(1) if got else None!r}, expected {want!r}")
+    if 'file("${path.module}/gpu-warden-values.yaml")' not in body:
+        p.append("main.tf helm_release.gpu_warden does not take its values from gpu-warden-values.yaml")
+    try:
+        with open(os.path.join(ex, "argocd-application.yaml")) as f:
+            app = yaml.safe_load(f)
+        src = app["spec"]["source"]
+        if src.get("chart") != "gpu-warden" or src.get("targetRevision") != meta.get("version"):
+            p.append(f"Argo CD Application source {src.get('chart')} {src.get('targetRevision')}, "
+                     f"expected gpu-warden {meta.get('version')}")
+        render(chart, src["helm"]["valuesObject"])
+    except (helm.HelmError, OSError, KeyError, TypeError) as e:
+        p.append(f"deploy/examples/argocd-application.yaml: {e!r}")
+    report(not p, "deploy/examples: OpenTofu and Argo CD name this chart and version, and their values render", p)
+
+    if "default" in rendered:
+        check_package(chart, rendered["default"], artifact_dir)
+    chart.close()
+    return summary("check_helm")
+
+
+def quiet_symlink_notes(fn, *args):
+    """Runs fn with file descriptor 2 captured: the Go side logs one INFO line per files/ link
+    at every chart load, straight to stderr. Everything else it (or Python) wrote is shown."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            return fn(*args)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode(errors="replace").splitlines():
+                if "found symbolic link in path" not in line:
+                    print(line, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(quiet_symlink_notes(main, sys.argv[1], sys.argv[2], sys.argv[3]))
