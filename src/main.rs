@@ -36,6 +36,9 @@ use std::time::Duration;
 const EMBEDDED_SCENARIO: &str = include_str!("../examples/a10g-timesliced.yaml");
 
 fn main() -> ExitCode {
+    if let Some(code) = extender_main() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -44,7 +47,7 @@ fn main() -> ExitCode {
         eprintln!("gpu-warden: error: {msg}");
         return ExitCode::from(2);
     }
-    if let Err(e) = init_logging(&cli) {
+    if let Err(e) = init_logging(&cli.log, cli.log_format) {
         eprintln!("gpu-warden: error: {e:#}");
         return ExitCode::from(2);
     }
@@ -82,18 +85,41 @@ fn chain(e: &anyhow::Error) -> String {
     out
 }
 
-fn init_logging(cli: &Cli) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).with_context(|| {
-        format!(
-            "--log {:?} is not a valid filter (e.g. info, gpu_warden=debug)",
-            cli.log
-        )
+/// `gpu-warden extender …`: the scheduler extender (src/extender), or None for the agent.
+fn extender_main() -> Option<ExitCode> {
+    let mut args = std::env::args_os();
+    let program = args.next()?;
+    if args.next().as_deref() != Some(std::ffi::OsStr::new("extender")) {
+        return None;
+    }
+    let cli = match gpu_warden::extender::config::ExtenderCli::try_parse_from(
+        std::iter::once(program).chain(args),
+    ) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Err(e) = init_logging(&cli.log, cli.log_format) {
+        eprintln!("gpu-warden extender: error: {e:#}");
+        return Some(ExitCode::from(2));
+    }
+    Some(match gpu_warden::extender::run(cli, shutdown_signal()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu-warden extender: error: {}", chain(&e.into()));
+            ExitCode::FAILURE
+        }
+    })
+}
+
+fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(log).with_context(|| {
+        format!("--log {log:?} is not a valid filter (e.g. info, gpu_warden=debug)")
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match cli.log_format {
+    match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     }
