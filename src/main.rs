@@ -88,12 +88,12 @@ fn chain(e: &anyhow::Error) -> String {
 /// `gpu-warden extender …`: the scheduler extender (src/extender), or None for the agent.
 fn extender_main() -> Option<ExitCode> {
     let mut args = std::env::args_os();
-    let program = args.next()?;
+    args.next()?;
     if args.next().as_deref() != Some(std::ffi::OsStr::new("extender")) {
         return None;
     }
     let cli = match gpu_warden::extender::config::ExtenderCli::try_parse_from(
-        std::iter::once(program).chain(args),
+        std::iter::once(std::ffi::OsString::from("gpu-warden extender")).chain(args),
     ) {
         Ok(c) => c,
         Err(e) => e.exit(),

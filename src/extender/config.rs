@@ -30,7 +30,12 @@ use std::time::Duration;
 /// gpu-warden extender: kube-scheduler's HTTP extender (filter, prioritize) placing GPU pods
 /// by the free VRAM gpu-warden's agents publish on their Nodes.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "gpu-warden extender", version, about, long_about = None)]
+#[command(
+    name = "gpu-warden extender",
+    version,
+    about = "kube-scheduler HTTP extender: places GPU pods by the free VRAM gpu-warden publishes on Nodes",
+    long_about = None
+)]
 pub struct ExtenderCli {
     /// Address to serve /filter, /prioritize, /metrics, /healthz and /readyz on.
     #[arg(

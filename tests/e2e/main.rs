@@ -15,6 +15,7 @@ mod agent_kube_e2e;
 mod annotations_e2e;
 mod attribution_e2e;
 mod enforce_e2e;
+mod extender_e2e;
 mod golden_exposition;
 mod guard_api_faults;
 mod guard_scenarios;
