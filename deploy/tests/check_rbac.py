@@ -181,14 +181,7 @@ def scheduler_self_test(objects):
     """The scheduler checker must accept the real set and refuse each widening."""
     failures = []
     cases = []
-
-    def expect(name, mutate, ok):
-        cases.append(name)
-        objs = copy.deepcopy(objects)
-        mutate(objs)
-        got = scheduler_rbac_problems(objs)
-        if bool(got) == ok:
-            failures.append(f"{name}: expected {'no problem' if ok else 'a problem'}, got {got}")
+    expect = _case_runner(scheduler_rbac_problems, objects, failures, cases)
 
     find = lambda objs, kind: next(o for o in objs if o["kind"] == kind)  # noqa: E731
     expect("as rendered", lambda o: None, ok=True)
@@ -203,18 +196,24 @@ def scheduler_self_test(objects):
     return failures, len(cases)
 
 
-def self_test(objects):
-    """The checker must accept the real set and refuse each kind of widening or narrowing."""
-    failures = []
-    cases = []
-
+def _case_runner(checker, objects, failures, cases):
+    """`expect(name, mutate, ok)`: `checker` on a mutated copy of `objects` must find a
+    problem exactly when `ok` is False."""
     def expect(name, mutate, ok):
         cases.append(name)
         objs = copy.deepcopy(objects)
         mutate(objs)
-        got = rbac_problems(objs)
+        got = checker(objs)
         if bool(got) == ok:
             failures.append(f"{name}: expected {'no problem' if ok else 'a problem'}, got {got}")
+    return expect
+
+
+def self_test(objects):
+    """The checker must accept the real set and refuse each kind of widening or narrowing."""
+    failures = []
+    cases = []
+    expect = _case_runner(rbac_problems, objects, failures, cases)
 
     role = lambda objs: next(o for o in objs if o["kind"] == "ClusterRole")  # noqa: E731
     binding = lambda objs: next(o for o in objs if o["kind"] == "ClusterRoleBinding")  # noqa: E731

@@ -703,27 +703,16 @@ pub(crate) mod tests {
     #[test]
     fn scores_pack_and_spread() {
         let p = policy(0, UnknownNode::Pass);
-        let tight = judge(
-            &node(vec![gpu(0, 9000, 0, None)], None),
-            &[],
-            Some(8192),
-            &p,
-            at(1),
-        );
-        let roomy = judge(
-            &node(vec![gpu(0, 23000, 0, None)], None),
-            &[],
-            Some(8192),
-            &p,
-            at(1),
-        );
-        let failed = judge(
-            &node(vec![gpu(0, 100, 0, None)], None),
-            &[],
-            Some(8192),
-            &p,
-            at(1),
-        );
+        let one = |free| {
+            judge(
+                &node(vec![gpu(0, free, 0, None)], None),
+                &[],
+                Some(8192),
+                &p,
+                at(1),
+            )
+        };
+        let (tight, roomy, failed) = (one(9000), one(23000), one(100));
         assert!(score(&tight, ScoreMode::Pack) > score(&roomy, ScoreMode::Pack));
         assert!(score(&tight, ScoreMode::Spread) < score(&roomy, ScoreMode::Spread));
         assert_eq!(score(&tight, ScoreMode::Pack), 10);
