@@ -154,7 +154,7 @@ fi
 
 echo "== 3. schemas, RBAC, DaemonSet contract, wiring, examples"
 run_checker check_manifests "$PY" deploy/tests/check_manifests.py "$WORK/rendered" "$WORK/out"
-run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml"
+run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml" "$WORK/rendered/scheduler.yaml"
 
 echo "== 3b. Helm chart (Helm's engine: helm-python-sdk)"
 mkdir -p "$WORK/helm"

@@ -1,40 +1,46 @@
 //! The `gpu-warden` binary: parse the command line, set up logging, run the agent
-//! (`agent::build::run`), and turn the outcome into an exit code and one line on stderr.
+//! (`agent::build::run`) or, as `gpu-warden extender`, the scheduler extender
+//! (`extender::run`), and turn the outcome into an exit code and one line on stderr.
 
 use anyhow::Context;
 use clap::Parser;
 use gpu_warden::config::{Cli, LogFormat};
+use gpu_warden::extender::config::ExtenderCli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => e.exit(),
-    };
-    if let Err(e) = cli.validate() {
-        eprintln!("gpu-warden: error: {e}");
-        return ExitCode::from(2);
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "extender") {
+        args.remove(1);
+        let cli = ExtenderCli::parse_from(args);
+        if let Err(e) = init_logging(&cli.log, cli.log_format) {
+            return fail("gpu-warden extender", &e, 2);
+        }
+        let shutdown = gpu_warden::agent::build::shutdown_signal();
+        return match gpu_warden::extender::run(cli, shutdown) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail("gpu-warden extender", &e.into(), 1),
+        };
     }
-    if let Err(e) = init_logging(&cli) {
-        eprintln!("gpu-warden: error: {}", chain(&e));
-        return ExitCode::from(2);
+    let cli = Cli::parse_from(args);
+    if let Err(e) = cli.validate() {
+        return fail("gpu-warden", &e.into(), 2);
+    }
+    if let Err(e) = init_logging(&cli.log, cli.log_format) {
+        return fail("gpu-warden", &e, 2);
     }
     match gpu_warden::agent::build::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        // One line on stderr, whatever the log format: the cause chain, each cause once.
-        Err(e) => {
-            eprintln!("gpu-warden: error: {}", chain(&e.into()));
-            ExitCode::FAILURE
-        }
+        Err(e) => fail("gpu-warden", &e.into(), 1),
     }
 }
 
-/// `e` and its causes joined with ": ", skipping a cause whose text the previous one
-/// already ends with (thiserror messages often quote their source).
-fn chain(e: &anyhow::Error) -> String {
+/// One line on stderr, whatever the log format: `e` and its causes joined with ": ", a cause
+/// skipped when the text before already ends with it (thiserror messages often quote their
+/// source), multi-line causes (kube's YAML errors, with a caret) folded onto the line.
+fn fail(who: &str, e: &anyhow::Error, code: u8) -> ExitCode {
     let mut out = String::new();
     for cause in e.chain() {
-        // Some causes (kube's YAML errors) span lines with a caret under the column.
         let text = cause
             .to_string()
             .lines()
@@ -49,21 +55,19 @@ fn chain(e: &anyhow::Error) -> String {
             out.push_str(&text);
         }
     }
-    out
+    eprintln!("{who}: error: {out}");
+    ExitCode::from(code)
 }
 
-fn init_logging(cli: &Cli) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).with_context(|| {
-        format!(
-            "--log {:?} is not a valid filter (e.g. info, gpu_warden=debug)",
-            cli.log
-        )
+fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(log).with_context(|| {
+        format!("--log {log:?} is not a valid filter (e.g. info, gpu_warden=debug)")
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match cli.log_format {
+    match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     }

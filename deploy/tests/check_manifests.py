@@ -34,7 +34,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-from check_rbac import rbac_problems
+from check_rbac import rbac_problems, scheduler_rbac_problems, split_scheduler
 from checklib import report, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +57,8 @@ OVERLAYS = {
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401),
     # UID 0 (no capabilities) so the agent may connect to the kubelet's root-owned socket.
     "pod-resources": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, root=True),
+    # The default install plus the gpu-warden-scheduler profile (kube-scheduler + extender).
+    "scheduler": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, scheduler=True),
 }
 # The one host path the agent mounts: the kubelet's pod-resources directory, read-only.
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
@@ -487,6 +489,55 @@ def write_rules(objects, out_dir):
         yaml.safe_dump({"groups": slim}, f, sort_keys=False, width=1000)
 
 
+def check_scheduler_profile(objects):
+    """The KubeSchedulerConfiguration names the extender the sidecar serves, with the wire
+    options the extender is built for; leader election on its own lease."""
+    p = []
+    cms = [o for o in objects if o["kind"] == "ConfigMap" and "scheduler-config.yaml" in (o.get("data") or {})]
+    dep = next((o for o in objects if o["kind"] == "Deployment"), None)
+    if len(cms) != 1 or dep is None:
+        return ["one ConfigMap with scheduler-config.yaml and one Deployment expected"]
+    cfg = yaml.safe_load(cms[0]["data"]["scheduler-config.yaml"])
+    if cfg.get("apiVersion") != "kubescheduler.config.k8s.io/v1" or cfg.get("kind") != "KubeSchedulerConfiguration":
+        p.append("scheduler-config.yaml is not a kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration")
+    le = cfg.get("leaderElection") or {}
+    if not le.get("leaderElect") or le.get("resourceName") != "gpu-warden-scheduler" or le.get("resourceNamespace") != NAMESPACE:
+        p.append("leader election must be on, on lease gpu-warden/gpu-warden-scheduler")
+    if [pr.get("schedulerName") for pr in cfg.get("profiles") or []] != ["gpu-warden-scheduler"]:
+        p.append("exactly one profile, gpu-warden-scheduler, expected")
+    ext = cfg.get("extenders") or []
+    spec = dep["spec"]["template"]["spec"]
+    sidecar = next((c for c in spec["containers"] if c["name"] == "extender"), None)
+    if len(ext) != 1 or sidecar is None:
+        return p + ["one extender and one extender container expected"]
+    e = ext[0]
+    args = sidecar.get("args") or []
+    listen = next((a.split("=", 1)[1] for a in args if a.startswith("--listen=")), "0.0.0.0:8888")
+    port = listen.rsplit(":", 1)[1]
+    if not re.fullmatch(rf"https?://(127\.0\.0\.1|localhost):{port}/?", e.get("urlPrefix", "")):
+        p.append(f"urlPrefix {e.get('urlPrefix')} is not the sidecar on loopback port {port}")
+    want = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "nodeCacheCapable": True, "ignorable": False}
+    for k, v in want.items():
+        if e.get(k) != v:
+            p.append(f"extender {k} must be {v!r}, is {e.get(k)!r}")
+    if e.get("bindVerb"):
+        p.append("binding stays with the scheduler: no bindVerb")
+    if [m.get("name") for m in e.get("managedResources") or []] != ["nvidia.com/gpu"]:
+        p.append("managedResources must be exactly nvidia.com/gpu")
+    if args[:1] != ["extender"] or sidecar.get("image") != IMAGE:
+        p.append(f"the sidecar must run `gpu-warden extender` from {IMAGE}")
+    if f"--scheduler-name={cfg['profiles'][0]['schedulerName']}" not in args:
+        p.append("the extender's --scheduler-name must be the profile's schedulerName (its ledger watches those pods)")
+    for c in spec["containers"]:
+        sc = c.get("securityContext") or {}
+        if sc.get("allowPrivilegeEscalation") is not False or sc.get("readOnlyRootFilesystem") is not True \
+                or (sc.get("capabilities") or {}).get("drop") != ["ALL"]:
+            p.append(f"container {c['name']}: no privilege escalation, read-only root, every capability dropped")
+    if not (spec.get("securityContext") or {}).get("runAsNonRoot"):
+        p.append("the scheduler pod runs as non-root")
+    return p
+
+
 def main(rendered_dir, out_dir, helm=False):
     global EXPECT, TAG
     EXPECT = HELM if helm else OVERLAYS
@@ -509,8 +560,16 @@ def main(rendered_dir, out_dir, helm=False):
         report(on_disk == sorted(OVERLAYS), f"every overlay is checked: {on_disk}")
     for overlay, objects in rendered.items():
         check_schemas(f"{what} {overlay}", objects, k8s)
-        problems = rbac_problems(objects)
+        agent, sched = split_scheduler(objects)
+        problems = rbac_problems(agent)
         report(not problems, f"rbac exactly DESIGN §3.6: {TAG}{overlay}", problems)
+        if EXPECT[overlay].get("scheduler"):
+            sp = scheduler_rbac_problems(sched) if sched else ["no scheduler profile objects"]
+            sp += check_scheduler_profile(sched)
+            report(not sp, f"scheduler profile: RBAC exactly DESIGN §3.7, config names the extender: {TAG}{overlay}", sp)
+        else:
+            report(not sched, f"no scheduler profile outside its overlay: {TAG}{overlay}",
+                   [f"{o['kind']}/{o['metadata']['name']}" for o in sched])
         check_daemonset(overlay, objects, out_dir)
         check_wiring(overlay, objects)
     if helm:

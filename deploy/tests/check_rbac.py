@@ -5,7 +5,11 @@
     events (core and events.k8s.io): create, patch.
 
 `rbac_problems(objects)` takes the rendered objects of one overlay and returns what is
-wrong (empty list: exact). Run directly, it checks its own judgement on mutated role sets
+wrong (empty list: exact). The optional scheduler profile (deploy/components/scheduler,
+objects labelled app.kubernetes.io/component=scheduler) is split off first with
+`split_scheduler` and judged by `scheduler_rbac_problems`: its extender identity may read
+nodes and pods (get, list, watch; DESIGN §3.7) and nothing else, and kube-scheduler gets the
+built-in system:kube-scheduler / system:volume-scheduler roles plus its own lease only. Run directly, it checks its own judgement on mutated role sets
 (the self-test), then any rendered files given:  check_rbac.py rendered.yaml ...
 """
 import copy
@@ -88,18 +92,128 @@ def rbac_problems(objects):
     return problems
 
 
-def self_test(objects):
-    """The checker must accept the real set and refuse each kind of widening or narrowing."""
+SCHEDULER_LABEL = ("app.kubernetes.io/component", "scheduler")
+EXTENDER_SA = ("gpu-warden", "gpu-warden-extender")
+SCHEDULER_SA = ("gpu-warden", "gpu-warden-scheduler")
+EXTENDER_EXPECTED = frozenset(("", r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch"))
+# Built-in roles kube-scheduler may be bound to, and nothing else cluster-wide.
+SCHEDULER_BUILTIN_ROLES = {"system:kube-scheduler", "system:volume-scheduler"}
+LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "resourceNames": ["gpu-warden-scheduler"], "verbs": ["get", "update"]},
+]
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def split_scheduler(objects):
+    """(the agent's objects, the scheduler profile's objects)."""
+    k, v = SCHEDULER_LABEL
+    sched = [o for o in objects if (o["metadata"].get("labels") or {}).get(k) == v]
+    return [o for o in objects if o not in sched], sched
+
+
+def _subjects(b):
+    return [(s.get("kind"), s.get("namespace"), s.get("name")) for s in b.get("subjects") or []]
+
+
+def scheduler_rbac_problems(objects):
+    """Everything that makes the scheduler profile's RBAC differ from the above."""
+    problems = []
+    by_kind = lambda kind: [o for o in objects if o["kind"] == kind]  # noqa: E731
+    roles = by_kind("ClusterRole")
+    if [r["metadata"]["name"] for r in roles] != ["gpu-warden-extender"]:
+        problems.append(f"expected exactly ClusterRole gpu-warden-extender, found {[r['metadata']['name'] for r in roles]}")
+    for role in roles:
+        granted = set()
+        for i, rule in enumerate(role.get("rules") or []):
+            if set(rule) - ALLOWED_RULE_KEYS:
+                problems.append(f"extender rule {i} has {sorted(set(rule) - ALLOWED_RULE_KEYS)}")
+            for field in ("apiGroups", "resources", "verbs"):
+                if "*" in (rule.get(field) or []):
+                    problems.append(f"extender rule {i} uses a wildcard in {field}")
+            granted |= _triples(rule)
+        if role.get("aggregationRule"):
+            problems.append("extender ClusterRole has an aggregationRule")
+        for t in sorted(granted ^ EXTENDER_EXPECTED):
+            problems.append("extender grant differs from DESIGN §3.7 (nodes, pods: get, list, watch): group=%r resource=%r verb=%r" % t)
+    for b in by_kind("ClusterRoleBinding"):
+        ref = b.get("roleRef", {})
+        name = ref.get("name")
+        if name == "gpu-warden-extender":
+            want = [("ServiceAccount",) + EXTENDER_SA]
+        elif name in SCHEDULER_BUILTIN_ROLES:
+            want = [("ServiceAccount",) + SCHEDULER_SA]
+        else:
+            problems.append(f"ClusterRoleBinding {b['metadata']['name']} binds {name}, not an allowed role")
+            continue
+        if ref.get("kind") != "ClusterRole" or _subjects(b) != want:
+            problems.append(f"ClusterRoleBinding {b['metadata']['name']}: subjects {_subjects(b)}, expected {want}")
+    leases = by_kind("Role")
+    if len(leases) != 1 or leases[0].get("rules") != LEASE_RULES:
+        problems.append(f"expected one Role with exactly the lease rules {LEASE_RULES}")
+    for rb in by_kind("RoleBinding"):
+        ref = rb.get("roleRef", {})
+        if (ref.get("kind"), ref.get("name")) != ("Role", leases[0]["metadata"]["name"] if leases else None) \
+                or _subjects(rb) != [("ServiceAccount",) + SCHEDULER_SA]:
+            problems.append(f"RoleBinding {rb['metadata']['name']} must bind the lease Role to {SCHEDULER_SA}")
+    deps = by_kind("Deployment")
+    if len(deps) != 1:
+        return problems + [f"expected one scheduler Deployment, found {len(deps)}"]
+    spec = deps[0]["spec"]["template"]["spec"]
+    if spec.get("serviceAccountName") != SCHEDULER_SA[1]:
+        problems.append("the scheduler Deployment must run as ServiceAccount gpu-warden-scheduler")
+    secrets = {o["metadata"]["name"]: o for o in by_kind("Secret")}
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    for c in spec.get("containers") or []:
+        token = [m for m in c.get("volumeMounts") or [] if m.get("mountPath") == TOKEN_PATH]
+        if c["name"] == "extender":
+            secret = (volumes.get(token[0]["name"], {}).get("secret") or {}).get("secretName") if token else None
+            sa = (secrets.get(secret) or {}).get("metadata", {}).get("annotations", {}).get("kubernetes.io/service-account.name")
+            if not token or sa != EXTENDER_SA[1] or not token[0].get("readOnly"):
+                problems.append("the extender container must mount gpu-warden-extender's token (read-only) over the default token path")
+        elif token:
+            problems.append(f"container {c['name']} must keep the pod's own token")
+    return problems
+
+
+def scheduler_self_test(objects):
+    """The scheduler checker must accept the real set and refuse each widening."""
     failures = []
     cases = []
+    expect = _case_runner(scheduler_rbac_problems, objects, failures, cases)
 
+    find = lambda objs, kind: next(o for o in objs if o["kind"] == kind)  # noqa: E731
+    expect("as rendered", lambda o: None, ok=True)
+    expect("extender may list secrets", lambda o: find(o, "ClusterRole")["rules"].append(
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}), ok=False)
+    expect("extender may patch nodes", lambda o: find(o, "ClusterRole")["rules"][0]["verbs"].append("patch"), ok=False)
+    expect("scheduler bound to cluster-admin", lambda o: find(o, "ClusterRoleBinding")["roleRef"].update(name="cluster-admin"), ok=False)
+    expect("any lease", lambda o: find(o, "Role")["rules"][1].pop("resourceNames"), ok=False)
+    expect("extender uses the scheduler's token", lambda o: [
+        c.update(volumeMounts=[m for m in c["volumeMounts"] if m["mountPath"] != TOKEN_PATH])
+        for c in find(o, "Deployment")["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"], ok=False)
+    return failures, len(cases)
+
+
+def _case_runner(checker, objects, failures, cases):
+    """`expect(name, mutate, ok)`: `checker` on a mutated copy of `objects` must find a
+    problem exactly when `ok` is False."""
     def expect(name, mutate, ok):
         cases.append(name)
         objs = copy.deepcopy(objects)
         mutate(objs)
-        got = rbac_problems(objs)
+        got = checker(objs)
         if bool(got) == ok:
             failures.append(f"{name}: expected {'no problem' if ok else 'a problem'}, got {got}")
+    return expect
+
+
+def self_test(objects):
+    """The checker must accept the real set and refuse each kind of widening or narrowing."""
+    failures = []
+    cases = []
+    expect = _case_runner(rbac_problems, objects, failures, cases)
 
     role = lambda objs: next(o for o in objs if o["kind"] == "ClusterRole")  # noqa: E731
     binding = lambda objs: next(o for o in objs if o["kind"] == "ClusterRoleBinding")  # noqa: E731
@@ -138,7 +252,15 @@ def main(paths):
     for path in paths:
         with open(path) as f:
             objects = [o for o in yaml.safe_load_all(f) if o]
+        objects, sched = split_scheduler(objects)
         problems = rbac_problems(objects)
+        if sched:
+            sproblems = scheduler_rbac_problems(sched)
+            sfails, scases = scheduler_self_test(sched) if not sproblems else ([], 0)
+            for p in sproblems + sfails:
+                print(f"  {path}: scheduler: {p}")
+            print(f"{'PASS' if not sproblems and not sfails else 'FAIL'} rbac: scheduler profile exactly DESIGN §3.7 ({scases} self-test cases): {path}")
+            status |= 1 if sproblems or sfails else 0
         for p in problems:
             print(f"  {path}: {p}")
         fails, cases = self_test(objects) if not problems else ([], 0)

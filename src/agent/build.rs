@@ -462,7 +462,7 @@ impl Wiring {
 }
 
 /// Resolves on SIGTERM (Kubernetes) or SIGINT (a terminal).
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

@@ -1,11 +1,13 @@
 //! How close a GPU is to running out of memory: the none/soft/hard classification that
 //! the metrics, the node annotation, `/state` and the guard all share.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// How close a GPU is to running out of memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Pressure {
     /// Free memory is at or above the soft threshold (or unknown: no memory reading).

@@ -31,7 +31,7 @@ use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
 use crate::model::units::DnsNameError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -147,7 +147,9 @@ fn owned_keys(prefix: &str) -> [String; 4] {
 }
 
 /// One GPU's entry of the `vram` JSON, quantized. Field order is the JSON's key order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Readers (the scheduler extender) parse it with the same type, so writer and reader
+/// cannot drift apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuFigures {
     /// NVML index.
     pub index: u32,
@@ -166,18 +168,27 @@ pub struct GpuFigures {
     pub pressure: Pressure,
     /// Replicas of this GPU the kubelet has handed out to pods not in a terminal phase
     /// (pod-resources data only; absent from the JSON without it).
-    #[serde(rename = "replicasAllocated", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "replicasAllocated",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub replicas_allocated: Option<u32>,
     /// Replicas of this GPU the kubelet can hand out (the time-slicing replica count, 1 for
     /// a whole GPU, 0 for a GPU the device plugin does not advertise).
     #[serde(
         rename = "replicasAllocatable",
+        default,
         skip_serializing_if = "Option::is_none"
     )]
     pub replicas_allocatable: Option<u32>,
     /// The declared VRAM (`<prefix>/vram-request-mib`, exact MiB) of the pods holding a
     /// replica of this GPU: memory committed on it, used or not yet.
-    #[serde(rename = "declaredMiB", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "declaredMiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub declared_mib: Option<u64>,
 }
 
@@ -262,6 +273,32 @@ impl AnnotationValues {
             ),
         ])
     }
+}
+
+/// The `vram` JSON as a reader sees it: what [`AnnotationValues::vram_json`] writes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct VramDocument {
+    /// Schema version ([`SCHEMA_VERSION`] today).
+    pub v: u32,
+    /// RFC 3339 time of the poll, as written.
+    #[serde(rename = "observedAt")]
+    pub observed_at: String,
+    /// The GPUs with a memory reading.
+    pub gpus: Vec<GpuFigures>,
+    /// `None`: the key is absent (no pod-resources data); `Some(None)`: `null`, every
+    /// replica is out; `Some(Some(uuid))`: the GPU the device plugin hands out next.
+    #[serde(rename = "nextGpuUuid", default, deserialize_with = "present")]
+    pub next_gpu: Option<Option<String>>,
+}
+
+/// Tells an absent key (`None`, through `default`) from an explicit `null` (`Some(None)`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+/// Parses a `vram` annotation value. Unknown fields are ignored (the schema is additive).
+pub fn parse_vram_json(text: &str) -> Result<VramDocument, serde_json::Error> {
+    serde_json::from_str(text)
 }
 
 /// A GPU's exact reading, kept beside the quantized figures for the hysteresis test.

@@ -217,6 +217,33 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()>,
 ) {
+    let auth = limits.security.auth.clone();
+    let handler = move |req: Request<Incoming>| {
+        let resp = handle_request(&state, auth.as_ref(), &req);
+        let resp = if req.method() == Method::HEAD {
+            let (parts, _) = resp.into_parts();
+            Response::from_parts(parts, Full::new(Bytes::new()))
+        } else {
+            resp
+        };
+        std::future::ready(resp)
+    };
+    serve_with(listener, &limits, shutdown, handler).await
+}
+
+/// The connection loop shared by the agent's server and the scheduler extender's: at most
+/// `max_connections` at once, header and connection timeouts, optional TLS, and a graceful
+/// drain of up to 5 s once `shutdown` resolves. `handler` answers each request (it may read
+/// the body); authentication, if any, is the handler's business.
+pub async fn serve_with<H, F>(
+    listener: TcpListener,
+    limits: &HttpLimits,
+    shutdown: impl Future<Output = ()>,
+    handler: H,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -246,17 +273,10 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        let st = state.clone();
-        let auth = limits.security.auth.clone();
+        let h = handler.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let resp = handle_request(&st, auth.as_ref(), &req);
-            let resp = if req.method() == Method::HEAD {
-                let (parts, _) = resp.into_parts();
-                Response::from_parts(parts, Full::new(Bytes::new()))
-            } else {
-                resp
-            };
-            std::future::ready(Ok::<_, Infallible>(resp))
+            let fut = h(req);
+            async move { Ok::<_, Infallible>(fut.await) }
         });
         let lifetime = limits.connection_timeout;
         let Some(tls) = limits.security.tls.clone() else {

@@ -16,6 +16,7 @@ mod annotations_e2e;
 mod architecture;
 mod attribution_e2e;
 mod enforce_e2e;
+mod extender_e2e;
 mod golden_exposition;
 mod guard_api_faults;
 mod guard_scenarios;

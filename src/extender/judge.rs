@@ -1,0 +1,734 @@
+//! Feasibility and score of one node for one pod: pure functions of the node's annotations,
+//! the ledger's pending reservations, the pod's need, the policy and the time.
+//!
+//! Room on a GPU = free (annotated) − committed-but-unused (declared requests of pods
+//! allocated there but not yet used, `declaredMiB − usedMiB`, plus the ledger's pending
+//! reservations) − margin. On a node with the kubelet's replica figures the pod is judged on
+//! the GPU NVIDIA's device plugin hands out next (fewest replicas allocated, counting pending
+//! reservations; ties to the lower index); without them the pod may get any GPU, so it is
+//! judged on the one with the least room.
+
+use super::ledger::Reservation;
+use super::nodes::{NodeState, NodeVram};
+use super::wire::{HostPriority, MAX_EXTENDER_PRIORITY};
+use crate::model::pressure::Pressure;
+use crate::publish::annotations::GpuFigures;
+use serde::Deserialize;
+use std::time::{Duration, SystemTime};
+
+/// What to do with a node whose figures cannot be trusted (stale, missing or unreadable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnknownNode {
+    /// Fail open: let the pod through unchecked (the guard still protects the GPU).
+    Pass,
+    /// Fail closed: refuse the node.
+    Fail,
+}
+
+/// How prioritize orders feasible nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ScoreMode {
+    /// Best fit: least room left after the pod scores highest (keeps big GPUs free).
+    Pack,
+    /// Most room left after the pod scores highest.
+    Spread,
+}
+
+/// The judging policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JudgePolicy {
+    /// MiB kept free on a GPU beyond the pod's need.
+    pub margin_mib: u64,
+    /// Figures older than this are stale (default 2 × the agent's 60 s heartbeat).
+    pub stale_after: Duration,
+    /// The rule for stale, missing or unreadable figures.
+    pub unknown_node: UnknownNode,
+    /// Prioritize's order.
+    pub score: ScoreMode,
+}
+
+impl Default for JudgePolicy {
+    fn default() -> Self {
+        JudgePolicy {
+            margin_mib: 512,
+            stale_after: Duration::from_secs(120),
+            unknown_node: UnknownNode::Pass,
+            score: ScoreMode::Pack,
+        }
+    }
+}
+
+/// Why a node passed or failed: the label of `gpu_warden_extender_verdicts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// A GPU has room.
+    Fits,
+    /// The pod's need is unknown and the rule is pass.
+    NoNeed,
+    /// No GPU (the one judged) has room.
+    NoRoom,
+    /// Every GPU replica of the node is allocated or reserved.
+    NoReplica,
+    /// The judged GPU is under memory pressure.
+    Pressure,
+    /// The node reports no GPU with a memory reading.
+    NoGpu,
+    /// Figures too old.
+    Stale,
+    /// No gpu-warden annotations.
+    Missing,
+    /// Annotations present but unreadable.
+    Malformed,
+    /// The pod's declaration cannot be read.
+    BadDeclaration,
+}
+
+impl Reason {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Fits => "fits",
+            Reason::NoNeed => "no_need",
+            Reason::NoRoom => "no_room",
+            Reason::NoReplica => "no_replica",
+            Reason::Pressure => "pressure",
+            Reason::NoGpu => "no_gpu",
+            Reason::Stale => "stale",
+            Reason::Missing => "missing",
+            Reason::Malformed => "malformed",
+            Reason::BadDeclaration => "bad_declaration",
+        }
+    }
+}
+
+/// The GPU a verdict was judged on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuPick {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// MiB left after the pod (negative when it does not fit).
+    pub room_after_mib: i64,
+    /// The GPU's framebuffer, MiB.
+    pub total_mib: u64,
+    /// Whether this is the GPU the device plugin hands out next (else the fullest).
+    pub known_next: bool,
+}
+
+/// One node's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the pod may go there.
+    pub pass: bool,
+    /// Why, as a metric label.
+    pub reason: Reason,
+    /// Why, for a person (the FailedNodes text, or the log line of a pass unchecked).
+    pub message: String,
+    /// The GPU judged, when one was.
+    pub gpu: Option<GpuPick>,
+}
+
+/// MiB as GiB with one decimal, `.0` dropped: `3276` → `3.2 GiB`, `4096` → `4 GiB`.
+pub fn gib(mib: i64) -> String {
+    let tenths = (mib as f64 / 1024.0 * 10.0).round() as i64;
+    if tenths % 10 == 0 {
+        format!("{} GiB", tenths / 10)
+    } else {
+        format!("{:.1} GiB", tenths as f64 / 10.0)
+    }
+}
+
+fn unknown(policy: &JudgePolicy, reason: Reason, why: String) -> Verdict {
+    let (pass, rule) = match policy.unknown_node {
+        UnknownNode::Pass => (true, "passed unchecked (unknownNode: pass)"),
+        UnknownNode::Fail => (false, "refused (unknownNode: fail)"),
+    };
+    Verdict {
+        pass,
+        reason,
+        message: format!("{why}: {rule}"),
+        gpu: None,
+    }
+}
+
+/// Pending reservations that count on `gpu`: those expected there, and those whose GPU is
+/// not known (they may land anywhere, so each GPU counts them).
+fn pending_on<'a>(
+    pending: &'a [Reservation],
+    gpu: &'a GpuFigures,
+) -> impl Iterator<Item = &'a Reservation> + 'a {
+    pending
+        .iter()
+        .filter(move |r| r.gpu.as_deref().is_none_or(|u| u == gpu.uuid))
+}
+
+/// MiB committed on `gpu` but not used yet.
+fn committed(gpu: &GpuFigures, pending: &[Reservation]) -> u64 {
+    let declared_unused = gpu
+        .declared_mib
+        .map(|d| d.saturating_sub(gpu.used_mib))
+        .unwrap_or(0);
+    declared_unused + pending_on(pending, gpu).map(|r| r.mib).sum::<u64>()
+}
+
+/// The GPU NVIDIA's device plugin hands out next, counting pending reservations: fewest
+/// replicas allocated among those with one left, ties to the lower index. `None`: none
+/// has a replica left. Only meaningful when the node has replica figures.
+pub fn next_gpu<'a>(v: &'a NodeVram, pending: &[Reservation]) -> Option<&'a GpuFigures> {
+    v.gpus
+        .iter()
+        .filter_map(|g| {
+            let allocated = g.replicas_allocated? + pending_on(pending, g).count() as u32;
+            let allocatable = g.replicas_allocatable?;
+            (allocated < allocatable).then_some((allocated, g.index, g))
+        })
+        .min_by_key(|(a, i, _)| (*a, *i))
+        .map(|(_, _, g)| g)
+}
+
+/// Judges `state` for a pod needing `need` MiB (`None`: unknown, pass unchecked) at `now`.
+pub fn judge(
+    state: &NodeState,
+    pending: &[Reservation],
+    need: Option<u64>,
+    policy: &JudgePolicy,
+    now: SystemTime,
+) -> Verdict {
+    let v = match state {
+        NodeState::Missing => {
+            return unknown(
+                policy,
+                Reason::Missing,
+                "no gpu-warden VRAM annotations".into(),
+            )
+        }
+        NodeState::Malformed(why) => return unknown(policy, Reason::Malformed, why.clone()),
+        NodeState::Known(v) => v,
+    };
+    // A clock ahead of the agent's counts as fresh: skew is not staleness.
+    let age = now.duration_since(v.observed_at).unwrap_or_default();
+    if age > policy.stale_after {
+        return unknown(
+            policy,
+            Reason::Stale,
+            format!(
+                "VRAM figures are {}s old (observed at {}; trusted for {}s)",
+                age.as_secs(),
+                humantime::format_rfc3339_seconds(v.observed_at),
+                policy.stale_after.as_secs()
+            ),
+        );
+    }
+    let room = |g: &GpuFigures| -> i64 {
+        g.free_mib as i64 - committed(g, pending) as i64 - policy.margin_mib as i64
+    };
+    let (gpu, known_next) = if v.has_replicas() {
+        match next_gpu(v, pending) {
+            Some(g) => (g, true),
+            None => {
+                return Verdict {
+                    pass: need.is_none(),
+                    reason: if need.is_none() {
+                        Reason::NoNeed
+                    } else {
+                        Reason::NoReplica
+                    },
+                    message: "every GPU replica on the node is allocated or reserved".into(),
+                    gpu: None,
+                }
+            }
+        }
+    } else {
+        match v.gpus.iter().min_by_key(|g| (room(g), g.index)) {
+            Some(g) => (g, false),
+            None => {
+                return Verdict {
+                    pass: need.is_none(),
+                    reason: if need.is_none() {
+                        Reason::NoNeed
+                    } else {
+                        Reason::NoGpu
+                    },
+                    message: "the node reports no GPU with a memory reading".into(),
+                    gpu: None,
+                }
+            }
+        }
+    };
+    let room_before = room(gpu);
+    let which = if known_next {
+        format!(
+            "GPU {} (the one the device plugin hands out next)",
+            gpu.index
+        )
+    } else if v.gpus.len() > 1 {
+        format!(
+            "GPU {} (the fullest; which GPU the pod gets is not known)",
+            gpu.index
+        )
+    } else {
+        format!("GPU {}", gpu.index)
+    };
+    let pick = |room_after_mib| GpuPick {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        room_after_mib,
+        total_mib: gpu.total_mib,
+        known_next,
+    };
+    let Some(need) = need else {
+        return Verdict {
+            pass: true,
+            reason: Reason::NoNeed,
+            message: format!("the pod's VRAM need is unknown: {which} not checked"),
+            gpu: Some(pick(room_before)),
+        };
+    };
+    if gpu.pressure != Pressure::None {
+        return Verdict {
+            pass: false,
+            reason: Reason::Pressure,
+            message: format!(
+                "{which} is under {} memory pressure (the OOM guard may evict there)",
+                gpu.pressure
+            ),
+            gpu: Some(pick(room_before - need as i64)),
+        };
+    }
+    let after = room_before - need as i64;
+    if after >= 0 {
+        return Verdict {
+            pass: true,
+            reason: Reason::Fits,
+            message: format!("{which} has room: {} left after the pod", gib(after)),
+            gpu: Some(pick(after)),
+        };
+    }
+    let c = committed(gpu, pending);
+    let mut message = format!("{which} has {} free", gib(gpu.free_mib as i64));
+    if c > 0 {
+        message.push_str(&format!(", {} committed", gib(c as i64)));
+    }
+    message.push_str(&format!("; the pod needs {}", gib(need as i64)));
+    if policy.margin_mib > 0 {
+        message.push_str(&format!(" plus a {} margin", gib(policy.margin_mib as i64)));
+    }
+    Verdict {
+        pass: false,
+        reason: Reason::NoRoom,
+        message,
+        gpu: Some(pick(after)),
+    }
+}
+
+/// The prioritize score of a verdict: 0..=10, by room left after the pod on the judged GPU
+/// as a share of its framebuffer. Nodes not passed, or passed without a GPU, score 0.
+pub fn score(v: &Verdict, mode: ScoreMode) -> i64 {
+    let Some(g) = v.gpu.as_ref().filter(|_| v.pass) else {
+        return 0;
+    };
+    if g.total_mib == 0 {
+        return 0;
+    }
+    let share = (g.room_after_mib.max(0) as f64 / g.total_mib as f64).clamp(0.0, 1.0);
+    let share = match mode {
+        ScoreMode::Pack => 1.0 - share,
+        ScoreMode::Spread => share,
+    };
+    (share * MAX_EXTENDER_PRIORITY as f64).round() as i64
+}
+
+/// The prioritize reply for `(node, verdict)` pairs, in their order.
+pub fn priorities<'a>(
+    verdicts: impl IntoIterator<Item = (&'a str, &'a Verdict)>,
+    mode: ScoreMode,
+) -> Vec<HostPriority> {
+    verdicts
+        .into_iter()
+        .map(|(n, v)| HostPriority {
+            host: n.to_string(),
+            score: score(v, mode),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::extender::nodes::read_node;
+    use crate::publish::annotations::AnnotationValues;
+    use std::time::UNIX_EPOCH;
+
+    pub(crate) const T0: u64 = 1_780_000_000;
+
+    /// A GPU entry; `replicas`: (allocated, allocatable, declared MiB).
+    pub(crate) fn gpu(
+        index: u32,
+        free: u64,
+        used: u64,
+        replicas: Option<(u32, u32, u64)>,
+    ) -> GpuFigures {
+        GpuFigures {
+            index,
+            uuid: format!("GPU-{index}"),
+            total_mib: 23028,
+            used_mib: used,
+            free_mib: free,
+            pressure: Pressure::None,
+            replicas_allocated: replicas.map(|r| r.0),
+            replicas_allocatable: replicas.map(|r| r.1),
+            declared_mib: replicas.map(|r| r.2),
+        }
+    }
+
+    /// The node state the agent's own writer produces for these GPUs, read back.
+    pub(crate) fn node(gpus: Vec<GpuFigures>, next: Option<Option<String>>) -> NodeState {
+        let v = AnnotationValues {
+            observed_at: UNIX_EPOCH + Duration::from_secs(T0),
+            free_mib: gpus.iter().map(|g| g.free_mib).sum(),
+            max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
+            gpus,
+            next_gpu: next,
+        };
+        read_node(&v.to_annotations("gpu-warden.io"), "gpu-warden.io")
+    }
+
+    pub(crate) fn at(secs_after: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(T0 + secs_after)
+    }
+
+    fn policy(margin: u64, unknown: UnknownNode) -> JudgePolicy {
+        JudgePolicy {
+            margin_mib: margin,
+            unknown_node: unknown,
+            ..JudgePolicy::default()
+        }
+    }
+
+    fn res(gpu: Option<&str>, mib: u64) -> Reservation {
+        Reservation {
+            pod: format!("ci/r-{mib}"),
+            mib,
+            gpu: gpu.map(String::from),
+            at: Duration::ZERO,
+            at_wall: at(0),
+            baseline: None,
+        }
+    }
+
+    #[test]
+    fn the_issues_reason_reads_as_written() {
+        // 3.2 GiB free, 4 GiB declared and unused (declared 4096 + 1024 used → 4096 unused).
+        let n = node(
+            vec![gpu(0, 3276, 1024, Some((2, 4, 5120)))],
+            Some(Some("GPU-0".into())),
+        );
+        let v = judge(&n, &[], Some(8192), &policy(0, UnknownNode::Pass), at(5));
+        assert!(!v.pass);
+        assert_eq!(v.reason, Reason::NoRoom);
+        assert_eq!(
+            v.message,
+            "GPU 0 (the one the device plugin hands out next) has 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB"
+        );
+        let single = node(vec![gpu(0, 3276, 1024, None)], None);
+        let v = judge(
+            &single,
+            &[res(None, 4096)],
+            Some(8192),
+            &policy(512, UnknownNode::Pass),
+            at(5),
+        );
+        assert_eq!(
+            v.message,
+            "GPU 0 has 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin"
+        );
+    }
+
+    /// name, node, pending, need, policy, now → pass, reason, GPU judged.
+    type Case<'a> = (
+        &'a str,
+        NodeState,
+        Vec<Reservation>,
+        Option<u64>,
+        &'a JudgePolicy,
+        SystemTime,
+        bool,
+        Reason,
+        Option<u32>,
+    );
+
+    #[test]
+    fn table() {
+        let p = policy(512, UnknownNode::Pass);
+        let fail_closed = policy(512, UnknownNode::Fail);
+        let two_known = || {
+            // GPU 0 roomy but 3 replicas out; GPU 1 tight with 1 out: the device plugin
+            // hands out GPU 1, so that is the one judged.
+            node(
+                vec![
+                    gpu(0, 20000, 2000, Some((3, 4, 0))),
+                    gpu(1, 6000, 10000, Some((1, 4, 12000))),
+                ],
+                Some(Some("GPU-1".into())),
+            )
+        };
+        let mut hot = gpu(0, 20000, 2000, None);
+        hot.pressure = Pressure::Soft;
+        let cases: Vec<Case> = vec![
+            (
+                "fits",
+                node(vec![gpu(0, 10240, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                true,
+                Reason::Fits,
+                Some(0),
+            ),
+            (
+                "margin tips it",
+                node(vec![gpu(0, 8400, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                false,
+                Reason::NoRoom,
+                Some(0),
+            ),
+            (
+                "reservation counts",
+                node(vec![gpu(0, 12288, 0, None)], None),
+                vec![res(None, 4096)],
+                Some(8192),
+                &p,
+                at(1),
+                false,
+                Reason::NoRoom,
+                Some(0),
+            ),
+            (
+                "next GPU judged, not the roomiest",
+                two_known(),
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                false,
+                Reason::NoRoom,
+                Some(1),
+            ),
+            (
+                "reservations shift the next GPU",
+                two_known(),
+                vec![
+                    res(Some("GPU-1"), 0),
+                    res(Some("GPU-1"), 0),
+                    res(Some("GPU-1"), 0),
+                ],
+                Some(8192),
+                &p,
+                at(1),
+                true,
+                Reason::Fits,
+                Some(0),
+            ),
+            (
+                "ties go to the lower index",
+                node(
+                    vec![
+                        gpu(0, 9000, 0, Some((1, 4, 0))),
+                        gpu(1, 20000, 0, Some((1, 4, 0))),
+                    ],
+                    Some(Some("GPU-0".into())),
+                ),
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                true,
+                Reason::Fits,
+                Some(0),
+            ),
+            (
+                "no replica left",
+                node(vec![gpu(0, 20000, 0, Some((4, 4, 0)))], Some(None)),
+                vec![],
+                Some(1024),
+                &p,
+                at(1),
+                false,
+                Reason::NoReplica,
+                None,
+            ),
+            (
+                "unknown placement: the fullest GPU",
+                node(vec![gpu(0, 20000, 0, None), gpu(1, 6000, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                false,
+                Reason::NoRoom,
+                Some(1),
+            ),
+            (
+                "pressure",
+                node(vec![hot], None),
+                vec![],
+                Some(1024),
+                &p,
+                at(1),
+                false,
+                Reason::Pressure,
+                Some(0),
+            ),
+            (
+                "no need: passes, still scored",
+                node(vec![gpu(0, 100, 0, None)], None),
+                vec![],
+                None,
+                &p,
+                at(1),
+                true,
+                Reason::NoNeed,
+                Some(0),
+            ),
+            (
+                "stale, fail-open",
+                node(vec![gpu(0, 100, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                at(121),
+                true,
+                Reason::Stale,
+                None,
+            ),
+            (
+                "stale, fail-closed",
+                node(vec![gpu(0, 100, 0, None)], None),
+                vec![],
+                Some(8192),
+                &fail_closed,
+                at(121),
+                false,
+                Reason::Stale,
+                None,
+            ),
+            (
+                "at the limit is fresh",
+                node(vec![gpu(0, 100, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                at(120),
+                false,
+                Reason::NoRoom,
+                Some(0),
+            ),
+            (
+                "agent's clock ahead",
+                node(vec![gpu(0, 10240, 0, None)], None),
+                vec![],
+                Some(8192),
+                &p,
+                UNIX_EPOCH + Duration::from_secs(T0 - 30),
+                true,
+                Reason::Fits,
+                Some(0),
+            ),
+            (
+                "missing, fail-open",
+                NodeState::Missing,
+                vec![],
+                Some(8192),
+                &p,
+                at(1),
+                true,
+                Reason::Missing,
+                None,
+            ),
+            (
+                "malformed, fail-closed",
+                NodeState::Malformed("x".into()),
+                vec![],
+                Some(8192),
+                &fail_closed,
+                at(1),
+                false,
+                Reason::Malformed,
+                None,
+            ),
+            (
+                "no GPU reading",
+                node(vec![], None),
+                vec![],
+                Some(1),
+                &p,
+                at(1),
+                false,
+                Reason::NoGpu,
+                None,
+            ),
+        ];
+        for (name, state, pending, need, pol, now, pass, reason, gpu_index) in cases {
+            let v = judge(&state, &pending, need, pol, now);
+            assert_eq!((v.pass, v.reason), (pass, reason), "{name}: {}", v.message);
+            assert_eq!(v.gpu.as_ref().map(|g| g.index), gpu_index, "{name}");
+            assert!(!v.message.is_empty(), "{name}: every verdict says why");
+        }
+    }
+
+    #[test]
+    fn next_gpu_agrees_with_the_agents_choice() {
+        // The agent's own nextGpuUuid for these figures is GPU-1 (fewest allocated).
+        let NodeState::Known(v) = node(
+            vec![gpu(0, 1, 1, Some((2, 4, 0))), gpu(1, 1, 1, Some((1, 4, 0)))],
+            Some(Some("GPU-1".into())),
+        ) else {
+            panic!("readable")
+        };
+        assert_eq!(
+            next_gpu(&v, &[]).map(|g| g.uuid.clone()),
+            Some("GPU-1".to_string())
+        );
+        assert_eq!(v.next_gpu, Some(Some("GPU-1".to_string())));
+    }
+
+    #[test]
+    fn scores_pack_and_spread() {
+        let p = policy(0, UnknownNode::Pass);
+        let one = |free| {
+            judge(
+                &node(vec![gpu(0, free, 0, None)], None),
+                &[],
+                Some(8192),
+                &p,
+                at(1),
+            )
+        };
+        let (tight, roomy, failed) = (one(9000), one(23000), one(100));
+        assert!(score(&tight, ScoreMode::Pack) > score(&roomy, ScoreMode::Pack));
+        assert!(score(&tight, ScoreMode::Spread) < score(&roomy, ScoreMode::Spread));
+        assert_eq!(score(&tight, ScoreMode::Pack), 10);
+        assert_eq!(score(&failed, ScoreMode::Pack), 0);
+        for v in [&tight, &roomy, &failed] {
+            for m in [ScoreMode::Pack, ScoreMode::Spread] {
+                assert!((0..=MAX_EXTENDER_PRIORITY).contains(&score(v, m)));
+            }
+        }
+    }
+
+    #[test]
+    fn gib_formatting() {
+        assert_eq!(gib(3276), "3.2 GiB");
+        assert_eq!(gib(4096), "4 GiB");
+        assert_eq!(gib(512), "0.5 GiB");
+        assert_eq!(gib(-1024), "-1 GiB");
+    }
+}

@@ -1,0 +1,119 @@
+//! The scheduler side (`gpu-warden extender`, DESIGN §3.7): kube-scheduler's HTTP extender,
+//! keeping a GPU pod off nodes where the GPU it would get lacks the VRAM it needs.
+//!
+//! Pure core — [`wire`] (the extender protocol's JSON), [`need`] (a pod's VRAM need),
+//! [`nodes`] (a node's annotations, read with the agent's own types), [`ledger`] (pods bound
+//! but not yet shown by their node), [`judge`] (feasibility and score), [`core`] (one call)
+//! and [`config`] — and thin shells: [`watch`] (the Node reflector and the pod watch),
+//! [`server`] (HTTP) and [`metrics`].
+
+pub mod config;
+pub mod core;
+pub mod judge;
+pub mod ledger;
+pub mod metrics;
+pub mod need;
+pub mod nodes;
+pub mod server;
+pub mod watch;
+pub mod wire;
+
+use crate::model::clock::{Clock, SystemClock};
+use crate::publish::http::{serve_with, HttpLimits, HttpSecurity};
+use config::ExtenderCli;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+/// Why the extender could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtenderError {
+    /// The policy file.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// TLS files.
+    #[error(transparent)]
+    Tls(#[from] crate::publish::auth::FlagFileError),
+    /// A certificate without its key, or the other way round.
+    #[error("--web-tls-cert and --web-tls-key must be given together")]
+    TlsPair,
+    /// No usable Kubernetes configuration.
+    #[error("{0}")]
+    Kube(String),
+    /// The listening socket or the runtime.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Metric registration.
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Runs the extender until `shutdown` resolves.
+pub fn run(cli: ExtenderCli, shutdown: impl Future<Output = ()>) -> Result<(), ExtenderError> {
+    let policy = config::load_policy(cli.config.as_deref())?;
+    let tls = match (cli.web_tls_cert.as_deref(), cli.web_tls_key.as_deref()) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err(ExtenderError::TlsPair),
+    };
+    let security = HttpSecurity::load(tls, None)?;
+    let metrics = metrics::ExtenderMetrics::new()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| ExtenderError::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    let result = runtime.block_on(async move {
+        let clients = crate::act::client::connect()
+            .await
+            .map_err(|e| ExtenderError::Kube(e.to_string()))?
+            .ok_or_else(|| {
+                ExtenderError::Kube(
+                    "no Kubernetes configuration (not in a cluster, no KUBECONFIG): the extender needs the API server to read the nodes' annotations".into(),
+                )
+            })?;
+        tracing::info!(source = clients.source, listen = %cli.listen, scheduler = %cli.scheduler_name, margin_mib = policy.judge.margin_mib, stale_after = ?policy.judge.stale_after, unknown_node = ?policy.judge.unknown_node, score = ?policy.judge.score, "starting gpu-warden extender {}", env!("CARGO_PKG_VERSION"));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let nodes = watch::spawn_node_cache(
+            clients.direct.clone(),
+            cli.node_selector.as_deref(),
+            metrics.clone(),
+        );
+        let feed = Arc::new(watch::LedgerFeed {
+            ledger: Arc::new(Mutex::new(ledger::Ledger::new(policy.ledger_ttl))),
+            policy,
+            nodes,
+            clock,
+            metrics,
+        });
+        watch::spawn_pod_feed(clients.direct.clone(), &cli.scheduler_name, feed.clone());
+        let listener = tokio::net::TcpListener::bind(cli.listen)
+            .await
+            .map_err(|source| ExtenderError::Io {
+                what: format!("cannot listen on {} (--listen)", cli.listen),
+                source,
+            })?;
+        let state = Arc::new(server::ExtenderState {
+            feed,
+            max_body_bytes: cli.max_body_bytes,
+        });
+        let limits = HttpLimits {
+            security,
+            ..HttpLimits::default()
+        };
+        serve_with(listener, &limits, shutdown, move |req| {
+            server::handle(state.clone(), req)
+        })
+        .await;
+        Ok(())
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}

@@ -1,0 +1,371 @@
+//! `gpu-warden extender` against the API double: Nodes annotated by real agents playing the
+//! simulator (two nodes, two A10Gs each), and by the agent's own annotation writer where a
+//! figure the simulator cannot produce is needed (the kubelet's replica figures, an old
+//! observation). Requests carry kube-scheduler's wire shapes; the fixtures are Go's
+//! `encoding/json` output of `extenderv1` / `v1.Pod` values.
+
+use crate::support::*;
+use apiserver_double::ApiServer;
+use gpu_warden::model::pressure::Pressure;
+use gpu_warden::publish::annotations::{AnnotationValues, GpuFigures};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Verbatim from upstream's compatibility test of the wire types — Go's `json.Marshal` of an
+/// `ExtenderArgs` (kubernetes/kubernetes, staging/src/k8s.io/kube-scheduler/extender/v1/
+/// types_test.go, commit 9891f82d816be0f7ee3ff1eb080089737ad596c9, TestCompatibility). Its
+/// pod asks for no GPU, so every node passes.
+const UPSTREAM_ARGS: &str = r#"{"Pod":{"metadata":{"name":"podname","creationTimestamp":null},"spec":{"containers":null},"status":{}},"Nodes":{"metadata":{},"items":[{"metadata":{"name":"nodename","creationTimestamp":null},"spec":{},"status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}]},"NodeNames":["node1"]}"#;
+
+/// A GitLab Runner CI job pod in the shape Go's encoding/json gives a `v1.Pod` (field order
+/// of the Go structs, `creationTimestamp` as RFC 3339, quantities as strings, `status` with
+/// the phase only, as kube-scheduler sees a pending pod). Written for this test after the
+/// upstream fixture above and the runner's labels/annotations (DESIGN §1); not captured
+/// from a cluster.
+fn ci_pod(name: &str, need_mib: Option<u64>) -> Value {
+    let mut ann = json!({
+        "job.runner.gitlab.com/id": "4242",
+        "job.runner.gitlab.com/url": "https://gitlab.example.com/ml/train/-/jobs/4242"
+    });
+    if let Some(n) = need_mib {
+        ann["gpu-warden.io/vram-request-mib"] = json!(n.to_string());
+    }
+    json!({
+        "metadata": {"name": name, "namespace": "gitlab-runner", "uid": format!("uid-{name}"),
+            "resourceVersion": "81234", "creationTimestamp": "2026-05-28T20:26:40Z",
+            "labels": {"project.runner.gitlab.com/id": "7", "pod": name},
+            "annotations": ann},
+        "spec": {"containers": [{"name": "build", "image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}],
+            "restartPolicy": "Never", "schedulerName": "gpu-warden-scheduler"},
+        "status": {"phase": "Pending", "qosClass": "BestEffort"}
+    })
+}
+
+fn args(pod: Value, nodes: &[&str]) -> String {
+    json!({"Pod": pod, "Nodes": null, "NodeNames": nodes}).to_string()
+}
+
+fn post(port: u16, path: &str, body: &str) -> Reply {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    raw_request(port, raw.as_bytes()).unwrap()
+}
+
+fn json_of(r: &Reply) -> Value {
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.body))
+}
+
+/// A scenario of two A10Gs with one steady process each.
+fn two_a10g(mib0: u64, mib1: u64) -> String {
+    format!(
+        "gpus:\n  - {{model: NVIDIA A10G, count: 2, memory_mib: 23028, reserved_mib: 434}}\n\
+         processes:\n  - {{pid: 100, gpu: 0, memory: {{constant: {mib0}}}}}\n  - {{pid: 200, gpu: 1, memory: {{constant: {mib1}}}}}\n"
+    )
+}
+
+fn fig(index: u32, free: u64, used: u64, allocated: u32, declared: u64) -> GpuFigures {
+    GpuFigures {
+        index,
+        uuid: format!("GPU-c-{index}"),
+        total_mib: 23028,
+        used_mib: used,
+        free_mib: free,
+        pressure: Pressure::None,
+        replicas_allocated: Some(allocated),
+        replicas_allocatable: Some(4),
+        declared_mib: Some(declared),
+    }
+}
+
+/// Annotations in the agent's exact format, from the agent's own writer.
+fn written(gpus: Vec<GpuFigures>, next: Option<Option<String>>, observed_at: SystemTime) -> Value {
+    let v = AnnotationValues {
+        observed_at,
+        free_mib: gpus.iter().map(|g| g.free_mib).sum(),
+        max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
+        gpus,
+        next_gpu: next,
+    };
+    json!(v.to_annotations("gpu-warden.io"))
+}
+
+fn metric(port: u16, line_prefix: &str) -> Option<f64> {
+    let text = get(port, "/metrics").ok()?.body;
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn extender_against_agents_on_the_double() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let now = SystemTime::now();
+    for name in ["gpu-a", "gpu-b"] {
+        server
+            .add_node(
+                json!({"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}}}),
+            )
+            .unwrap();
+    }
+    // gpu-c: the kubelet's figures say GPU 1 is handed out next (1 replica out vs 3), and
+    // GPU 1 is the tight one, though GPU 0 has plenty.
+    server
+        .add_node(json!({"metadata": {"name": "gpu-c", "annotations": written(
+            vec![fig(0, 20480, 2048, 3, 0), fig(1, 6144, 10240, 1, 12288)],
+            Some(Some("GPU-c-1".into())), now)}}))
+        .unwrap();
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-stale", "annotations": written(
+            vec![fig(0, 256, 22000, 4, 0)], Some(None), now - Duration::from_secs(600))}}),
+        )
+        .unwrap();
+    server
+        .add_node(json!({"metadata": {"name": "cpu-1"}}))
+        .unwrap();
+
+    // Real agents: gpu-a has 18 GiB in use on GPU 1, gpu-b is nearly idle.
+    let mut agents = Vec::new();
+    for (node, scenario) in [
+        ("gpu-a", two_a10g(4096, 18000)),
+        ("gpu-b", two_a10g(1000, 1000)),
+    ] {
+        let path = dir.path().join(format!("{node}.yaml"));
+        std::fs::write(&path, scenario).unwrap();
+        agents.push(Agent::start_with_env(
+            &[
+                "--scenario",
+                path.to_str().unwrap(),
+                "--node-name",
+                node,
+                "--poll-interval",
+                "250ms",
+                "--annotation-min-interval",
+                "200ms",
+                "--annotation-heartbeat",
+                "2s",
+                "--pod-resources",
+                "off",
+            ],
+            &[("KUBECONFIG", kubeconfig.as_os_str())],
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while ["gpu-a", "gpu-b"].iter().any(|n| {
+        server.node(n).unwrap()["metadata"]["annotations"]
+            .get("gpu-warden.io/vram")
+            .is_none()
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the agents did not annotate their nodes"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let policy = dir.path().join("extender.yaml");
+    std::fs::write(
+        &policy,
+        "marginMiB: 512\nstaleAfter: 120s\nledgerTtl: 60s\n",
+    )
+    .unwrap();
+    let ext = Agent::start_with_env(
+        &[
+            "extender",
+            "--config",
+            policy.to_str().unwrap(),
+            "--max-body-bytes",
+            "65536",
+        ],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    );
+    let port = ext.port;
+    let all = ["gpu-a", "gpu-b", "gpu-c", "gpu-stale", "cpu-1"];
+
+    // Upstream's own fixture: no GPU asked for, so every node (the full-object form) passes.
+    let r = post(port, "/filter", UPSTREAM_ARGS);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = json_of(&r);
+    assert_eq!(j["NodeNames"], json!(["node1"]));
+    assert_eq!(j["Error"], "");
+
+    // An 8 GiB job.
+    let t0 = Instant::now();
+    let r = post(port, "/filter", &args(ci_pod("job-1", Some(8192)), &all));
+    let took = t0.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = json_of(&r);
+    assert!(took < Duration::from_millis(500), "answered in {took:?}");
+    // gpu-b fits; gpu-stale (fail-open) and cpu-1 (no annotations, fail-open) pass unchecked.
+    assert_eq!(
+        j["NodeNames"],
+        json!(["gpu-b", "gpu-stale", "cpu-1"]),
+        "{j}"
+    );
+    let failed = &j["FailedAndUnresolvableNodes"];
+    let a = failed["gpu-a"].as_str().unwrap();
+    assert!(
+        a.starts_with("GPU 1 (the fullest; which GPU the pod gets is not known) has 4"),
+        "{a}"
+    );
+    assert!(
+        a.ends_with("the pod needs 8 GiB plus a 0.5 GiB margin"),
+        "{a}"
+    );
+    let c = failed["gpu-c"].as_str().unwrap();
+    assert_eq!(c, "GPU 1 (the one the device plugin hands out next) has 6 GiB free, 2 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin");
+    assert_eq!(j["FailedNodes"], json!({}));
+
+    // Prioritize: only gpu-b has a GPU judged with room.
+    let r = post(
+        port,
+        "/prioritize",
+        &args(ci_pod("job-1", Some(8192)), &all),
+    );
+    assert_eq!(r.status, 200);
+    let scores: Vec<(String, i64)> = json_of(&r)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["Host"].as_str().unwrap().to_string(),
+                h["Score"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(scores.len(), all.len());
+    for (host, score) in &scores {
+        assert!((0..=10).contains(score));
+        assert_eq!(*score > 0, host == "gpu-b", "{scores:?}");
+    }
+
+    // The ledger: a 16 GiB job this scheduler bound to gpu-b, which the node has not shown.
+    let mut bound = ci_pod("job-big", Some(16384));
+    bound["spec"]["nodeName"] = json!("gpu-b");
+    bound["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True",
+        "lastTransitionTime": humantime::format_rfc3339_seconds(SystemTime::now()).to_string()}]);
+    server.add_pod(bound).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(port, "gpu_warden_extender_reservations ") != Some(1.0) {
+        assert!(Instant::now() < deadline, "no reservation");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let j = json_of(&post(
+        port,
+        "/filter",
+        &args(ci_pod("job-2", Some(8192)), &["gpu-b"]),
+    ));
+    assert_eq!(j["NodeNames"], json!([]), "{j}");
+    let b = j["FailedAndUnresolvableNodes"]["gpu-b"].as_str().unwrap();
+    assert!(b.contains("16 GiB committed"), "{b}");
+    // The pod is deleted: its reservation ends and gpu-b takes the job again.
+    server.delete_pod("gitlab-runner", "job-big");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(port, "gpu_warden_extender_reservations ") != Some(0.0) {
+        assert!(Instant::now() < deadline, "reservation not released");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let j = json_of(&post(
+        port,
+        "/filter",
+        &args(ci_pod("job-2", Some(8192)), &["gpu-b"]),
+    ));
+    assert_eq!(j["NodeNames"], json!(["gpu-b"]));
+
+    // Bad input: clear 4xx answers, never a crash.
+    let r = post(port, "/filter", "{not json");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body.contains("not kube-scheduler ExtenderArgs JSON"),
+        "{}",
+        r.body
+    );
+    let r = post(port, "/filter", r#"{"NodeNames":["gpu-a"]}"#);
+    assert_eq!((r.status, r.body.trim()), (400, "ExtenderArgs has no Pod"));
+    let r = post(port, "/filter", r#"{"Pod":{"metadata":{"name":"x"}}}"#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = post(port, "/filter", &"x".repeat(70_000));
+    assert_eq!(r.status, 413, "{}", r.body);
+    // Declared length small, body larger than the limit streamed chunked.
+    let chunk = "a".repeat(40_000);
+    let raw = format!("POST /filter HTTP/1.1\r\nHost: l\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{chunk}\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len(), chunk.len());
+    let r = raw_request(port, raw.as_bytes()).unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    let r = post(
+        port,
+        "/filter",
+        &args(
+            ci_pod("job-3", None).tap_ann("gpu-warden.io/vram-request-mib", "8Gi"),
+            &["gpu-b"],
+        ),
+    );
+    let j = json_of(&r);
+    assert_eq!(j["NodeNames"], json!([]));
+    assert!(j["FailedAndUnresolvableNodes"]["gpu-b"]
+        .as_str()
+        .unwrap()
+        .contains("is not a whole number of MiB"));
+    let r = raw_request(
+        port,
+        b"GET /filter HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(get(port, "/healthz").unwrap().status, 200);
+
+    // The API server goes away: the extender answers from its cache, as fast.
+    server.set_down(true);
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let r = post(port, "/filter", &args(ci_pod("job-4", Some(8192)), &all));
+    assert!(t0.elapsed() < Duration::from_millis(500));
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        json_of(&r)["NodeNames"],
+        json!(["gpu-b", "gpu-stale", "cpu-1"])
+    );
+    assert_eq!(
+        get(port, "/readyz").unwrap().status,
+        200,
+        "a synced cache stays usable"
+    );
+    server.set_down(false);
+
+    let m = get(port, "/metrics").unwrap().body;
+    for family in [
+        "gpu_warden_extender_requests_total{code=\"200\",verb=\"filter\"}",
+        "gpu_warden_extender_requests_total{code=\"413\",verb=\"filter\"}",
+        "gpu_warden_extender_request_duration_seconds_bucket{verb=\"filter\"",
+        "gpu_warden_extender_verdicts_total{reason=\"no_room\",result=\"fail\",verb=\"filter\"}",
+        "gpu_warden_extender_verdicts_total{reason=\"stale\",result=\"pass\",verb=\"filter\"}",
+    ] {
+        assert!(m.contains(family), "{family} missing:\n{m}");
+    }
+    let (status, _, stderr) = ext.terminate();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("passed: VRAM figures are"),
+        "stale passes are logged with their reason:\n{stderr}"
+    );
+    drop(agents);
+}
+
+/// Sets one annotation on a pod fixture.
+trait TapAnn {
+    fn tap_ann(self, key: &str, value: &str) -> Self;
+}
+
+impl TapAnn for Value {
+    fn tap_ann(mut self, key: &str, value: &str) -> Self {
+        self["metadata"]["annotations"][key] = json!(value);
+        self
+    }
+}
