@@ -280,3 +280,51 @@ fn absent_socket_is_one_log_line_and_nothing_else_changes() {
         "the same families as with the feature off"
     );
 }
+
+/// The socket's directory is mounted but the socket is not there when the agent starts (the
+/// kubelet restarting at the same moment): one log line, no figures, and once the kubelet
+/// creates the socket the figures appear without an agent restart.
+#[test]
+fn a_socket_that_appears_after_start_is_picked_up() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = write_scenario(dir.path());
+    let socket = dir.path().join("kubelet.sock");
+    let agent = Agent::start(&[
+        "--scenario",
+        &scenario_path,
+        "--kube",
+        "off",
+        "--poll-interval",
+        "100ms",
+        "--pod-resources-socket",
+        socket.to_str().unwrap(),
+        "--pod-resources-interval",
+        "100ms",
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(
+        !metrics(agent.port).contains("gpu_warden_gpu_replicas"),
+        "no figures before the kubelet is there"
+    );
+    let kubelet = FakeKubelet::default();
+    shared_node(&kubelet, G0, G1);
+    let serving = rt.block_on(async { serve(&kubelet, &socket) });
+    let expected = replica_line(0, G0, "allocatable", 4);
+    wait_until("replica metrics once the socket appears", || {
+        let m = metrics(agent.port);
+        (m.contains(expected.as_str()), m)
+    });
+    let (status, _, stderr) = agent.terminate();
+    assert!(status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("pod-resources"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line waiting, one line on: {stderr}");
+    assert!(
+        lines[0].contains("waiting for the kubelet") && lines[1].contains("pod-resources: on"),
+        "{lines:?}"
+    );
+    rt.block_on(serving.shut_down(&socket));
+}

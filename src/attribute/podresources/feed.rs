@@ -51,21 +51,63 @@ fn still_fresh(last_ok: Option<Instant>, now: Instant, stale_after: Duration) ->
 }
 
 /// Connects to the kubelet and starts the polling task. Returns None, after exactly one
-/// log line, when the socket is absent or may not be connected to: the feature is then
-/// off for the agent's lifetime and nothing else changes. Must be called inside a tokio
-/// runtime. The task ends when every receiver is dropped.
+/// log line, when the socket's directory is not there (not a kubelet node, or not mounted)
+/// or the socket may not be connected to: the feature is then off for the agent's
+/// lifetime and nothing else changes. When the directory is mounted but the socket is not
+/// there yet (the kubelet restarting as the agent starts), it waits for the socket, trying
+/// every interval, after one log line. Must be called inside a tokio runtime. The task ends
+/// when every receiver is dropped.
 pub async fn start(cfg: FeedConfig, pods: Arc<dyn PodSource>) -> Option<ReplicaReceiver> {
     let client = match PodResourcesClient::connect(&cfg.socket, cfg.call_timeout()).await {
-        Ok(c) => c,
+        Ok(c) => Some(c),
+        Err(e @ PodResourcesError::Absent { .. })
+            if cfg.socket.parent().is_some_and(|d| d.is_dir()) =>
+        {
+            tracing::info!(reason = %e, "kubelet pod-resources: the directory is mounted but the socket is not there yet; waiting for the kubelet");
+            None
+        }
         Err(e) => {
             tracing::info!(reason = %e, "kubelet pod-resources: off (replica figures are not published)");
             return None;
         }
     };
-    tracing::info!(socket = %cfg.socket.display(), interval = ?cfg.interval, "kubelet pod-resources: on");
     let (tx, rx) = watch::channel(None);
-    tokio::spawn(run(client, cfg, pods, tx));
+    tokio::spawn(async move {
+        let client = match client {
+            Some(c) => c,
+            None => match wait_for_socket(&cfg, &tx).await {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        tracing::info!(socket = %cfg.socket.display(), interval = ?cfg.interval, "kubelet pod-resources: on");
+        run(client, cfg, pods, tx).await;
+    });
     Some(rx)
+}
+
+/// Tries the socket every interval until it answers (None once nobody reads the figures,
+/// or when it turns out to be forbidden).
+async fn wait_for_socket(
+    cfg: &FeedConfig,
+    tx: &watch::Sender<Option<Arc<ReplicaView>>>,
+) -> Option<PodResourcesClient> {
+    let mut ticker = tokio::time::interval(cfg.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = tx.closed() => return None,
+        }
+        match PodResourcesClient::connect(&cfg.socket, cfg.call_timeout()).await {
+            Ok(c) => return Some(c),
+            Err(PodResourcesError::Absent { .. }) => continue,
+            Err(e) => {
+                tracing::info!(reason = %e, "kubelet pod-resources: off (replica figures are not published)");
+                return None;
+            }
+        }
+    }
 }
 
 async fn run(
