@@ -31,7 +31,7 @@ use tokio::time::{timeout_at, Instant};
 
 /// Relist backoff after a watch error: doubling from 500 ms to at most 30 s, jittered so a
 /// fleet of agents does not relist in lockstep after an API server outage (a 5-minute outage
-/// costs each node at most ~25 LIST requests; see tests/outage_budget.rs).
+/// costs each node at most ~25 LIST requests; see tests/e2e/outage_budget.rs).
 pub const RELIST_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(500), Duration::from_secs(30));
 /// While a GPU is under memory pressure the relist backoff is capped at this: the guard
