@@ -2,7 +2,7 @@
 //! default kubeconfig. Two clients: `direct`, with kube's built-in retry off, for every
 //! call that has its own error handling — evictions (a PodDisruptionBudget's 429 must come
 //! back at once so the guard can try the next candidate; kube 5's default retries it for
-//! minutes, DESIGN §4), the pod watch (the watcher backs off itself, and an outage must
+//! minutes), the pod watch (the watcher backs off itself, and an outage must
 //! show in the view's health so the guard stops deciding) and node patches (the annotator
 //! backs off itself) — and `main`, with the retry on, for best-effort Events.
 

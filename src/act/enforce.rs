@@ -1,5 +1,5 @@
 //! The enforcer shell: carries out a guard [`Decision`] against the API server
-//! (DESIGN §3.5, §3.6, §4). In enforce mode it posts policy/v1 Evictions in rank order
+//! (docs/guard.md; RBAC in docs/deploy.md). In enforce mode it posts policy/v1 Evictions in rank order
 //! until the decision is done; in dry-run it evicts nothing. In both it emits the
 //! decision's Events ([`super::events`]) and counts the decision and eviction metrics.
 //!
@@ -273,7 +273,7 @@ impl Enforcer {
         let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
         let eviction = eviction_for(victim, self.grace_period_seconds);
         let pp = PostParams::default();
-        // The Eviction struct itself, not its bytes: kube serializes `data` (DESIGN §4).
+        // The Eviction struct itself, not its bytes: kube serializes `data`.
         let call = api.create_subresource::<Eviction, serde_json::Value>(
             "eviction",
             &victim.name,

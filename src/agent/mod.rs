@@ -183,7 +183,7 @@ impl Core {
     /// Whether the sampler should read memory at the fast interval now: always while the
     /// guard can act, and otherwise while any GPU is below soft (for the pressure metric).
     ///
-    /// DESIGN §3.5 turns the fast watch on only below soft. Measured on the H200, that lets
+    /// docs/guard.md turns the fast watch on only below soft. Measured on the H200, that lets
     /// the first soft (or even hard) crossing wait for the next full poll — up to a whole
     /// poll interval — and a 16 GiB/s job filled the GPU in that time. A memory-only read
     /// costs microseconds per GPU, so the watch runs whenever the guard may decide.

@@ -471,7 +471,7 @@ mod tests {
                 v1_systemd("/system.slice/kubelet.service"),
                 None,
             ),
-            // --- pod known, container not (issue 16): the pod's, at pod level ---
+            // --- pod known, container not: the pod's, at pod level ---
             (
                 "crio conmon: CRI-O charges its monitor to the pod",
                 fixture(&format!("0::{sd_burstable}/crio-conmon-{{CID}}.scope\n")),
@@ -600,7 +600,7 @@ mod tests {
         })
     }
 
-    /// Files of the two shapes of issue 16, as published in public bug reports and test
+    /// Files of the two shapes named in docs/attribution.md, as published in public bug reports and test
     /// suites. Each is quoted as far as its source shows it (lines a source cut off are left
     /// out, never made up); where a source gave only a path, the line it belongs on is built
     /// around it and the comment says so.

@@ -1,4 +1,4 @@
-//! The scheduler side (`gpu-warden extender`, DESIGN §3.7): kube-scheduler's HTTP extender,
+//! The scheduler side (`gpu-warden extender`, docs/scheduling.md): kube-scheduler's HTTP extender,
 //! keeping a GPU pod off nodes where the GPU it would get lacks the VRAM it needs.
 //!
 //! Pure core — [`wire`] (the extender protocol's JSON), [`need`] (a pod's VRAM need),

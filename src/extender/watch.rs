@@ -2,7 +2,7 @@
 //! watch of the pods this scheduler profile places (their bindings fill the ledger).
 //!
 //! When the API server is lost the reflector keeps its last view and retries with backoff;
-//! the annotations in it age, and the staleness rule then decides (DESIGN §3.7), so losing
+//! the annotations in it age, and the staleness rule then decides (docs/scheduling.md), so losing
 //! the API never stops the scheduler.
 
 use super::core::{reservation_for, ExtenderPolicy};

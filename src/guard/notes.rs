@@ -1,4 +1,4 @@
-//! What the guard tells the cluster about a decision (DESIGN §3.5): one Event on each
+//! What the guard tells the cluster about a decision (docs/guard.md): one Event on each
 //! evicted (dry-run: planned) victim pod and one on the Node. Pure: the enforcer shell
 //! hands in the decision, the outcomes and the wall time, and sends what comes out.
 //!

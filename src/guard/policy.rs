@@ -1,4 +1,4 @@
-//! The guard's policy: what the operator configures (DESIGN §3.5), parsed from the
+//! The guard's policy: what the operator configures (docs/guard.md), parsed from the
 //! `--config` YAML file and validated before anything runs.
 //!
 //! Keys are camelCase, like Kubernetes configuration files, and unknown keys are refused

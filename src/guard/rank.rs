@@ -1,5 +1,5 @@
 //! Who may be evicted from a GPU, and in which order: the eligibility rules and the
-//! kubelet-like ranking of DESIGN §3.5, as a pure function of the processes on the GPU,
+//! kubelet-like ranking of docs/guard.md, as a pure function of the processes on the GPU,
 //! the node's pods and the policy.
 
 use super::decision::EvictionOutcome;

@@ -1,4 +1,4 @@
-//! The free-VRAM Node annotations of DESIGN §3.4: what to publish, and when.
+//! The free-VRAM Node annotations of docs/annotations.md: what to publish, and when.
 //!
 //! Pure: no I/O, no async, time is handed in. [`annotation_values`] turns a snapshot and
 //! the guard's per-GPU pressure into the four annotation values; [`AnnotationPlanner`]
@@ -132,7 +132,7 @@ impl AnnotationConfig {
         annotation_key(&self.prefix, name)
     }
 
-    /// The four keys this agent owns, in the order of DESIGN §3.4.
+    /// The four keys this agent owns, in the order of docs/annotations.md.
     pub fn keys(&self) -> [String; 4] {
         owned_keys(&self.prefix)
     }
@@ -499,7 +499,7 @@ struct Sent {
     planned_at: Duration,
 }
 
-/// The write discipline of DESIGN §3.4 as a state machine over monotonic time.
+/// The write discipline of docs/annotations.md as a state machine over monotonic time.
 ///
 /// Protocol: call [`plan`](Self::plan) with each new snapshot (and when
 /// [`next_due`](Self::next_due) passes); when it returns a patch, send it and report
@@ -1055,7 +1055,7 @@ mod tests {
             assert_eq!(g["pressure"], want);
         }
         assert_eq!(sum, v.free_mib);
-        // Key order as written: v, observedAt, gpus; within a GPU as DESIGN §3.4 lists them.
+        // Key order as written: v, observedAt, gpus; within a GPU as docs/annotations.md lists them.
         assert!(text.starts_with(r#"{"v":1,"observedAt":"#), "{text}");
         let first = &text[text.find(r#"{"index":0"#).unwrap()..];
         let order = [

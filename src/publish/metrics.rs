@@ -4,7 +4,7 @@
 //!
 //! A custom collector rather than `GaugeVec`s, because the vec types sort label pairs by
 //! name and dcgm-exporter's order (`gpu, UUID, pci_bus_id, device, modelName, Hostname,
-//! DCGM_FI_DRIVER_VERSION`) is part of the drop-in promise (DESIGN §4).
+//! DCGM_FI_DRIVER_VERSION`) is part of the drop-in promise.
 
 use crate::model::snapshot::{GpuSample, Owner, ProcessSample, ProfSample, Snapshot, MIB};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};

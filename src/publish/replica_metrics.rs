@@ -1,4 +1,4 @@
-//! The families fed by the kubelet's pod-resources data (DESIGN §3.9). Pure: the snapshot
+//! The families fed by the kubelet's pod-resources data (docs/attribution.md). Pure: the snapshot
 //! and the latest [`ReplicaView`] in, families out. Without the data (the feature is off, or
 //! the kubelet has not answered for too long) no family is emitted at all: absent, not zero,
 //! so a dashboard can tell "no replica allocated" from "not known".

@@ -1,4 +1,4 @@
-//! Attribution end to end (DESIGN §5 tier 2): the simulator writes a /proc tree, the API
+//! Attribution end to end (the double over real HTTP): the simulator writes a /proc tree, the API
 //! double serves the scenario's pods, and the real binary with the real kube client maps
 //! every GPU process to its pod and container — checked over HTTP in /metrics and /state.
 

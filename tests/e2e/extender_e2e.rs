@@ -20,7 +20,7 @@ const UPSTREAM_ARGS: &str = r#"{"Pod":{"metadata":{"name":"podname","creationTim
 /// A GitLab Runner CI job pod in the shape Go's encoding/json gives a `v1.Pod` (field order
 /// of the Go structs, `creationTimestamp` as RFC 3339, quantities as strings, `status` with
 /// the phase only, as kube-scheduler sees a pending pod). Written for this test after the
-/// upstream fixture above and the runner's labels/annotations (DESIGN §1); not captured
+/// upstream fixture above and the runner's labels/annotations (GitLab Runner's pod labels and annotations); not captured
 /// from a cluster.
 fn ci_pod(name: &str, need_mib: Option<u64>) -> Value {
     let mut ann = json!({

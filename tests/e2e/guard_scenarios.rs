@@ -1,4 +1,4 @@
-//! The OOM guard's scenarios (issue 5, (a)–(i)) end to end on an injected clock: the
+//! The OOM guard's scenarios (a)–(i) end to end on an injected clock: the
 //! simulator plays the GPU, the agent's `Core` (the same one the event loop drives) attributes
 //! through a simulated /proc and the real pod watch, decides, and the real enforcer evicts
 //! through the API double over HTTP. The double plays the kubelet: an accepted eviction

@@ -1,4 +1,4 @@
-//! HTTP under load and abuse (issue 8, point 4): the real binary on loopback, bounded
+//! HTTP under load and abuse: the real binary on loopback, bounded
 //! request counts and time limits. 200 concurrent keep-alive connections scraping; 50
 //! slow clients stalled half-way through the request line (closed by the 5 s header
 //! timeout while `/metrics` keeps answering); an oversized request line, too many headers,

@@ -1,4 +1,4 @@
-//! A fake kubelet pod-resources server (DESIGN §5 tier 3): the generated
+//! A fake kubelet pod-resources server (real parts over real sockets): the generated
 //! `v1.PodResourcesLister` service over a real unix socket, with injected faults and delays,
 //! and a shutdown that deletes the socket as a stopping kubelet does. It holds its answers
 //! behind a lock so a test can change them mid-run. Shared by the client's tests and the

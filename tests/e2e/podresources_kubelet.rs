@@ -1,4 +1,4 @@
-//! The pod-resources client against a fake kubelet (DESIGN §5 tier 3): the generated
+//! The pod-resources client against a fake kubelet (real parts over real sockets): the generated
 //! `v1.PodResourcesLister` service over a real unix socket, with faults, a kubelet restart
 //! that deletes and recreates the socket, terminal pods, time-slicing replica IDs and several
 //! GPUs. The fake holds its answers behind a lock so each test can change them mid-run.

@@ -1,4 +1,4 @@
-//! Property tests of the scenario parser (issue 8, point 3): `Scenario::parse` never panics —
+//! Property tests of the scenario parser: `Scenario::parse` never panics —
 //! on arbitrary text, on valid scenarios mutated at random, nor on generated scenarios with
 //! out-of-range values — and every error it returns points somewhere: a field path
 //! (`processes[0].gpu`), a key, or a line and column. A scenario it accepts plays in the

@@ -1,4 +1,4 @@
-//! NVML faults survived (issue 8, point 1), with the real binary on the simulated backend
+//! NVML faults survived, with the real binary on the simulated backend
 //! over real HTTP: a poll that hangs in a call, a GPU lost mid-run, a call that starts
 //! failing; and, on the agent's `Core`, no guard decision on a GPU whose data cannot be
 //! trusted.

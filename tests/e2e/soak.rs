@@ -1,4 +1,4 @@
-//! A compressed soak (issue 8, point 5): the agent's `Core` — attribution through a
+//! A compressed soak: the agent's `Core` — attribution through a
 //! simulated /proc, a pod view that churns, the guard in dry-run, rendering — driven on a
 //! `ManualClock` for 5 000 one-second polls (83 simulated minutes) with heavy process and
 //! pod churn: two new GPU processes every poll, each in its own short-lived pod (one in

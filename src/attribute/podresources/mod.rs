@@ -1,4 +1,4 @@
-//! The kubelet's pod-resources API (`v1.PodResourcesLister`, DESIGN §3.9): which pod holds
+//! The kubelet's pod-resources API (`v1.PodResourcesLister`, docs/attribution.md): which pod holds
 //! which GPU replica, before any CUDA process exists.
 //!
 //! [`model`] is pure: it turns the kubelet's `List` and `GetAllocatableResources` answers

@@ -1,6 +1,6 @@
 //! The guard's decision state machine: per GPU, pressure and its history, when to act,
 //! whom the plan takes, and the one-decision-at-a-time, cooldown and rate-limit rules of
-//! DESIGN §3.5. Pure: the shells hand it snapshots, pod views, fast memory readings,
+//! docs/guard.md. Pure: the shells hand it snapshots, pod views, fast memory readings,
 //! eviction outcomes and the injected clock's monotonic time, and act on the
 //! [`Decision`]s it returns.
 //!

@@ -271,7 +271,7 @@ impl NvmlSource {
             let last = d.last_util_ts;
             let res = r.read(Field::ProcessUtilization, || {
                 match dev.process_utilization_stats(last) {
-                    // No samples since `last` is an empty answer, not a failure (DESIGN §4).
+                    // No samples since `last` is an empty answer, not a failure.
                     Err(NvmlError::NotFound) => Ok(Vec::new()),
                     other => other,
                 }

@@ -73,7 +73,7 @@ struct DeviceState {
     device: Device<'static>,
     id: GpuIdentity,
     unsupported: HashSet<Field>,
-    /// Largest process-utilization timestamp seen, passed back to NVML (DESIGN §4).
+    /// Largest process-utilization timestamp seen, passed back to NVML.
     last_util_ts: u64,
     lost: bool,
     names: HashMap<u32, String>,
