@@ -166,13 +166,32 @@ impl World {
         })
     }
 
-    /// The guard's one decision on the current snapshot at `t` seconds.
-    fn decide(&mut self, t: f64) -> Decision {
-        let mut ds = self.guard.observe(
+    /// Makes the next eviction(s) of pod `ci/<name>` meet `action` (`times`: how many; all
+    /// when None).
+    fn fault_eviction(&self, name: &str, action: FaultAction, times: Option<usize>) {
+        let f = Fault::new(
+            format!("/api/v1/namespaces/ci/pods/{name}/eviction"),
+            action,
+        )
+        .method(Method::POST);
+        self.server.inject(match times {
+            Some(n) => f.times(n),
+            None => f,
+        });
+    }
+
+    /// The guard's view of the current snapshot and pods at `t` seconds.
+    fn observe(&mut self, t: f64) -> Vec<Decision> {
+        self.guard.observe(
             &Arc::new(self.snapshot.clone()),
             &Arc::new(self.pods.clone()),
             Duration::from_secs_f64(t),
-        );
+        )
+    }
+
+    /// The guard's one decision on the current snapshot at `t` seconds.
+    fn decide(&mut self, t: f64) -> Decision {
+        let mut ds = self.observe(t);
         assert_eq!(ds.len(), 1, "{ds:#?}");
         ds.remove(0)
     }
@@ -495,14 +514,7 @@ async fn server_errors_and_missing_pods() -> Result {
     ];
     let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
     w.server.delete_pod("ci", "gone");
-    w.server.inject(
-        Fault::new(
-            "/api/v1/namespaces/ci/pods/flaky/eviction",
-            FaultAction::Status(500),
-        )
-        .method(Method::POST)
-        .times(1),
-    );
+    w.fault_eviction("flaky", FaultAction::Status(500), Some(1));
     let d = w.decide(0.0);
     let outcomes = w.execute(&d, 0.1).await;
     assert_eq!(outcomes.len(), 2, "{outcomes:?}");
@@ -536,13 +548,7 @@ async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
         Duration::from_secs(2),
     )
     .await?;
-    w.server.inject(
-        Fault::new(
-            "/api/v1/namespaces/ci/pods/stuck/eviction",
-            FaultAction::Hang,
-        )
-        .method(Method::POST),
-    );
+    w.fault_eviction("stuck", FaultAction::Hang, None);
     let d = w.decide(0.0);
     let t0 = Instant::now();
     let outcomes = w.execute(&d, 0.1).await;
@@ -579,19 +585,11 @@ async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
     );
     assert_eq!(w.evictions_metric("ci", "in_doubt"), 1);
     // Still under pressure a second later, with the pod still in view: no new decision.
-    let ds = w.guard.observe(
-        &Arc::new(w.snapshot.clone()),
-        &Arc::new(w.pods.clone()),
-        Duration::from_secs(1),
-    );
+    let ds = w.observe(1.0);
     assert!(ds.is_empty(), "{ds:#?}");
     // The pod is seen gone: the doubt resolves as evicted, and the guard cools down on it.
     w.pods.remove(&uid("stuck"));
-    let ds = w.guard.observe(
-        &Arc::new(w.snapshot.clone()),
-        &Arc::new(w.pods.clone()),
-        Duration::from_secs(2),
-    );
+    let ds = w.observe(2.0);
     assert!(ds.is_empty(), "{ds:#?}");
     assert!(
         matches!(w.phase(), GpuPhase::Cooldown { .. }),
@@ -614,13 +612,10 @@ async fn a_slow_eviction_that_is_carried_out_evicts_one_pod_not_two() -> Result 
         Duration::from_secs(2),
     )
     .await?;
-    w.server.inject(
-        Fault::new(
-            "/api/v1/namespaces/ci/pods/slow/eviction",
-            FaultAction::Delay(Duration::from_millis(700)),
-        )
-        .method(Method::POST)
-        .times(1),
+    w.fault_eviction(
+        "slow",
+        FaultAction::Delay(Duration::from_millis(700)),
+        Some(1),
     );
     let d = w.decide(0.0);
     let outcomes = w.execute(&d, 0.1).await;
@@ -639,11 +634,7 @@ async fn a_slow_eviction_that_is_carried_out_evicts_one_pod_not_two() -> Result 
     }
     // The watch shows the pod terminating: resolved as evicted, cooldown, no second victim.
     w.pods.get_mut(&uid("slow")).unwrap().terminating = true;
-    let ds = w.guard.observe(
-        &Arc::new(w.snapshot.clone()),
-        &Arc::new(w.pods.clone()),
-        Duration::from_secs(1),
-    );
+    let ds = w.observe(1.0);
     assert!(ds.is_empty(), "{ds:#?}");
     assert!(
         matches!(w.phase(), GpuPhase::Cooldown { .. }),
@@ -662,14 +653,7 @@ async fn a_connection_lost_after_the_request_is_in_doubt() -> Result {
     for apply in [true, false] {
         let pods = [p("ci", "cut", 0, 3000), p("ci", "next", 1, 3000)];
         let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
-        w.server.inject(
-            Fault::new(
-                "/api/v1/namespaces/ci/pods/cut/eviction",
-                FaultAction::DropAfterBody { apply },
-            )
-            .method(Method::POST)
-            .times(1),
-        );
+        w.fault_eviction("cut", FaultAction::DropAfterBody { apply }, Some(1));
         let d = w.decide(0.0);
         let outcomes = w.execute(&d, 0.1).await;
         assert!(
