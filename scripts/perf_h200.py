@@ -28,6 +28,24 @@ A missing module or a failing measurement prints one line and the run goes on.
         --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
         --floor target/release/examples/nvml_floor
 
+`--plan peers` (issue 20) is a different run of about 7 minutes: with `--peer-procs` CUDA
+processes (`scripts/cuda_hold.py`), gpu-warden, nvitop-exporter (`--nvitop-site`: a folder the
+wheels were installed into), the pynvml exporter (this script's `--serve-pynvml`, a process of
+its own) and the NVML floor at the agent's cadence (`nvml_floor --cadence`, with and without
+the XID event wait) run at once, each exporter scraped once a second together with one
+`nvidia-smi --query-gpu` run, for `--peer-seconds` with GPM off and again with GPM every 10 s;
+every thread's schedstat, wake-ups (context switches) and RSS of each process; values
+cross-checked in the same second; `/metrics` under 64 compiled scrapers; then the crowded
+GPU (`--crowded 64,256`): the agent beside the floor and `nvml_floor --per-call`.
+
+    OUT=/tmp/peers python3 scripts/perf_h200.py --plan peers --agent target/release/gpu-warden \
+        --floor target/release/examples/nvml_floor --scrape-load target/release/examples/scrape_load \
+        --nvitop-site /tmp/nvt [--agent-baseline other/gpu-warden]
+
+`--plan scrape-modes` (issue 20, about 90 s): three agents with GPM off beside
+`nvml_floor --cadence --xid` for `--peer-seconds`, one scraped once a second on a new connection
+each time, one on a kept-alive connection, one not scraped: the HTTP side's share per thread.
+
 Smoke test without a GPU (simulated agent; load, NVML and nvidia-smi sections are skipped):
 
     python3 scripts/perf_h200.py --backend sim --agent target/release/gpu-warden \\
@@ -1326,6 +1344,598 @@ def summary_section(rep, a):
 
 # --------------------------------------------------------------------------- main
 
+# --------------------------------------------------------------------------- peers (issue 20)
+#
+# `--plan peers`: every exporter at once on one GPU, each scraped once a second, every thread
+# of each counted (schedstat), beside the NVML floor at the agent's cadence
+# (`nvml_floor --cadence`), at two GPM settings; then /metrics under 64 scrapers and the
+# crowded GPU (64 and 256 CUDA processes, `nvml_floor --per-call`).
+
+def thread_snapshot(pid):
+    """{tid: (comm, on-CPU ns, voluntary + involuntary context switches)} of a live process."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/comm") as f:
+                comm = f.read().strip()
+            with open(f"{base}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            sw = 0
+            with open(f"{base}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        sw += int(line.split()[1])
+            out[tid] = (comm, ns, sw)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def threads_delta(a, b, wall):
+    """Per thread name (threads of one name summed): CPU ms per second and wake-ups per second."""
+    by = {}
+    for tid, (comm, ns, sw) in b.items():
+        ns0, sw0 = (a[tid][1], a[tid][2]) if tid in a else (0, 0)
+        e = by.setdefault(comm, {"threads": 0, "cpu_ms_per_s": 0.0, "switches_per_s": 0.0})
+        e["threads"] += 1
+        e["cpu_ms_per_s"] += (ns - ns0) / 1e6 / wall
+        e["switches_per_s"] += (sw - sw0) / wall
+    return by
+
+
+class Proc:
+    """A long-running process measured from outside: every thread's schedstat, RSS."""
+
+    def __init__(self, name, argv, env=None, logdir=None):
+        self.name, self.argv = name, argv
+        self.log = os.path.join(logdir, f"{re.sub('[^A-Za-z0-9_.-]', '_', name)}.log")
+        self.p = spawn(argv, env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def begin(self):
+        self.t0, self.s0, self.th0 = time.monotonic(), cpu_snapshot(self.p.pid), thread_snapshot(self.p.pid)
+        self.rss = []
+
+    def sample_rss(self):
+        st = proc_status(self.p.pid)
+        if "VmRSS_MiB" in st:
+            self.rss.append(st["VmRSS_MiB"])
+
+    def end(self):
+        s1, th1 = cpu_snapshot(self.p.pid), thread_snapshot(self.p.pid)
+        wall = s1["t"] - self.s0["t"]
+        st = proc_status(self.p.pid)
+        d = cpu_delta(self.s0, s1, "sched_s")
+        return {"window_s": round(wall, 2), "cpu_s": d, "cpu_pct": d / wall * 100 if d is not None else None,
+                "cpu_ms_per_s": d / wall * 1e3 if d is not None else None,
+                "rss_mib_end": st.get("VmRSS_MiB"), "rss_mib_max": max(self.rss) if self.rss else None,
+                "hwm_mib": st.get("VmHWM_MiB"), "threads": st.get("Threads"),
+                "per_thread": threads_delta(self.th0, th1, wall),
+                "switches_per_s": sum(v["switches_per_s"] for v in threads_delta(self.th0, th1, wall).values())}
+
+    def stop(self, rep):
+        stop(self.p)
+        rep.log(f"{self.name}: {' '.join(self.argv)}", tail(self.log, 40))
+
+
+def wait_http(port, path, timeout, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited: {last_line(proc.log)}")
+        try:
+            st, body, _ = http_get(port, path, timeout=2)
+            if st == 200 and body:
+                return body
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"port {port}{path} not ready after {timeout} s")
+
+
+def metric_prefix(body, prefix, label=None):
+    """First value of a series whose name starts with prefix (optionally containing label)."""
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("#") or not line.startswith(prefix):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith(("_created",)):
+            continue
+        if label and label not in line:
+            continue
+        try:
+            return float(line.rsplit(None, 1)[-1])
+        except ValueError:
+            pass
+    return None
+
+
+# What each peer calls memory used (MiB), GPU temperature (C), power (W), SM clock (MHz).
+XCHECK = {
+    "gpu-warden": ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"),
+    "nvitop-exporter": ("gpu_memory_used", "gpu_temperature", "gpu_power_usage", "gpu_clock_sm"),
+    "pynvml exporter": ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"),
+}
+SMI_QUERY = ("memory.used,temperature.gpu,power.draw,clocks.sm,utilization.gpu,memory.total,memory.free,"
+             "temperature.memory,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.limit,"
+             "clocks.max.sm,clocks.max.mem,enforced.power.limit,pstate,ecc.errors.corrected.volatile.total,"
+             "ecc.errors.uncorrected.volatile.total")
+
+
+class Scraper:
+    """Once a second: one GET of each exporter's /metrics and one `nvidia-smi --query-gpu`
+    (what nvidia_gpu_exporter runs per scrape; its CPU summed from wait4), all in the same
+    second; keeps latencies and the cross-check values."""
+
+    def __init__(self, targets):
+        import threading
+        self.targets = targets  # {name: port}
+        self.lat = {n: [] for n in targets}
+        self.errors = {n: 0 for n in targets}
+        self.rounds = []
+        self.smi = {"runs": 0, "cpu_s": 0.0, "wall_s": 0.0, "peak_rss_kib": 0}
+        self.stop_ev = threading.Event()
+        self.th = threading.Thread(target=self.loop, daemon=True)
+
+    def start(self):
+        self.th.start()
+
+    def loop(self):
+        nxt = time.monotonic()
+        while not self.stop_ev.is_set():
+            row = {"t": time.time()}
+            for n, port in self.targets.items():
+                try:
+                    st, body, dt = http_get(port, "/metrics", timeout=5)
+                    if st != 200:
+                        raise OSError(f"status {st}")
+                    self.lat[n].append(dt * 1e3)
+                    row[n] = [metric_prefix(body, k) for k in XCHECK["gpu-warden" if n.startswith("gpu-warden") else n]]
+                except OSError:
+                    self.errors[n] += 1
+            try:
+                t = time.perf_counter()
+                p = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv,noheader,nounits"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                out = p.stdout.read()
+                _, status, ru = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                self.smi["runs"] += 1
+                self.smi["cpu_s"] += ru.ru_utime + ru.ru_stime
+                self.smi["wall_s"] += time.perf_counter() - t
+                self.smi["peak_rss_kib"] = max(self.smi["peak_rss_kib"], ru.ru_maxrss)
+                f = [x.strip() for x in out.splitlines()[0].split(",")]
+                row["nvidia-smi"] = [float(f[0]), float(f[1]), float(f[2]), float(f[3])]
+            except (OSError, ValueError, IndexError):
+                pass
+            self.rounds.append(row)
+            nxt += 1.0
+            self.stop_ev.wait(max(0.0, nxt - time.monotonic()))
+
+    def reset(self):
+        self.lat = {n: [] for n in self.targets}
+        self.errors = {n: 0 for n in self.targets}
+        self.rounds = []
+        self.smi = {"runs": 0, "cpu_s": 0.0, "wall_s": 0.0, "peak_rss_kib": 0}
+
+    def stop(self):
+        self.stop_ev.set()
+        self.th.join(timeout=10)
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def peers_window(rep, a, tag, procs, scraper, seconds):
+    """Measures every process in `procs` over the same window; returns {name: figures}."""
+    scraper.reset()
+    for p in procs.values():
+        p.begin()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for p in procs.values():
+            p.sample_rss()
+        time.sleep(1.0)
+    res = {n: p.end() for n, p in procs.items()}
+    smi = dict(scraper.smi)
+    lat = {n: list(v) for n, v in scraper.lat.items()}
+    rounds = list(scraper.rounds)
+    rep.put("peers", f"{tag}_procs", res)
+    rep.put("peers", f"{tag}_smi", smi)
+    rep.put("peers", f"{tag}_latency_ms", {n: {"n": len(v), "p50": pct(v, 50), "p99": pct(v, 99), "max": max(v) if v else None}
+                                          for n, v in lat.items()})
+    rep.put("peers", f"{tag}_errors", dict(scraper.errors))
+    rep.put("peers", f"{tag}_rounds", rounds)
+    return res, smi, lat, rounds
+
+
+def peers_report(rep, tag, res, smi, lat, rounds, floor_name, nvml_only):
+    rows = []
+    fl = res.get(floor_name, {}).get("cpu_ms_per_s")
+    floor_rss = res.get(nvml_only, {}).get("rss_mib_max")
+    for n, r in res.items():
+        lt = lat.get(n, [])
+        rows.append([n, f3(r["cpu_pct"]), f3(r["cpu_ms_per_s"]),
+                     f3(r["cpu_ms_per_s"] / fl, 2) if fl and r["cpu_ms_per_s"] is not None else "—",
+                     f"{f3(r['rss_mib_end'], 1)} / {f3(r['rss_mib_max'], 1)}",
+                     f3(r["rss_mib_max"] - floor_rss, 1) if floor_rss and r["rss_mib_max"] else "—",
+                     r["threads"], f3(r["switches_per_s"], 1),
+                     f"{f3(pct(lt, 50))} / {f3(pct(lt, 99))}" if lt else "—"])
+    if smi["runs"]:
+        w = res[next(iter(res))]["window_s"]
+        rows.append(["nvidia-smi --query-gpu once a second", f3(smi["cpu_s"] / w * 100), f3(smi["cpu_s"] / w * 1e3),
+                     f3(smi["cpu_s"] / w * 1e3 / fl, 2) if fl else "—", f"peak {smi['peak_rss_kib'] / 1024:.1f}",
+                     "—", "—", "—", f"{smi['wall_s'] / smi['runs'] * 1e3:.1f} (wall per run)"])
+    rep.table(["process", "CPU, % of one core", "CPU, ms/s", f"÷ {floor_name}", "RSS end / max, MiB",
+               f"RSS max − {nvml_only}, MiB", "threads", "wake-ups/s (ctx switches)", "scrape p50 / p99, ms (1/s)"], rows)
+    # Per-thread breakdown of the agent and the floors.
+    for n, r in res.items():
+        if n.startswith(("gpu-warden", "nvml_floor", "nvitop")):
+            th = sorted(r["per_thread"].items(), key=lambda kv: -kv[1]["cpu_ms_per_s"])
+            rep.say(f"{n} per thread: " + "; ".join(
+                f"{k}×{v['threads']} {v['cpu_ms_per_s']:.3f} ms/s, {v['switches_per_s']:.1f} wake/s" for k, v in th))
+            rep.say()
+    # Cross-check: values read in the same second.
+    names = [n for n in ("gpu-warden", "nvitop-exporter", "pynvml exporter", "nvidia-smi")]
+    diffs = {n: [[], [], [], []] for n in names[1:]}
+    for row in rounds:
+        base = row.get("gpu-warden")
+        if not base:
+            continue
+        for n in names[1:]:
+            v = row.get(n)
+            if not v:
+                continue
+            for i in range(4):
+                if base[i] is not None and v[i] is not None:
+                    diffs[n][i].append(abs(v[i] - base[i]))
+    last = next((r for r in reversed(rounds) if all(r.get(n) for n in names)), None)
+    xrows = []
+    for n in names[1:]:
+        xrows.append([n] + [f"{f3(statistics.median(d), 1)} / {f3(max(d), 1)} (n={len(d)})" if d else "—"
+                            for d in diffs[n]])
+    rep.say("Cross-check against gpu-warden, same second (|difference| median / max):")
+    rep.table(["peer", "memory used, MiB", "GPU temperature, °C", "power, W", "SM clock, MHz"], xrows)
+    if last:
+        rep.say("Last full round: " + "; ".join(f"{n} {last[n]}" for n in names))
+        rep.say()
+
+
+def serve_pynvml(port):
+    """`--serve-pynvml PORT`: the pynvml + prometheus_client exporter as teams write it, as a
+    process of its own: every field every second (energy included), generate_latest per scrape."""
+    class Quiet:
+        def note(self, text):
+            print(text, file=sys.stderr)
+    nv.nvmlInit()
+    ex = PyExporter(Quiet())
+    prom.start_http_server(port, addr="127.0.0.1")
+    nxt = time.monotonic()
+    while True:
+        ex.collect(True, True)
+        nxt += 1.0
+        time.sleep(max(0.0, nxt - time.monotonic()))
+
+
+def holders_grow(rep, a, holders, n, timeout=120):
+    t0 = time.monotonic()
+    while len(holders) < n:
+        i = len(holders)
+        path = os.path.join(a.workdir, f"hold-{i}.log")
+        p = spawn([sys.executable, os.path.join(HERE, "cuda_hold.py"), "--mib", "1"],
+                  stdout=open(path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+                  env=dict(os.environ, CUDA_MODULE_LOADING="LAZY"))
+        holders.append((p, path))
+        if i % 16 == 15:
+            time.sleep(0.5)
+    while time.monotonic() - t0 < timeout:
+        ready = errors = 0
+        for p, path in holders:
+            try:
+                s = open(path).read()
+            except OSError:
+                s = ""
+            ready += '"ready"' in s
+            errors += '"error"' in s or (p.poll() is not None and '"ready"' not in s)
+        if ready + errors >= n:
+            break
+        time.sleep(0.5)
+    listed = gpu_process_count()
+    rep.say(f"CUDA holders: {ready} ready, {errors} failed of {n} started; the GPU lists {listed} processes "
+            f"({time.monotonic() - t0:.1f} s)")
+    if errors:
+        bad = next((path for p, path in holders if '"ready"' not in open(path).read()), None)
+        if bad:
+            rep.note(f"a holder failed: {tail(bad, 3).strip()}")
+    rep.say()
+    return listed
+
+
+def holders_kill(holders):
+    for p, _ in holders:
+        try:
+            p.kill()
+        except OSError:
+            pass
+    for p, _ in holders:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    holders.clear()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        n = gpu_process_count()
+        if n is None or n == 0:
+            break
+        time.sleep(0.5)
+
+
+def floor_per_call(a, iterations):
+    r = subprocess.run([a.floor, str(iterations), "--per-call"], capture_output=True, text=True, timeout=120)
+    out = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"(.+?): ([0-9.]+) µs mean over (\d+) calls", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out, r.stdout
+
+
+def agent_argv(a, port, gpm_interval):
+    argv = [a.agent, "--backend", "nvml", "--kube", "off", "--guard-mode", "off", "--poll-interval", "1s",
+            "--listen", f"127.0.0.1:{port}"]
+    if gpm_interval:
+        argv += ["--gpm", "on", "--gpm-interval", gpm_interval]
+    else:
+        argv += ["--gpm", "off"]
+    return argv
+
+
+def clean_env():
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("GPU_WARDEN_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+
+
+BASELINE = "gpu-warden, baseline build (--agent-baseline)"
+
+
+def peers_plan(rep, a):
+    """The issue-20 run: see the comment above."""
+    holders = []
+    logdir = a.workdir  # tails go to logs.txt when each process stops
+    env = clean_env()
+    nvt_env = dict(env)
+    if a.nvitop_site:
+        nvt_env["PYTHONPATH"] = a.nvitop_site + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    sys_env = dict(env)
+    sys_env.pop("PYTHONPATH", None)
+    rep.say(f"## CUDA processes for the side-by-side phases ({a.peer_procs})")
+    rep.say()
+    holders_grow(rep, a, holders, a.peer_procs)
+    ports = {"gpu-warden": free_port(), "nvitop-exporter": free_port(), "pynvml exporter": free_port()}
+    peers = {}
+    try:
+        peers["nvitop-exporter"] = Proc("nvitop-exporter", [sys.executable, "-m", "nvitop_exporter", "--bind-address",
+                                        "127.0.0.1", "--port", str(ports["nvitop-exporter"]), "--hostname", "h200",
+                                        "--interval", "1.0"], env=nvt_env, logdir=logdir)
+        wait_http(ports["nvitop-exporter"], "/metrics", 60, peers["nvitop-exporter"])
+    except Exception as e:
+        rep.note(f"nvitop-exporter did not start: {e}")
+        peers.pop("nvitop-exporter", None)
+        ports.pop("nvitop-exporter")
+    try:
+        peers["pynvml exporter"] = Proc("pynvml-exporter", [sys.executable, os.path.abspath(__file__), "--agent", "-",
+                                        "--serve-pynvml", str(ports["pynvml exporter"])], env=sys_env, logdir=logdir)
+        wait_http(ports["pynvml exporter"], "/metrics", 60, peers["pynvml exporter"])
+    except Exception as e:
+        rep.note(f"pynvml exporter did not start: {e}")
+        peers.pop("pynvml exporter", None)
+        ports.pop("pynvml exporter")
+    for tag, gpm_iv, gpm_s in (("gpm_off", None, 0), ("gpm_10s", "10s", 10)):
+        title = "GPM off" if not gpm_iv else f"GPM every {gpm_iv}"
+        rep.say(f"## Side by side, {title}, {a.peer_procs} CUDA processes, {a.peer_seconds} s")
+        rep.say()
+        t0 = time.monotonic()
+        procs = {}
+        agent = Proc(f"gpu-warden {tag}", agent_argv(a, ports["gpu-warden"], gpm_iv), env=env, logdir=logdir)
+        fargs = ["--cadence", "--seconds", str(a.peer_seconds + 40), "--gpm-interval-s", str(gpm_s)]
+        floor_x = Proc(f"nvml_floor {tag} +xid", [a.floor] + fargs + ["--xid"], env=env, logdir=logdir)
+        floor_n = Proc(f"nvml_floor {tag}", [a.floor] + fargs, env=env, logdir=logdir)
+        wait_http(ports["gpu-warden"], "/readyz", 30, agent)
+        procs["gpu-warden"] = agent
+        base = None
+        if a.agent_baseline:
+            bport = free_port()
+            base = Proc(f"gpu-warden baseline {tag}", [a.agent_baseline] + agent_argv(a, bport, gpm_iv)[1:], env=env,
+                        logdir=logdir)
+            try:
+                wait_http(bport, "/readyz", 30, base)
+                procs[BASELINE] = base
+            except RuntimeError as e:
+                rep.note(f"baseline agent: {e}")
+        procs["nvml_floor +xid (same calls, same cadence)"] = floor_x
+        procs["nvml_floor, no XID wait"] = floor_n
+        procs.update(peers)
+        targets = dict(ports)
+        if BASELINE in procs:
+            targets[BASELINE] = bport
+        scraper = Scraper(targets)
+        scraper.start()
+        time.sleep(3)  # a few polls and GPM windows before the window opens
+        res, smi, lat, rounds = peers_window(rep, a, tag, procs, scraper, a.peer_seconds)
+        scraper.stop()
+        n1, s1 = poll_counters(ports["gpu-warden"])
+        rep.put("peers", f"{tag}_agent_polls", [n1, s1])
+        peers_report(rep, tag, res, smi, lat, rounds, "nvml_floor +xid (same calls, same cadence)",
+                     "nvml_floor +xid (same calls, same cadence)")
+        # /metrics under 64 concurrent scrapers (after the window, so it does not count in it).
+        if a.scrape_load and tag == "gpm_10s":
+            lrows = []
+            for n, port in ports.items():
+                for clients, per in ((1, 500), (64, 50)) if n == "gpu-warden" else ((64, 5),):
+                    try:
+                        r = subprocess.run([a.scrape_load, "--addr", f"127.0.0.1:{port}", "--path", "/metrics",
+                                            "--clients", str(clients), "--requests-per-client", str(per)],
+                                           capture_output=True, text=True, timeout=60)
+                        j = json.loads(r.stdout.strip().splitlines()[-1])
+                        rep.put("peers", f"scrape_{n}_{clients}", j)
+                        lrows.append([n, f"{clients} × {per}", f3(j.get("p50_ms")), f3(j.get("p90_ms")),
+                                      f3(j.get("p99_ms")), f3(j.get("max_ms")), j.get("errors"),
+                                      j.get("bytes_per_response")])
+                    except Exception as e:
+                        rep.note(f"scrape_load {n} {clients}: {type(e).__name__}: {e}")
+            rep.say("/metrics latency, compiled keep-alive client (examples/scrape_load.rs):")
+            rep.table(["exporter", "clients × requests", "p50, ms", "p90, ms", "p99, ms", "max, ms", "errors",
+                       "bytes"], lrows)
+        agent.stop(rep)
+        if base is not None:
+            base.stop(rep)
+        floor_x.stop(rep)
+        floor_n.stop(rep)
+        rep.say(f"_phase took {time.monotonic() - t0:.0f} s; {rep.elapsed():.0f} s since start_")
+        rep.say()
+        rep.save()
+    for p in peers.values():
+        p.stop(rep)
+    # The crowded GPU.
+    for n in a.crowded:
+        if rep.elapsed() > a.deadline_seconds - 60:
+            rep.note(f"skipped the {n}-process phase: {rep.elapsed():.0f} s elapsed")
+            break
+        rep.say(f"## Crowded GPU, {n} CUDA processes")
+        rep.say()
+        listed = holders_grow(rep, a, holders, n, timeout=150)
+        port = free_port()
+        agent = Proc(f"gpu-warden crowded {n}", agent_argv(a, port, None), env=env, logdir=logdir)
+        floor = Proc(f"nvml_floor crowded {n}", [a.floor, "--cadence", "--seconds", str(a.crowded_seconds + 60),
+                                                  "--xid"], env=env, logdir=logdir)
+        try:
+            wait_http(port, "/readyz", 60, agent)
+        except RuntimeError as e:
+            rep.note(str(e))
+        time.sleep(3)
+        c0 = poll_counters(port)
+        scraper = Scraper({"gpu-warden": port})
+        scraper.start()
+        res, smi, lat, rounds = peers_window(rep, a, f"crowded_{n}", {"gpu-warden": agent, "nvml_floor +xid": floor},
+                                             scraper, a.crowded_seconds)
+        scraper.stop()
+        c1 = poll_counters(port)
+        polls = c1[0] - c0[0] if c0[0] is not None and c1[0] is not None else None
+        wall_ms = (c1[1] - c0[1]) / polls * 1e3 if polls else None
+        pc, raw = floor_per_call(a, a.per_call_iterations if n <= 64 else max(5, a.per_call_iterations // 4))
+        rep.put("crowded", f"{n}", {"listed": listed, "agent": res["gpu-warden"], "floor": res["nvml_floor +xid"],
+                                    "agent_polls": polls, "agent_wall_per_poll_ms": wall_ms, "per_call_us": pc,
+                                    "per_call_raw": raw})
+        ag, fl = res["gpu-warden"], res["nvml_floor +xid"]
+        rep.table(["process", "CPU, ms/s", "RSS max, MiB", "wake-ups/s", "wall per poll, ms"],
+                  [["gpu-warden", f3(ag["cpu_ms_per_s"]), f3(ag["rss_mib_max"], 1), f3(ag["switches_per_s"], 1),
+                    f3(wall_ms)],
+                   ["nvml_floor --cadence --xid", f3(fl["cpu_ms_per_s"]), f3(fl["rss_mib_max"], 1),
+                    f3(fl["switches_per_s"], 1), "—"],
+                   ["ratio", f3(ag["cpu_ms_per_s"] / fl["cpu_ms_per_s"], 2) if fl["cpu_ms_per_s"] else "—", "", "",
+                    ""]])
+        for k in ("gpu-warden", "nvml_floor +xid"):
+            th = sorted(res[k]["per_thread"].items(), key=lambda kv: -kv[1]["cpu_ms_per_s"])
+            rep.say(f"{k} per thread: " + "; ".join(
+                f"{t}×{v['threads']} {v['cpu_ms_per_s']:.3f} ms/s, {v['switches_per_s']:.1f} wake/s" for t, v in th))
+            rep.say()
+        rep.say("`nvml_floor --per-call` (µs per call, mean):")
+        rep.table(["call", "µs"], [[k, f"{v:.1f}"] for k, v in sorted(pc.items(), key=lambda kv: -kv[1])])
+        agent.stop(rep)
+        floor.stop(rep)
+        rep.save()
+    holders_kill(holders)
+
+
+
+def scrape_modes_plan(rep, a):
+    """`--plan scrape-modes`: three agents at once (GPM off) beside the floor at the same
+    cadence, one scraped once a second on a new connection each time, one once a second on a
+    kept-alive connection (as Prometheus does), one not scraped: what the HTTP side costs."""
+    import threading
+    env = clean_env()
+    holders = []
+    holders_grow(rep, a, holders, a.peer_procs)
+    procs, ports = {}, {}
+    for tag in ("new connection each scrape", "kept-alive connection", "not scraped"):
+        ports[tag] = free_port()
+        procs[f"gpu-warden, {tag}"] = Proc(f"gpu-warden {tag}", agent_argv(a, ports[tag], None), env=env,
+                                           logdir=a.workdir)
+    procs["nvml_floor --cadence --xid"] = Proc("nvml_floor", [a.floor, "--cadence", "--seconds",
+                                               str(a.peer_seconds + 40), "--xid"], env=env, logdir=a.workdir)
+    for tag, port in ports.items():
+        wait_http(port, "/readyz", 30, procs[f"gpu-warden, {tag}"])
+    stop_ev = threading.Event()
+    lat = {"new": [], "keep": []}
+
+    def new_conn():
+        nxt = time.monotonic()
+        while not stop_ev.is_set():
+            try:
+                lat["new"].append(http_get(ports["new connection each scrape"])[2] * 1e3)
+            except OSError:
+                pass
+            nxt += 1.0
+            stop_ev.wait(max(0.0, nxt - time.monotonic()))
+
+    def keep_alive():
+        c = http.client.HTTPConnection("127.0.0.1", ports["kept-alive connection"], timeout=5)
+        nxt = time.monotonic()
+        while not stop_ev.is_set():
+            try:
+                t = time.perf_counter()
+                c.request("GET", "/metrics")
+                c.getresponse().read()
+                lat["keep"].append((time.perf_counter() - t) * 1e3)
+            except (OSError, http.client.HTTPException):
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", ports["kept-alive connection"], timeout=5)
+            nxt += 1.0
+            stop_ev.wait(max(0.0, nxt - time.monotonic()))
+    ths = [threading.Thread(target=f, daemon=True) for f in (new_conn, keep_alive)]
+    for t in ths:
+        t.start()
+    time.sleep(3)
+    for p in procs.values():
+        p.begin()
+    end = time.monotonic() + a.peer_seconds
+    while time.monotonic() < end:
+        for p in procs.values():
+            p.sample_rss()
+        time.sleep(1.0)
+    res = {n: p.end() for n, p in procs.items()}
+    stop_ev.set()
+    for t in ths:
+        t.join(timeout=5)
+    rep.put("scrape_modes", "procs", res)
+    rep.put("scrape_modes", "latency_ms", {k: {"n": len(v), "p50": pct(v, 50), "p99": pct(v, 99)} for k, v in lat.items()})
+    fl = res["nvml_floor --cadence --xid"]["cpu_ms_per_s"]
+    rep.table(["process", "CPU, ms/s", "÷ floor", "RSS max, MiB", "wake-ups/s", "per thread (ms/s, wake-ups/s)"],
+              [[n, f3(r["cpu_ms_per_s"]), f3(r["cpu_ms_per_s"] / fl, 2) if fl else "—", f3(r["rss_mib_max"], 1),
+                f3(r["switches_per_s"], 1),
+                "; ".join(f"{k}×{v['threads']} {v['cpu_ms_per_s']:.3f}, {v['switches_per_s']:.1f}"
+                          for k, v in sorted(r["per_thread"].items(), key=lambda kv: -kv[1]["cpu_ms_per_s"]))]
+               for n, r in res.items()])
+    rep.say(f"scrape latency, ms (p50 / p99): new connection {f3(pct(lat['new'], 50))} / {f3(pct(lat['new'], 99))}; "
+            f"kept alive {f3(pct(lat['keep'], 50))} / {f3(pct(lat['keep'], 99))}")
+    rep.say()
+    for p in procs.values():
+        p.stop(rep)
+    holders_kill(holders)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1350,14 +1960,32 @@ def main():
                     help="sim: smoke test without a GPU (agent plays --scenario; load/NVML/nvidia-smi sections skipped)")
     ap.add_argument("--scenario", default=os.path.join(REPO, "examples", "a10g-timesliced.yaml"))
     ap.add_argument("--out", default=os.environ.get("OUT") or None, help="output folder (default $OUT, else a temp dir)")
+    ap.add_argument("--plan", choices=["issue7", "peers", "scrape-modes"], default="issue7",
+                    help="issue7: the per-poll run above; peers: issue 20's side-by-side run (nvitop-exporter, "
+                         "the pynvml exporter, nvidia-smi, the floor at the agent's cadence, GPM off and 10 s, "
+                         "64 scrapers, the crowded GPU)")
+    ap.add_argument("--peer-procs", type=int, default=2, help="CUDA processes during the side-by-side phases")
+    ap.add_argument("--peer-seconds", type=int, default=75, help="window of each side-by-side phase")
+    ap.add_argument("--crowded", default="64,256", help="CUDA processes of the crowded phases")
+    ap.add_argument("--crowded-seconds", type=int, default=20)
+    ap.add_argument("--per-call-iterations", type=int, default=100)
+    ap.add_argument("--nvitop-site", default=None, help="folder holding nvitop and nvitop_exporter (PYTHONPATH of "
+                    "nvitop-exporter alone)")
+    ap.add_argument("--agent-baseline", default=None, help="a second gpu-warden build run beside --agent in the "
+                    "side-by-side phases (e.g. main's release profile)")
+    ap.add_argument("--serve-pynvml", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.serve_pynvml is not None:
+        serve_pynvml(a.serve_pynvml)
+        return
+    a.crowded = [int(x) for x in a.crowded.split(",") if x.strip()]
     if a.procs_list is None:
         a.procs_list = f"0,{a.procs}" if a.procs is not None else "0,8,64"
     procs_list = sorted({int(x) for x in a.procs_list.split(",") if x.strip()})
     a.out = a.out or tempfile.mkdtemp(prefix="perf-h200-")
     os.makedirs(a.out, exist_ok=True)
     a.workdir = tempfile.mkdtemp(prefix="perf-h200-work-")
-    for name in ("agent", "scrape_load", "double", "floor"):
+    for name in ("agent", "scrape_load", "double", "floor", "agent_baseline", "nvitop_site"):
         v = getattr(a, name)
         if v:
             setattr(a, name, os.path.abspath(v))
@@ -1370,6 +1998,18 @@ def main():
 
     loads = Loads(a, rep)
     try:
+        if a.plan == "peers":
+            rep.say("# gpu-warden beside its peers (issue 20)")
+            rep.say()
+            section(rep, "info", "Setup", info_section, rep, a)
+            section(rep, "peers", "Peers, floor, scrapers, crowded GPU", peers_plan, rep, a)
+            return
+        if a.plan == "scrape-modes":
+            rep.say("# gpu-warden: what the HTTP side costs (issue 20)")
+            rep.say()
+            section(rep, "info", "Setup", info_section, rep, a)
+            section(rep, "scrape_modes", f"Three agents, {a.peer_seconds} s, GPM off", scrape_modes_plan, rep, a)
+            return
         rep.say("# gpu-warden performance run (issue 7)")
         rep.say()
         section(rep, "info", "Setup", info_section, rep, a)
