@@ -329,9 +329,29 @@ fn yaml_error_message(text: &str, e: &serde_yaml_ng::Error) -> String {
             (line, column)
         }
         (None, Some(loc)) => (loc.line(), loc.column()),
-        (None, None) => return message,
+        // "more than one document" carries no location: point at the second document's
+        // `---` (or a `...` end marker), the first one after any content.
+        (None, None) => match second_document(text) {
+            Some(line) => (line, 1),
+            None => return message,
+        },
     };
     format!("{message} (line {line} column {column})")
+}
+
+/// The 1-based line of the marker that starts a second YAML document, if any.
+fn second_document(text: &str) -> Option<usize> {
+    let mut content = false;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_end();
+        if (t == "---" || t.starts_with("--- ") || t == "...") && content {
+            return Some(i + 1);
+        }
+        if !t.is_empty() && !t.trim_start().starts_with('#') && t != "---" {
+            content = true;
+        }
+    }
+    None
 }
 
 /// Largest framebuffer a scenario may declare, MiB (16 TiB): byte figures stay far from
@@ -538,6 +558,14 @@ impl Scenario {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_second_document_is_pointed_at() {
+        let e = Scenario::parse("gpus: []\n---\ngpus: []\n", "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2 column 1"), "{e}");
+    }
+
     use super::*;
 
     const MINIMAL: &str = "gpus:\n  - model: NVIDIA A10G\n    memory_mib: 23028\n";
