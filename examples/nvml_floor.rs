@@ -1,5 +1,5 @@
 //! The NVML floor: the calls gpu-warden makes per full poll, in a tight loop, with nothing
-//! else — no snapshot, no attribution, no rendering. `scripts/perf_h200.py` compares the
+//! else — no snapshot, no attribution, no rendering. `hw/perf_h200.py` compares the
 //! agent's per-poll cost with this (issue 7).
 //!
 //!     cargo run --release --example nvml_floor -- [iterations] [--with-slow-counters]
@@ -18,7 +18,7 @@
 //! process utilization every 5 s (`--util-every`) when the GPU lists processes; a process's
 //! name once per pid; with `--gpm-interval-s S` (S > 0) one GPM sample and the ten metrics
 //! every S seconds; with `--xid` a thread blocked in `nvmlEventSetWait` 500 ms at a time, as
-//! the agent's XID watcher is. `scripts/perf_h200.py --plan peers` measures its CPU (every
+//! the agent's XID watcher is. `hw/perf_h200.py --plan peers` measures its CPU (every
 //! thread's schedstat) and RSS beside the agent's: this is the "NVML-only process".
 
 // Measures or waits on real elapsed time.

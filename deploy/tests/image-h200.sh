@@ -2,14 +2,14 @@
 # The container image on a real GPU (issue 17): the image's root filesystem, with the host
 # driver's libnvidia-ml.so.1 and /dev/nvidia* made visible the way NVIDIA's container toolkit
 # injects them, run as UID/GID 65532 with no capabilities and no_new_privs, with the host's
-# /proc (hostPID: true) and /sys; then scripts/validate-nvml.sh compares every family and
+# /proc (hostPID: true) and /sys; then hw/validate-nvml.sh compares every family and
 # every process's VRAM with nvidia-smi, against the agent in the image.
 #
 # Run as root on a GPU machine (no container runtime needed):
 #   OUT=/tmp/out deploy/tests/image-h200.sh ROOTFS_TAR
 # ROOTFS_TAR: the image's root filesystem as a tar (scripts/image-build.sh's
 # gpu-warden-image.rootfs, packed with numeric owners), or the OCI archive's single layer.
-# Needs python3 with torch (scripts/gpu_load.py), pynvml, curl, setpriv (util-linux), mount.
+# Needs python3 with torch (hw/gpu_load.py), pynvml, curl, setpriv (util-linux), mount.
 set -euo pipefail
 TAR=${1:?usage: $0 ROOTFS_TAR}
 OUT=${OUT:-/tmp/gpu-warden-image-h200}
@@ -80,7 +80,7 @@ chmod 0755 /tmp/gpu-warden-in-image
   done
 ) &
 status=0
-OUT=$OUT scripts/validate-nvml.sh /tmp/gpu-warden-in-image || status=1
+OUT=$OUT hw/validate-nvml.sh /tmp/gpu-warden-in-image || status=1
 wait || true
 echo "## agent identity"; cat "$OUT/agent-identity.txt" 2>/dev/null || { echo "(not captured)"; status=1; }
 grep -q 'CapEff:.*0000000000000000' "$OUT/agent-identity.txt" || status=1

@@ -7,7 +7,7 @@
 # Run as root on a GPU machine (it starts the root-owned CUDA process itself):
 #   OUT=/tmp/out deploy/tests/nonroot-nvml.sh [path/to/gpu-warden]
 # No KUBECONFIG and no in-cluster config: the agent runs standalone (metrics only).
-# Needs python3 with torch (scripts/gpu_load.py), curl, and setpriv (util-linux) or python3.
+# Needs python3 with torch (hw/gpu_load.py), curl, and setpriv (util-linux) or python3.
 set -euo pipefail
 BIN=${1:-target/release/gpu-warden}
 OUT=${OUT:-/tmp/gpu-warden-nonroot}
@@ -29,7 +29,7 @@ cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
 # A root-owned CUDA process holding 4 GiB.
-python3 scripts/gpu_load.py --device 0 --hold-gib 4 --seconds 60 > "$OUT/load.log" 2>&1 & pids+=($!)
+python3 hw/gpu_load.py --device 0 --hold-gib 4 --seconds 60 > "$OUT/load.log" 2>&1 & pids+=($!)
 LOAD=$!
 for _ in $(seq 1 120); do grep -q '"ready"' "$OUT/load.log" 2>/dev/null && break; sleep 0.5; done
 

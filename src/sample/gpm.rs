@@ -8,7 +8,7 @@
 //! `PCIE_RX_PER_SEC` as "PCIe traffic from/to this GPU in MiB/sec". dcgm-exporter's
 //! `DCGM_FI_PROF_*` families are ratios 0..1 and bytes per second, so percentages are divided
 //! by 100 and MiB/s multiplied by 1 048 576. These conversions follow the documentation;
-//! the H200 run of `scripts/gpm_h200.py` must confirm them empirically (idle vs a saturating
+//! the H200 run of `hw/gpm_h200.py` must confirm them empirically (idle vs a saturating
 //! bf16 matmul vs a device-memory copy loop), and `docs/gpm.md` records the verdict.
 
 use crate::model::snapshot::ProfSample;

@@ -5,7 +5,7 @@
 use crate::support::*;
 use apiserver_double::ApiServer;
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SCENARIO: &str = "tests/prometheus/scenario.yaml";
 
@@ -15,14 +15,7 @@ fn sim_pods(node: &str) -> Vec<Value> {
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("timed out waiting for {what}");
+    gpu_warden::testkit::wait_for(what, Duration::from_secs(15), || f().then_some(()));
 }
 
 fn start_agent(server: &ApiServer, dir: &std::path::Path) -> Agent {

@@ -15,11 +15,7 @@ fn pod(name: &str, uid: &str) -> serde_json::Value {
 }
 
 fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    gpu_warden::testkit::wait_for(what, Duration::from_secs(secs), || f().then_some(()));
 }
 
 #[test]

@@ -24,12 +24,12 @@ agents' and helpers' log tails to `$OUT/logs.txt` (OUT defaults to a new tempora
 A missing module or a failing measurement prints one line and the run goes on.
 
     cargo build --release -p gpu-warden -p apiserver-double --example scrape_load --example nvml_floor
-    OUT=/tmp/perf python3 scripts/perf_h200.py --agent target/release/gpu-warden \\
+    OUT=/tmp/perf python3 hw/perf_h200.py --agent target/release/gpu-warden \\
         --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
         --floor target/release/examples/nvml_floor
 
 `--plan peers` (issue 20) is a different run of about 7 minutes: with `--peer-procs` CUDA
-processes (`scripts/cuda_hold.py`), gpu-warden, nvitop-exporter (`--nvitop-site`: a folder the
+processes (`hw/cuda_hold.py`), gpu-warden, nvitop-exporter (`--nvitop-site`: a folder the
 wheels were installed into), the pynvml exporter (this script's `--serve-pynvml`, a process of
 its own) and the NVML floor at the agent's cadence (`nvml_floor --cadence`, with and without
 the XID event wait) run at once, each exporter scraped once a second together with one
@@ -38,7 +38,7 @@ every thread's schedstat, wake-ups (context switches) and RSS of each process; v
 cross-checked in the same second; `/metrics` under 64 compiled scrapers; then the crowded
 GPU (`--crowded 64,256`): the agent beside the floor and `nvml_floor --per-call`.
 
-    OUT=/tmp/peers python3 scripts/perf_h200.py --plan peers --agent target/release/gpu-warden \
+    OUT=/tmp/peers python3 hw/perf_h200.py --plan peers --agent target/release/gpu-warden \
         --floor target/release/examples/nvml_floor --scrape-load target/release/examples/scrape_load \
         --nvitop-site /tmp/nvt [--agent-baseline other/gpu-warden]
 
@@ -48,7 +48,7 @@ each time, one on a kept-alive connection, one not scraped: the HTTP side's shar
 
 Smoke test without a GPU (simulated agent; load, NVML and nvidia-smi sections are skipped):
 
-    python3 scripts/perf_h200.py --backend sim --agent target/release/gpu-warden \\
+    python3 hw/perf_h200.py --backend sim --agent target/release/gpu-warden \\
         --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
         --window-seconds 5 --seconds 3
 """
@@ -600,7 +600,7 @@ NVML_OK = [False]
 
 
 class Loads:
-    """The CUDA processes of the load phases (scripts/gpu_load.py)."""
+    """The CUDA processes of the load phases (hw/gpu_load.py)."""
 
     def __init__(self, a, rep):
         self.a, self.rep, self.procs = a, rep, []

@@ -5,7 +5,7 @@
 # counters nvidia-smi's CSV query lacks), and every process's VRAM with
 # nvidia-smi --query-compute-apps.
 #
-#   OUT=/tmp/out scripts/validate-nvml.sh [path/to/gpu-warden]
+#   OUT=/tmp/out hw/validate-nvml.sh [path/to/gpu-warden]
 set -euo pipefail
 BIN=${1:-target/release/gpu-warden}
 OUT=${OUT:-/tmp/gpu-warden-validate}
@@ -21,8 +21,8 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 for ((g = 0; g < NGPU; g++)); do
-  python3 scripts/gpu_load.py --device "$g" --hold-gib 16 --compute --seconds 40 > "$OUT/load-$g-a.log" 2>&1 & pids+=($!)
-  python3 scripts/gpu_load.py --device "$g" --hold-gib 6 --seconds 40 > "$OUT/load-$g-b.log" 2>&1 & pids+=($!)
+  python3 hw/gpu_load.py --device "$g" --hold-gib 16 --compute --seconds 40 > "$OUT/load-$g-a.log" 2>&1 & pids+=($!)
+  python3 hw/gpu_load.py --device "$g" --hold-gib 6 --seconds 40 > "$OUT/load-$g-b.log" 2>&1 & pids+=($!)
 done
 # Wait for the loads to hold their memory.
 for _ in $(seq 1 60); do
@@ -42,7 +42,7 @@ for round in 1 2 3; do
   curl -sf "127.0.0.1:$PORT/metrics" > "$OUT/metrics-$round.txt"
   nvidia-smi --query-gpu=$Q --format=csv,nounits > "$OUT/smi-gpu-$round.csv"
   nvidia-smi --query-compute-apps=pid,gpu_uuid,process_name,used_memory --format=csv,nounits > "$OUT/smi-apps-$round.csv"
-  python3 scripts/nvml_reference.py > "$OUT/nvml-$round.json"
+  python3 hw/nvml_reference.py > "$OUT/nvml-$round.json"
   sleep 1.5
 done
 curl -sf "127.0.0.1:$PORT/state" > "$OUT/state.json"
@@ -51,7 +51,7 @@ curl -s -o /dev/null -w '%{http_code}\n' "127.0.0.1:$PORT/healthz" > "$OUT/healt
 status=0
 for round in 1 2 3; do
   echo "## round $round" >> "$OUT/compare.md"
-  python3 scripts/compare_nvidia_smi.py "$OUT/metrics-$round.txt" "$OUT/smi-gpu-$round.csv" \
+  python3 hw/compare_nvidia_smi.py "$OUT/metrics-$round.txt" "$OUT/smi-gpu-$round.csv" \
     "$OUT/smi-apps-$round.csv" "$OUT/nvml-$round.json" >> "$OUT/compare.md" || status=1
 done
 kill -TERM "$AGENT"; t0=$(date +%s.%N); wait "$AGENT" || true; t1=$(date +%s.%N)

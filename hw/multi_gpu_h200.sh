@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # One device run on a multi-GPU H200 machine (issue 10, and the open points of issues 7 and 9):
-#   1. scripts/validate-nvml.sh on every GPU (every DCGM family against nvidia-smi/pynvml);
-#   2. scripts/gpm_h200.py loads on GPU 0 (idle, bf16 matmul, device copy, PCIe copy);
+#   1. hw/validate-nvml.sh on every GPU (every DCGM family against nvidia-smi/pynvml);
+#   2. hw/gpm_h200.py loads on GPU 0 (idle, bf16 matmul, device copy, PCIe copy);
 #   3. the per-call NVML cost with 64 CUDA processes on GPU 0 (examples/nvml_floor --per-call),
 #      and the agent's poll with those 64 processes, with process utilization at its default
 #      5 s cadence and with it effectively off, to pin what makes a crowded GPU's poll slow;
-#   4. scripts/perf_h200.py's idle phase and comparisons on all GPUs (per-poll cost against
+#   4. hw/perf_h200.py's idle phase and comparisons on all GPUs (per-poll cost against
 #      GPU count);
-#   5. scripts/guard_h200.py on two GPUs: pressure on GPU 0 alone, then on both at once; every
+#   5. hw/guard_h200.py on two GPUs: pressure on GPU 0 alone, then on both at once; every
 #      GPU has its own training process and small CI pod, which must never be evicted.
 #
 #   cargo build --release -p gpu-warden -p apiserver-double --example nvml_floor --example scrape_load
-#   OUT=/tmp/out scripts/multi_gpu_h200.sh        # on the device, from the repository root
+#   OUT=/tmp/out hw/multi_gpu_h200.sh        # on the device, from the repository root
 set -uo pipefail
 OUT=${OUT:-/tmp/multi-gpu-out}
 R=/tmp/multi
@@ -23,18 +23,18 @@ stamp() { echo "== $1 ($(( $(date +%s) - T0 )) s)"; }
 
 nvidia-smi -L
 stamp validate
-OUT=$R/validate timeout 120 bash scripts/validate-nvml.sh "$BIN" > "$R/validate.md" 2>&1
+OUT=$R/validate timeout 120 bash hw/validate-nvml.sh "$BIN" > "$R/validate.md" 2>&1
 echo "validate rc=$?"; grep -E "RESULT|DIFFERS" "$R/validate.md"
 
 stamp gpm
-timeout 200 python3 scripts/gpm_h200.py --agent "$BIN" --out "$R/gpm" --seconds 8 --cost-seconds 10 \
+timeout 200 python3 hw/gpm_h200.py --agent "$BIN" --out "$R/gpm" --seconds 8 --cost-seconds 10 \
   --budget 170 > "$R/gpm.md" 2>&1
 echo "gpm rc=$?"; grep -E "^- (PASS|FAIL)" "$R/gpm.md"
 
 stamp "64 processes on GPU 0"
 pids=()
 for _ in $(seq 64); do
-  python3 scripts/gpu_load.py --device 0 --hold-gib 0.25 --seconds 300 > /dev/null 2>&1 & pids+=($!)
+  python3 hw/gpu_load.py --device 0 --hold-gib 0.25 --seconds 300 > /dev/null 2>&1 & pids+=($!)
 done
 for _ in $(seq 90); do
   n=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader -i 0 | wc -l)
@@ -71,13 +71,13 @@ cat "$R/crowded.md"
 kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null
 
 stamp perf
-OUT=$R/perf timeout 150 python3 scripts/perf_h200.py --agent "$BIN" --procs-list 0 --window-seconds 20 \
+OUT=$R/perf timeout 150 python3 hw/perf_h200.py --agent "$BIN" --procs-list 0 --window-seconds 20 \
   --floor target/release/examples/nvml_floor --floor-iterations 200 --scrape-load target/release/examples/scrape_load \
   --pynvml-collections 50 --smi-runs 3 --deadline-seconds 130 > "$R/perf.txt" 2>&1
 echo "perf rc=$?"
 
 stamp guard
-timeout 240 python3 scripts/guard_h200.py --agent "$BIN" --double target/release/apiserver-double --gpus 0,1 \
+timeout 240 python3 hw/guard_h200.py --agent "$BIN" --double target/release/apiserver-double --gpus 0,1 \
   --runs 3 --budget 200 --sweep "guard/0:16,64;guard/0+1:16,64" --out "$R/guard" > "$R/guard.log" 2>&1
 echo "guard rc=$?"; tail -8 "$R/guard.log"
 

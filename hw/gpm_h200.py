@@ -10,7 +10,7 @@ GPU_WARDEN_GPM=off vs on), and runs the agent as a non-root user to see whether 
 without root. Prints a markdown report; raw data goes to --out.
 
     cargo build --release
-    python3 scripts/gpm_h200.py --agent target/release/gpu-warden --out "$OUT"
+    python3 hw/gpm_h200.py --agent target/release/gpu-warden --out "$OUT"
 
 Every child runs in its own process group and is killed on exit (normal, error, SIGTERM);
 every wait has a timeout; --budget bounds the whole run (phases past it are skipped).
@@ -473,7 +473,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     a.agent = os.path.abspath(a.agent)
     results = {"args": vars(a)}
-    print("# GPM on the H200: DCGM_FI_PROF_* evidence (scripts/gpm_h200.py)\n")
+    print("# GPM on the H200: DCGM_FI_PROF_* evidence (hw/gpm_h200.py)\n")
     for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,pci.bus_id", "--format=csv,noheader"],
                 ["sh", "-c", "ls -l /dev/nvidia* 2>&1 | head -8; grep -i -E 'profiling|RmProfilingAdminOnly' "
                  "/proc/driver/nvidia/params 2>&1"]):

@@ -17,7 +17,7 @@ report gives OOMs seen by the training process, reaction time (threshold crossed
 eviction request at the API double), free memory at the eviction, evictions that were not
 needed, and a PNG plot per mode.
 
-    OUT=/tmp/out python3 scripts/guard_h200.py --agent target/release/gpu-warden \
+    OUT=/tmp/out python3 hw/guard_h200.py --agent target/release/gpu-warden \
         --double target/release/apiserver-double --rates 4,16,32,64 --runs 5
 
 `--sweep` names each series as MODE[@FAST][/GPUS]:RATES, e.g.
