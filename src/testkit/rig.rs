@@ -45,6 +45,9 @@ pub struct RigOptions {
     /// The clock, when the caller's other parts (an enforcer, a pod view) must share it;
     /// default: a new one at `wall_origin`.
     pub clock: Option<Arc<ManualClock>>,
+    /// Where the simulated `/proc` is made (a directory of its own inside); default: the
+    /// system's temporary directory. A soak puts it on tmpfs, as the real `/proc` is.
+    pub proc_parent: Option<PathBuf>,
 }
 
 impl Default for RigOptions {
@@ -58,6 +61,7 @@ impl Default for RigOptions {
             per_process: false,
             wall_origin: UNIX_EPOCH + Duration::from_secs(1_790_000_000),
             clock: None,
+            proc_parent: None,
         }
     }
 }
@@ -103,11 +107,14 @@ impl Rig {
     /// A rig playing `scenario` with `options`.
     pub fn from_scenario(scenario: Scenario, options: RigOptions) -> Result<Rig, RigError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let proc_root = std::env::temp_dir().join(format!(
-            "gpu-warden-rig-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let proc_root = options
+            .proc_parent
+            .unwrap_or_else(std::env::temp_dir)
+            .join(format!(
+                "gpu-warden-rig-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
         let pods = options.pods.unwrap_or_else(|| {
             Arc::new(StaticPods(Arc::new(index_json(scenario_pods(
                 &scenario,
@@ -167,15 +174,22 @@ impl Rig {
     /// A full poll of the simulator now (every field, process utilization and slow
     /// counters included), stamped as the sampler stamps it; not yet given to the core.
     pub fn sample(&mut self) -> Snapshot {
+        self.sample_with(PollRequest {
+            process_utilization: true,
+            slow_counters: true,
+        })
+    }
+
+    /// As [`Rig::sample`], with the expensive calls the sampler's cadences ask for.
+    pub fn sample_with(&mut self, req: PollRequest) -> Snapshot {
         let now = self.clock.mono();
-        let raw = self.source.poll(
-            now,
-            PollRequest {
-                process_utilization: true,
-                slow_counters: true,
-            },
-        );
+        let raw = self.source.poll(now, req);
         self.stamper.stamp(raw, now, self.clock.wall())
+    }
+
+    /// The simulated `/proc` the attributor reads.
+    pub fn proc_root(&self) -> &std::path::Path {
+        &self.proc_root
     }
 
     /// A full poll now, handed to the core as the sampler would: the publication and the

@@ -13,23 +13,16 @@
 //! Prints its figures (`cargo test --test soak -- --nocapture`), quoted in
 //! docs/reliability.md. `SOAK_POLLS=N` runs longer.
 
-use gpu_warden::agent::pipeline::Pipeline;
-use gpu_warden::agent::{Core, GuardParts};
-use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::pods::pod_info;
 use gpu_warden::attribute::ports::PodSource;
-use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::guard::policy::Policy;
-use gpu_warden::guard::state::Guard;
 use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::pod::{ContainerInfo, PodInfo};
 use gpu_warden::model::pod::{PodMap, PodViewStatus};
-use gpu_warden::publish::metrics::MetricsConfig;
-use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::{ProcessSpec, Scenario, Trajectory};
-use gpu_warden::sample::sim::{placement_container_id, placement_uid, scenario_pods, SimSource};
-use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::sample::sim::{placement_container_id, placement_uid, scenario_pods};
+use gpu_warden::sample::PollRequest;
+use gpu_warden::testkit::rig::{Rig, RigOptions};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -216,31 +209,18 @@ fn soak() {
         clock: clock.clone(),
         pods,
     });
-    let mut src = SimSource::new(sc).with_proc_root(dir.path()).unwrap();
-    let pipeline = Pipeline::new(
-        MetricsConfig {
-            hostname: "node".into(),
+    let mut rig = Rig::from_scenario(
+        sc,
+        RigOptions {
+            pods: Some(view),
+            policy: Some(Policy::default()),
             per_process: true,
-            ..Default::default()
+            clock: Some(clock.clone()),
+            proc_parent: Some(dir.path().to_path_buf()),
+            ..RigOptions::default()
         },
-        SelfMetrics::new("soak").unwrap(),
-        clock.clone(),
     )
-    .with_attributor(Box::new(ProcAttributor::new(
-        ProcFs::new(dir.path()),
-        view.clone(),
-        None,
-    )));
-    let mut core = Core::new(
-        pipeline,
-        Some(GuardParts {
-            guard: Guard::new(Policy::default()),
-            pods: view,
-            executor: None,
-        }),
-        clock.clone(),
-    );
-    let mut stamper = Stamper::default();
+    .unwrap();
     // Microseconds spent in the simulator's poll, in Core::on_full, and in the fast
     // memory reading, summed over the run.
     let mut cost = [0u64; 3];
@@ -257,21 +237,17 @@ fn soak() {
         let now = Duration::from_secs(poll);
         clock.set(now);
         let ta = Instant::now();
-        let raw = src.poll(
-            now,
-            PollRequest {
-                process_utilization: poll % 5 == 0,
-                slow_counters: poll % 10 == 0,
-            },
-        );
-        let snap = stamper.stamp(raw, now, clock.wall());
+        let snap = rig.sample_with(PollRequest {
+            process_utilization: poll % 5 == 0,
+            slow_counters: poll % 10 == 0,
+        });
         let tb = Instant::now();
-        let (published, _) = core.on_full(snap, Duration::from_micros(100));
+        let (published, _) = rig.core.on_full(snap, Duration::from_micros(100));
         let tc = Instant::now();
         // A fast memory reading half-way to the next poll, as the guard's watch takes.
         let half = now + Duration::from_millis(500);
         clock.set(half);
-        core.on_memory(half, src.memory(half));
+        rig.memory();
         let td = Instant::now();
         cost[0] += (tb - ta).as_micros() as u64;
         cost[1] += (tc - tb).as_micros() as u64;
@@ -308,7 +284,7 @@ fn soak() {
                 .collect();
             assert_eq!(pids, want_pids, "per-process series at poll {poll}");
             assert_eq!(pods, want_pods, "per-container series at poll {poll}");
-            let entries = std::fs::read_dir(dir.path()).unwrap().count();
+            let entries = std::fs::read_dir(rig.proc_root()).unwrap().count();
             assert_eq!(
                 entries,
                 live.len(),
@@ -326,7 +302,7 @@ fn soak() {
     let rss_end = status_kib("VmRSS:");
     rss_max_after_warmup = rss_max_after_warmup.max(rss_end);
     let (fds1, threads1) = (self_fds(), status_kib("Threads:"));
-    let guard = core.guard_json().unwrap();
+    let guard = rig.core.guard_json().unwrap();
     let recent = guard["recentDecisions"].as_array().unwrap();
     // Decision ids count up from 1: the last one is how many were taken.
     let decisions = recent.last().map_or(0, |d| d["id"].as_u64().unwrap());
