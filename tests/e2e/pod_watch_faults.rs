@@ -18,26 +18,39 @@ fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     gpu_warden::testkit::wait_for(what, Duration::from_secs(secs), || f().then_some(()));
 }
 
-#[test]
-fn the_view_follows_drops_restarts_and_outages() {
+/// A runtime, a double built by `builder` holding pod `a`, and a pod view of node `n1` on it
+/// with `timing`.
+fn watched(
+    builder: apiserver_double::Builder,
+    timing: WatchTiming,
+) -> (
+    tokio::runtime::Runtime,
+    ApiServer,
+    std::sync::Arc<WatchedPods>,
+) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt
-        .block_on(
-            ApiServer::builder()
-                .bookmark_interval(Duration::from_millis(100))
-                .start(),
-        )
-        .unwrap();
+    let server = rt.block_on(builder.start()).unwrap();
     server
         .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
         .unwrap();
-    let _entered = rt.enter();
+    // kube's client and the watch task need the runtime's reactor from their start on.
+    let entered = rt.enter();
     let clients = gpu_warden::act::client::from_config(
         kube::Config::new(server.url().parse().unwrap()),
         "test",
     )
     .unwrap();
-    let view = WatchedPods::spawn(clients.direct.clone(), "n1");
+    let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
+    drop(entered);
+    (rt, server, view)
+}
+
+#[test]
+fn the_view_follows_drops_restarts_and_outages() {
+    let (_rt, server, view) = watched(
+        ApiServer::builder().bookmark_interval(Duration::from_millis(100)),
+        WatchTiming::default(),
+    );
     wait("first sync", 10, || view.status().trustworthy());
     assert_eq!(view.pods().len(), 1);
 
@@ -78,29 +91,15 @@ fn the_view_follows_drops_restarts_and_outages() {
 /// its timeout) is never mistaken for a stalled one; a distrusted view relists at once.
 #[test]
 fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt
-        .block_on(
-            ApiServer::builder()
-                .bookmark_interval(Duration::from_secs(3600))
-                .start(),
-        )
-        .unwrap();
-    server
-        .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
-        .unwrap();
-    let _entered = rt.enter();
-    let clients = gpu_warden::act::client::from_config(
-        kube::Config::new(server.url().parse().unwrap()),
-        "test",
-    )
-    .unwrap();
     let timing = WatchTiming {
         watch_timeout_secs: 1,
         stall_bound: Duration::from_millis(2500),
         ..WatchTiming::default()
     };
-    let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
+    let (_rt, server, view) = watched(
+        ApiServer::builder().bookmark_interval(Duration::from_secs(3600)),
+        timing,
+    );
     wait("first sync", 10, || view.status().trustworthy());
 
     // Quiet and healthy for well past the stall bound.
@@ -161,24 +160,13 @@ fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
 /// `urgent_relist_cap` apart (bounded: no storm).
 #[test]
 fn pressure_brings_the_view_back_sooner() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(ApiServer::builder().start()).unwrap();
-    server
-        .add_pod(pod("a", "00000000-0000-4000-8000-00000000000a"))
-        .unwrap();
-    let _entered = rt.enter();
-    let clients = gpu_warden::act::client::from_config(
-        kube::Config::new(server.url().parse().unwrap()),
-        "test",
-    )
-    .unwrap();
     let timing = WatchTiming {
         // The first pause after a failure is 10–20 s: long enough to tell apart.
         relist_backoff: (Duration::from_secs(20), Duration::from_secs(60)),
         urgent_relist_cap: Duration::from_millis(500),
         ..WatchTiming::default()
     };
-    let view = WatchedPods::spawn_with(clients.direct.clone(), "n1", timing);
+    let (_rt, server, view) = watched(ApiServer::builder(), timing);
     wait("first sync", 10, || view.status().trustworthy());
     let lists = || {
         server
