@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gpu_warden::config::{Cli, LogFormat};
+use gpu_warden::config::{Cli, LogArgs, LogFormat};
 use gpu_warden::extender::config::ExtenderCli;
 use std::process::ExitCode;
 
@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == "extender") {
         args.remove(1);
         let cli = ExtenderCli::parse_from(args);
-        if let Err(e) = init_logging(&cli.log, cli.log_format) {
+        if let Err(e) = init_logging(&cli.logging) {
             return fail("gpu-warden extender", &e, 2);
         }
         let shutdown = gpu_warden::agent::build::shutdown_signal();
@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     if let Err(e) = cli.validate() {
         return fail("gpu-warden", &e.into(), 2);
     }
-    if let Err(e) = init_logging(&cli.log, cli.log_format) {
+    if let Err(e) = init_logging(&cli.logging) {
         return fail("gpu-warden", &e, 2);
     }
     match gpu_warden::agent::build::run(cli) {
@@ -59,7 +59,7 @@ fn fail(who: &str, e: &anyhow::Error, code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
+fn init_logging(LogArgs { log, log_format }: &LogArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(log).with_context(|| {
         format!("--log {log:?} is not a valid filter (e.g. info, gpu_warden=debug)")
     })?;
@@ -67,7 +67,7 @@ fn init_logging(log: &str, format: LogFormat) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
+    match log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     }

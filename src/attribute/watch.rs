@@ -182,6 +182,12 @@ async fn watch_once(
             stall_bound.as_secs_f64()
         )
     };
+    // A fresh list supersedes a distrust raised while the view was already down; its
+    // stored wake-up then finds no reason and is ignored.
+    ctl.distrust
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     let lp = ListParams::default().fields(&fields);
     let list = tokio::select! {
         r = timeout_at(Instant::now() + stall_bound, api.list(&lp)) => match r {

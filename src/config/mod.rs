@@ -237,6 +237,13 @@ pub struct Cli {
     #[arg(long)]
     pub print_sim_pods: bool,
 
+    #[command(flatten)]
+    pub logging: LogArgs,
+}
+
+/// The logging flags, shared by the agent and `gpu-warden extender`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogArgs {
     /// Log format.
     #[arg(
         long,

@@ -20,7 +20,7 @@
 use super::core::ExtenderPolicy;
 use super::judge::{JudgePolicy, ScoreMode, UnknownNode};
 use super::need::{DefaultNeed, NeedRules, UnknownNeed};
-use crate::config::{parse_interval, LogFormat};
+use crate::config::{parse_interval, LogArgs};
 use clap::Parser;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -82,18 +82,8 @@ pub struct ExtenderCli {
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_WEB_TLS_KEY")]
     pub web_tls_key: Option<PathBuf>,
 
-    /// Log format.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "text",
-        env = "GPU_WARDEN_LOG_FORMAT"
-    )]
-    pub log_format: LogFormat,
-
-    /// Log filter (tracing EnvFilter syntax).
-    #[arg(long, default_value = "info", env = "GPU_WARDEN_LOG")]
-    pub log: String,
+    #[command(flatten)]
+    pub logging: LogArgs,
 }
 
 /// The policy file, every key optional.
