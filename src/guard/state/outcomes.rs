@@ -53,8 +53,8 @@ impl Guard {
                 } if *id == decision_id => (outcomes, true),
                 _ => continue,
             };
-            // A pod already in doubt keeps its doubt until it is resolved; a later answer
-            // for it (a confirmation) replaces it.
+            // The enforcer reports each pod once; the doubt of a pod is resolved by
+            // `resolve_doubt`, not by a second report.
             outcomes.insert(pod_uid.to_string(), outcome.clone());
             let outcomes = std::mem::take(outcomes);
             let Some(decision) = st.last_decision.as_ref().filter(|d| d.id == decision_id) else {
