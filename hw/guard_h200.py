@@ -178,10 +178,10 @@ def start_double(args, pods, workdir, tag):
     return p, kc
 
 
-def start_agent(args, kc, workdir, policy):
+def start_agent(args, kc, workdir, policy, binary=None):
     port = 19400
     env = dict(os.environ, KUBECONFIG=kc)
-    a = subprocess.Popen([args.agent, "--backend", "nvml", "--node-name", NODE, "--listen", f"127.0.0.1:{port}",
+    a = subprocess.Popen([binary or args.agent, "--backend", "nvml", "--node-name", NODE, "--listen", f"127.0.0.1:{port}",
                           "--poll-interval", "1s", "--guard-config", policy, "--annotations", "off",
                           "--log-format", "json"],
                          env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "agent.log"), "a"))
@@ -195,6 +195,54 @@ def start_agent(args, kc, workdir, policy):
             pass
         time.sleep(0.1)
     raise RuntimeError("agent did not become ready with a synced pod view")
+
+
+def cpu_ticks(pid):
+    """utime + stime of the whole process (every thread), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def idle_cpu(args, pods, workdir, policy, condition):
+    """CPU of each --idle-agents binary with the guard armed (enforce, synced pod view), no
+    pressure: `condition` names what the GPU is doing. Returns rows for the report."""
+    rows = []
+    for binary in filter(None, args.idle_agents.split(",")):
+        d, kc = start_double(args, pods, workdir, "idle")
+        a, _ = start_agent(args, kc, workdir, policy, binary)
+        time.sleep(2)
+        hz = os.sysconf("SC_CLK_TCK")
+        c0, t0 = cpu_ticks(a.pid), time.time()
+        time.sleep(args.idle_seconds)
+        c1, t1 = cpu_ticks(a.pid), time.time()
+        stop(a)
+        stop(d)
+        pct = (c1 - c0) / hz / (t1 - t0) * 100
+        rows.append(dict(binary=binary, condition=condition, seconds=round(t1 - t0, 1), cpu_pct=round(pct, 3)))
+        log("idle cpu", binary, condition, f"{pct:.3f} %")
+    return rows
+
+
+def decisions_in(workdir, t0, t1):
+    """(unix time, trigger, free MiB from the summary) of every decision the agent logged."""
+    import datetime
+    out = []
+    path = os.path.join(workdir, "agent.log")
+    if not os.path.exists(path):
+        return out
+    for line in open(path):
+        try:
+            e = json.loads(line)
+            f = e.get("fields", {})
+            if "decision" not in f or "trigger" not in f:
+                continue
+            ts = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+        except (ValueError, KeyError):
+            continue
+        if t0 <= ts <= t1:
+            out.append((ts, f["trigger"]))
+    return out
 
 
 def stop(p, sig=signal.SIGTERM, timeout=8):
@@ -285,11 +333,24 @@ def parse_sweep(args):
     return out
 
 
+def chunk_for(args, rate):
+    """MiB per allocation of the greedy job: --chunk-mib, or with "auto" 256 MiB up to
+    32 GiB/s and multi-GiB steps beyond (what a real job allocating large tensors does, and
+    what lets the load reach 250 GiB/s at all: each allocation costs about a millisecond)."""
+    if args.chunk_mib != "auto":
+        return int(args.chunk_mib)
+    mib = 256
+    while mib < 2048 and mib < rate * 8:
+        mib *= 2
+    return mib
+
+
 def write_policy(args, workdir, fast):
     path = os.path.join(workdir, f"policy-{fast}.yaml")
     with open(path, "w") as f:
         f.write(f"mode: enforce\nhard: {args.hard:g}%\nsoft: {args.soft:g}%\ngrace: 10s\nhorizon: 5s\n"
-                f"fastInterval: {fast}\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 30s\n"
+                + ("" if fast == "default" else f"fastInterval: {fast}\n")
+                + "evictionGracePeriodSeconds: 0\ncooldownTimeout: 30s\n"
                 "rateLimit: {maxEvictions: 5, per: 60s}\n")
     return path
 
@@ -302,7 +363,13 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--train-gib", type=float, default=100)
     ap.add_argument("--workspace-gib", type=float, default=2)
-    ap.add_argument("--fast-interval", default="100ms")
+    ap.add_argument("--chunk-mib", default="auto", help="the greedy job's allocation size, or auto (by rate)")
+    ap.add_argument("--idle-agents", default="",
+                    help="comma-separated agent binaries whose CPU is measured with the guard armed, "
+                         "first on the idle GPU, then with the training and small CI loads running")
+    ap.add_argument("--idle-seconds", type=float, default=30)
+    ap.add_argument("--fast-interval", default="default",
+                    help="the policy's fastInterval, or default (the agent's own, adaptive watch)")
     ap.add_argument("--hard", type=float, default=5, help="hard threshold, % of the GPU free")
     ap.add_argument("--soft", type=float, default=10, help="soft threshold, % of the GPU free")
     ap.add_argument("--modes", default="guard,none", help="guard (enforce mode), none (no agent)")
@@ -332,6 +399,8 @@ def main():
     for g in gpus:
         train[g].make_cgroup()
         small[g].make_cgroup()
+    base_pods = list(train.values()) + list(small.values())
+    idle_rows = idle_cpu(args, base_pods, workdir, policies[args.fast_interval], "idle GPU")
     sampler = Sampler(os.path.join(workdir, "timeline.csv"), gpus)
     sampler.start()
     train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
@@ -353,9 +422,10 @@ def main():
     for g in gpus:
         pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
         pods_by_pid[pid_of(os.path.join(workdir, f"small-{g}.log"))] = ("ci", small[g].name, "build")
-    base_pods = list(train.values()) + list(small.values())
     results = []
     try:
+        idle_rows += idle_cpu(args, base_pods, workdir, policies[args.fast_interval],
+                              "training (100 GiB + workspace every step) and small CI (4 GiB) running, calm")
         # 1. attribution, with the agent and the double up and no greedy job yet.
         if not args.skip_attribution:
             d, kc = start_double(args, base_pods, workdir, "attr")
@@ -401,7 +471,8 @@ def main():
                     t0 = time.time()
                     for g in greedy_gpus:
                         glogs[g] = os.path.join(workdir, f"greedy-{tag}-{int(rate)}-{run}-{g}.log")
-                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate), "--chunk-mib", "256",
+                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
+                                             "--chunk-mib", str(chunk_for(args, rate)),
                                              "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy[g].cgroup,
                                          glogs[g])
                     for g in greedy_gpus:
@@ -424,7 +495,8 @@ def main():
                         train_restarted_before=restarted,
                         train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
                         train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
-                        evictions=evictions_in(workdir, t0 - 1, t1)))
+                        evictions=evictions_in(workdir, t0 - 1, t1),
+                        decisions=decisions_in(workdir, t0 - 1, t1)))
                     log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
                         results[-1]["evictions"])
                     # Let the GPU settle (the greedy job's memory returns to the driver).
@@ -435,7 +507,7 @@ def main():
             stop(p, signal.SIGKILL)
         sampler.join(timeout=2)
     timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid)
+    report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid, idle_rows)
 
 
 def growth_rate(rows, pid):
@@ -451,7 +523,7 @@ def growth_rate(rows, pid):
     return (b[1] - a[1]) / 1024 / (b[0] - a[0])
 
 
-def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid):
+def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid, idle_rows=()):
     for r in results:
         ev = sorted(r["evictions"])
         greedy_names = {v["name"] for v in r["greedy"].values()}
@@ -470,14 +542,23 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
                 x["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
                 before = [free for t, _, free, _, _ in win if t <= te]
                 x["free_at_eviction_mib"] = before[-1] if before else None
+                # The budget: decision → eviction request → the greedy process gone from the
+                # GPU's process list (the kubelet's kill and the CUDA teardown).
+                ds = [d for d in r.get("decisions", []) if d[0] <= te + 0.001]
+                if ds:
+                    x["trigger"] = ds[-1][1]
+                    x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
+                gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
+                x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
             r["per_gpu"][g] = x
     with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
         json.dump(dict(results=results, soft_mib=soft_mib, hard_mib=hard_mib, total_mib=total_mib,
                        sweep=sweep), f, indent=1, default=str)
     lines = ["| series | GiB/s asked (measured, median) | runs | runs with training OOMs | training OOM events | "
              "evictions (greedy / other) | reaction from soft crossing, ms (median, max) | from hard crossing, ms "
-             "(median) | free at eviction, MiB (min) | min free, MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "(median) | free at eviction, MiB (min) | min free, MiB | triggers | decision → eviction, ms (median) | "
+             "eviction → memory freed, ms (median, max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
     for label, *_ in sweep:
         for rate in sorted({r["rate"] for r in results if r["label"] == label}):
@@ -487,6 +568,7 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
             react_h = [x["reaction_from_hard_ms"] for x in pg if x.get("reaction_from_hard_ms") is not None]
             free_ev = [x["free_at_eviction_mib"] for x in pg if x.get("free_at_eviction_mib") is not None]
             measured = [x["rate_measured"] for x in pg if x.get("rate_measured")]
+            freed = [x["eviction_to_freed_ms"] for x in pg if x.get("eviction_to_freed_ms") is not None]
             greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
             bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
@@ -495,7 +577,10 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
                          f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
                          f"{med(react)}, {max(react) if react else None} | {med(react_h)} | "
                          f"{min(free_ev) if free_ev else None} | "
-                         f"{min((x['min_free_mib'] for x in pg if x['min_free_mib'] is not None), default=None)} |")
+                         f"{min((x['min_free_mib'] for x in pg if x['min_free_mib'] is not None), default=None)} | "
+                         f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
+                         f"{med([x['decision_to_eviction_ms'] for x in pg if x.get('decision_to_eviction_ms') is not None])} | "
+                         f"{med(freed)}, {max(freed) if freed else None} |")
     with open(os.path.join(args.out, "guard-report.md"), "w") as f:
         f.write(f"GPUs {args.gpus}, {total_mib} MiB each; soft threshold {soft_mib:.0f} MiB free ({args.soft:g} %), "
                 f"hard {hard_mib:.0f} MiB free ({args.hard:g} %); default fast interval {args.fast_interval} "
@@ -503,7 +588,13 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
                 "at once). Every GPU in --gpus runs its own training process and small CI pod; series "
                 "MODE/0+1 grow a greedy job on each of those GPUs at once.\n\n")
         f.write("\n".join(lines) + "\n")
+        if idle_rows:
+            f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
+                    "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")
+            for r in idle_rows:
+                f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
     print("\n".join(lines))
+    print(json.dumps(list(idle_rows)))
     plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib)
 
 

@@ -180,19 +180,20 @@ impl Core {
         }
     }
 
-    /// Whether the sampler should read memory at the fast interval now: always while the
-    /// guard can act, and otherwise while any GPU is below soft (for the pressure metric).
+    /// How often the sampler should read memory alone now, if at all: while the guard can
+    /// act, at the interval its risk rule wants (`guard::watch`: `fastInterval` when calm,
+    /// down to `fastIntervalMin` near hard, under pressure or while memory grows); otherwise
+    /// only while a GPU is below soft, for the pressure metric.
     ///
-    /// docs/guard.md turns the fast watch on only below soft. Measured on the H200, that lets
-    /// the first soft (or even hard) crossing wait for the next full poll — up to a whole
-    /// poll interval — and a 16 GiB/s job filled the GPU in that time. A memory-only read
-    /// costs microseconds per GPU, so the watch runs whenever the guard may decide.
-    pub fn wants_fast(&self) -> bool {
-        self.guard.as_ref().is_some_and(|g| {
-            // Whether the guard may act is decided once, at wiring (`agent::build`): no
-            // cluster means mode off.
-            g.parts.guard.policy().mode != Mode::Off || g.parts.guard.any_below_soft()
-        })
+    /// docs/guard.md once turned the fast watch on only below soft. Measured on the H200,
+    /// that let the first soft (or even hard) crossing wait for the next full poll — up to a
+    /// whole poll interval — and a 16 GiB/s job filled the GPU in that time.
+    pub fn fast_interval(&self) -> Option<Duration> {
+        // Whether the guard may act is decided once, at wiring (`agent::build`): no
+        // cluster means mode off.
+        self.guard
+            .as_ref()
+            .and_then(|g| g.parts.guard.watch_interval())
     }
 
     /// The executor decisions go to, if the guard acts.
@@ -400,7 +401,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
     };
     tokio::pin!(shutdown);
     let mut first = true;
-    let mut fast = false;
+    let mut fast: Option<Duration> = None;
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {
@@ -429,11 +430,13 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                 break;
             }
         }
-        let want = core.wants_fast();
+        let want = core.fast_interval();
         if want != fast {
+            if want.is_some() != fast.is_some() {
+                tracing::info!(on = want.is_some(), "fast memory watch");
+            }
             fast = want;
             sampler.set_fast(want);
-            tracing::info!(on = want, "fast memory watch");
         }
     }
     // Dropping the receiver first unblocks a sampler waiting to send.

@@ -17,6 +17,9 @@ pub enum Trigger {
     SoftGrace,
     /// Free memory is below `soft` and the trend projects the GPU full within `horizon`.
     SoftTrend,
+    /// Sustained growth would cross `hard` within `actBudget`, before the rules above
+    /// could act in time (possibly while free is still above `soft`).
+    EarlyTrend,
 }
 
 impl Trigger {
@@ -26,6 +29,7 @@ impl Trigger {
             Trigger::Hard => "hard",
             Trigger::SoftGrace => "soft_grace",
             Trigger::SoftTrend => "soft_trend",
+            Trigger::EarlyTrend => "early_trend",
         }
     }
 }

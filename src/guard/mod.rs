@@ -10,3 +10,4 @@ pub mod selector;
 pub mod state;
 pub mod status;
 pub mod trend;
+pub mod watch;

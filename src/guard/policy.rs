@@ -11,7 +11,10 @@
 //! soft: 10%
 //! grace: 10s               # humantime durations: "500ms", "10s", "1m"
 //! horizon: 5s
-//! fastInterval: 100ms
+//! fastInterval: 100ms     # the fast watch's calm interval
+//! fastIntervalMin: 5ms     # its interval under risk
+//! watchRate: 200%          # growth per second the calm interval is sized to catch
+//! actBudget: 100ms         # decision → memory freed; growth crossing hard sooner is acted on at once
 //! excludedNamespaces: [kube-system]
 //! priorityCeiling: 2000000000
 //! selector: workload-type=gpu-ci,team!=infra
@@ -279,9 +282,26 @@ pub struct Policy {
     /// (default 5s).
     #[serde(with = "human_duration")]
     pub horizon: Duration,
-    /// Memory-only poll interval while any GPU is below soft (default 100ms).
+    /// The fast watch's longest interval between memory-only reads, used while every GPU
+    /// is calm and far from `hard` (default 100ms). Closer to `hard`, or under pressure,
+    /// the watch reads more often (docs/guard.md, "The fast watch").
     #[serde(with = "human_duration")]
     pub fast_interval: Duration,
+    /// The fast watch's shortest interval, used below soft and when growth at `watchRate`
+    /// would reach `hard` within a few intervals (default 5ms).
+    #[serde(with = "human_duration")]
+    pub fast_interval_min: Duration,
+    /// The growth rate, per second, the fast watch is sized to catch on a calm GPU: the
+    /// interval is a quarter of the time growth at this rate takes to reach `hard`. A
+    /// percentage is of the GPU's memory (default 200%: twice the GPU's memory per second,
+    /// 282 GiB/s on an H200, 48 GiB/s on an A10G), or a size such as `256Gi`.
+    pub watch_rate: Threshold,
+    /// How long, from a decision, until the victim's memory is back with the driver
+    /// (the eviction request, the kubelet's kill, the CUDA context's teardown). Sustained
+    /// growth that would cross `hard` sooner than this is acted on at once, even above
+    /// soft (default 100ms; about 70 ms was measured on the H200, docs/validation.md).
+    #[serde(with = "human_duration")]
+    pub act_budget: Duration,
     /// Pods in these namespaces are never evicted (default `[kube-system]`).
     pub excluded_namespaces: Vec<String>,
     /// Pods whose `spec.priority` is at or above this are never evicted (default
@@ -322,6 +342,9 @@ impl Default for Policy {
             grace: Duration::from_secs(10),
             horizon: Duration::from_secs(5),
             fast_interval: Duration::from_millis(100),
+            fast_interval_min: MIN_FAST_INTERVAL,
+            watch_rate: Threshold::Percent(200.0),
+            act_budget: Duration::from_millis(100),
             excluded_namespaces: vec!["kube-system".to_string()],
             priority_ceiling: 2_000_000_000,
             selector: None,
@@ -417,6 +440,8 @@ impl Policy {
             ("grace", self.grace),
             ("horizon", self.horizon),
             ("fastInterval", self.fast_interval),
+            ("fastIntervalMin", self.fast_interval_min),
+            ("actBudget", self.act_budget),
             ("cooldownTimeout", self.cooldown_timeout),
             ("inDoubtTimeout", self.in_doubt_timeout),
             ("rateLimit.per", self.rate_limit.per),
@@ -437,6 +462,41 @@ impl Policy {
                     "must be at least {}; got {}",
                     humantime::format_duration(MIN_FAST_INTERVAL),
                     humantime::format_duration(self.fast_interval)
+                ),
+            ));
+        }
+        if self.fast_interval_min < MIN_FAST_INTERVAL || self.fast_interval_min > self.fast_interval
+        {
+            return Err(invalid(
+                "fastIntervalMin",
+                format!(
+                    "must be at least {} and at most `fastInterval` ({}); got {}",
+                    humantime::format_duration(MIN_FAST_INTERVAL),
+                    humantime::format_duration(self.fast_interval),
+                    humantime::format_duration(self.fast_interval_min)
+                ),
+            ));
+        }
+        let rate_ok = match self.watch_rate {
+            Threshold::Percent(p) => p > 0.0 && p <= 10_000.0,
+            Threshold::Bytes(b) => b >= MIB,
+        };
+        if !rate_ok {
+            return Err(invalid(
+                "watchRate",
+                format!(
+                    "must be a share of the GPU's memory per second in (0%, 10000%], like \"200%\", or a size of at least 1Mi, like \"256Gi\"; got {}",
+                    self.watch_rate
+                ),
+            ));
+        }
+        if self.act_budget > self.horizon {
+            return Err(invalid(
+                "actBudget",
+                format!(
+                    "must not exceed `horizon` ({}); got {}",
+                    humantime::format_duration(self.horizon),
+                    humantime::format_duration(self.act_budget)
                 ),
             ));
         }

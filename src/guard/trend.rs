@@ -24,6 +24,15 @@ pub const LEAD_IN: Duration = Duration::from_secs(1);
 /// job that stopped growing at the crossing from one that did not.
 pub const LEAD_IN_URGENT: Duration = Duration::from_secs(1);
 
+/// How far back [`Trend::sustained_growth`] looks.
+pub const EARLY_WINDOW: Duration = Duration::from_millis(60);
+/// The shortest span of readings [`Trend::sustained_growth`] judges.
+pub const EARLY_MIN_SPAN: Duration = Duration::from_millis(15);
+/// The fewest readings [`Trend::sustained_growth`] judges.
+pub const EARLY_MIN_POINTS: usize = 4;
+/// Rises of the lower envelope smaller than this are allocator noise, not growth.
+const EARLY_NOISE: u64 = 64 << 20;
+
 /// A bounded series of memory readings of one GPU and the growth rate they show.
 #[derive(Debug, Clone)]
 pub struct Trend {
@@ -102,34 +111,12 @@ impl Trend {
 
     /// Least-squares growth over the readings taken at or after `from` and before `until`.
     fn slope_between(&self, from: Duration, until: Duration) -> Option<f64> {
-        let mut pts = self
+        let pts = self
             .points
             .iter()
             .filter(|&&(t, _)| t >= from && t < until)
             .copied();
-        let (t0, y0) = pts.next()?;
-        let (mut n, mut tn) = (1usize, t0);
-        // Centre on the first point so seconds and bytes stay small enough for f64.
-        let (mut sx, mut sy, mut sxx, mut sxy) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-        for (t, y) in pts {
-            let x = (t - t0).as_secs_f64();
-            let y = y as f64 - y0 as f64;
-            n += 1;
-            tn = t;
-            sx += x;
-            sy += y;
-            sxx += x * x;
-            sxy += x * y;
-        }
-        if n < MIN_POINTS || tn - t0 < MIN_SPAN {
-            return None;
-        }
-        let n = n as f64;
-        let var = sxx - sx * sx / n;
-        if var <= f64::EPSILON {
-            return None;
-        }
-        Some((sxy - sx * sy / n) / var)
+        fit(pts, MIN_POINTS, MIN_SPAN)
     }
 
     /// How long until `free` bytes are used up at the current growth rate; `None` unless
@@ -189,6 +176,98 @@ impl Trend {
             return None;
         }
         Some(before.max(all))
+    }
+}
+
+impl Trend {
+    /// The growth rate in bytes per second when the readings of the last [`EARLY_WINDOW`]
+    /// before `now` show growth that is sustained and still going on; `None` otherwise.
+    ///
+    /// The window is cut in three by time, and the lowest reading of each third must rise
+    /// from one third to the next, each time by at least a quarter of what the fit
+    /// predicts. The lower envelope, because a pod that allocates and frees a workspace
+    /// many times a second puts a sawtooth on top of the memory in use: its peaks and
+    /// troughs come and go, its troughs do not climb. Both steps, because one large
+    /// allocation followed by a plateau raises the envelope once, not twice, and growth
+    /// that stopped shows in the last third. Memory returning to the driver never
+    /// qualifies. The rate returned is the slower of the fit and the envelope's.
+    pub fn sustained_growth(&self, now: Duration) -> Option<f64> {
+        let from = now.saturating_sub(EARLY_WINDOW);
+        let pts: Vec<(Duration, u64)> = self
+            .points
+            .iter()
+            .filter(|&&(t, _)| t >= from && t <= now)
+            .copied()
+            .collect();
+        let (&(t0, _), &(tn, _)) = (pts.first()?, pts.last()?);
+        let span = tn.saturating_sub(t0);
+        if pts.len() < EARLY_MIN_POINTS || span < EARLY_MIN_SPAN {
+            return None;
+        }
+        let fit = fit(pts.iter().copied(), EARLY_MIN_POINTS, EARLY_MIN_SPAN)?;
+        if fit < 1.0 {
+            return None;
+        }
+        let third = span / 3;
+        let low = |a: Duration, b: Duration| {
+            pts.iter()
+                .filter(|&&(t, _)| t >= a && t <= b)
+                .map(|&(_, m)| m)
+                .min()
+        };
+        let lows = [
+            low(t0, t0 + third)?,
+            low(t0 + third + Duration::from_nanos(1), tn - third)?,
+            low(tn - third + Duration::from_nanos(1), tn)?,
+        ];
+        let step = (fit * third.as_secs_f64() / 4.0).max(EARLY_NOISE as f64);
+        let rises = lows.windows(2).all(|w| w[1] as f64 - w[0] as f64 >= step);
+        if !rises {
+            return None;
+        }
+        // The envelope's rate: from the first third's trough to the last's, two thirds apart.
+        let envelope = (lows[2] - lows[0]) as f64 / (2.0 * third.as_secs_f64());
+        Some(fit.min(envelope))
+    }
+}
+
+/// Least-squares slope (bytes per second) of `pts`, in time order; `None` with fewer than
+/// `min_points` readings, a span under `min_span`, or all readings at one instant.
+fn fit(
+    pts: impl Iterator<Item = (Duration, u64)>,
+    min_points: usize,
+    min_span: Duration,
+) -> Option<f64> {
+    let mut pts = pts;
+    let (t0, y0) = pts.next()?;
+    let (mut n, mut tn) = (1usize, t0);
+    // Centre on the first point so seconds and bytes stay small enough for f64.
+    let (mut sx, mut sy, mut sxx, mut sxy) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    for (t, y) in pts {
+        let x = (t - t0).as_secs_f64();
+        let y = y as f64 - y0 as f64;
+        n += 1;
+        tn = t;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    if n < min_points || tn - t0 < min_span {
+        return None;
+    }
+    let n = n as f64;
+    let var = sxx - sx * sx / n;
+    if var <= f64::EPSILON {
+        return None;
+    }
+    Some((sxy - sx * sy / n) / var)
+}
+
+impl Trend {
+    /// How long `bytes` last at the rate of [`Trend::sustained_growth`]; `None` without it.
+    pub fn sustained_time_to(&self, bytes: u64, now: Duration) -> Option<Duration> {
+        project(bytes, self.sustained_growth(now)?)
     }
 }
 
@@ -414,5 +493,185 @@ mod tests {
         assert!(t.slope().unwrap() < 0.0);
         assert_eq!(t.time_to_full(1000 * MIB), None);
         assert_eq!(t.len(), 8);
+    }
+
+    /// Memory in use (MiB) at `t_ms` for one shape of the sustained-growth table.
+    #[derive(Clone, Copy, Debug)]
+    enum Shape {
+        /// Growth at `rate` GiB/s from t=0, in `chunk` MiB steps.
+        Ramp { rate: u64, chunk: u64 },
+        /// A `gib` GiB workspace held for 2 ms of every 22 ms (a training step).
+        Workspace { gib: u64 },
+        /// A ramp with the workspace on top.
+        RampAndWorkspace { rate: u64, chunk: u64, gib: u64 },
+        /// One allocation of `gib` GiB at `at` ms, then flat.
+        Step { gib: u64, at: u64 },
+        /// Growth at `rate` GiB/s until `until` ms, then flat.
+        RampThenPlateau { rate: u64, until: u64 },
+        /// Memory returning to the driver at `rate` GiB/s.
+        Release { rate: u64 },
+        /// Growth of 2 GiB in one allocation every 30 ms (two large steps in a window).
+        SlowSteps,
+    }
+
+    fn used_mib(shape: Shape, t: u64) -> u64 {
+        let base = 100_000;
+        let ramp = |rate: u64, chunk: u64, t: u64| (rate * 1024 * t / 1000) / chunk * chunk;
+        let ws = |gib: u64, t: u64| if t % 22 < 2 { gib * 1024 } else { 0 };
+        match shape {
+            Shape::Ramp { rate, chunk } => base + ramp(rate, chunk, t),
+            Shape::Workspace { gib } => base + ws(gib, t),
+            Shape::RampAndWorkspace { rate, chunk, gib } => {
+                base + ramp(rate, chunk, t) + ws(gib, t)
+            }
+            Shape::Step { gib, at } => base + if t >= at { gib * 1024 } else { 0 },
+            Shape::RampThenPlateau { rate, until } => base + ramp(rate, 1, t.min(until)),
+            Shape::Release { rate } => base - ramp(rate, 1, t),
+            Shape::SlowSteps => base + t / 30 * 2048,
+        }
+    }
+
+    #[test]
+    fn sustained_growth_table() {
+        // (shape, reading interval ms, readings up to ms, growth expected)
+        let rows: &[(Shape, u64, u64, bool)] = &[
+            (
+                Shape::Ramp {
+                    rate: 250,
+                    chunk: 256,
+                },
+                5,
+                60,
+                true,
+            ),
+            // Multi-GiB steps sampled every 5 ms: some readings see no step.
+            (
+                Shape::Ramp {
+                    rate: 250,
+                    chunk: 2048,
+                },
+                5,
+                60,
+                true,
+            ),
+            (
+                Shape::Ramp {
+                    rate: 128,
+                    chunk: 1024,
+                },
+                5,
+                60,
+                true,
+            ),
+            (
+                Shape::Ramp {
+                    rate: 64,
+                    chunk: 256,
+                },
+                5,
+                60,
+                true,
+            ),
+            // Too short a span for a judgement.
+            (
+                Shape::Ramp {
+                    rate: 250,
+                    chunk: 256,
+                },
+                5,
+                10,
+                false,
+            ),
+            (Shape::Workspace { gib: 2 }, 1, 200, false),
+            (Shape::Workspace { gib: 20 }, 5, 200, false),
+            (
+                Shape::RampAndWorkspace {
+                    rate: 250,
+                    chunk: 2048,
+                    gib: 2,
+                },
+                1,
+                60,
+                true,
+            ),
+            (
+                Shape::RampAndWorkspace {
+                    rate: 128,
+                    chunk: 512,
+                    gib: 8,
+                },
+                5,
+                60,
+                true,
+            ),
+            (Shape::Step { gib: 20, at: 30 }, 5, 60, false),
+            (Shape::Step { gib: 20, at: 30 }, 5, 200, false),
+            (Shape::Step { gib: 20, at: 58 }, 5, 60, false),
+            (
+                Shape::RampThenPlateau {
+                    rate: 250,
+                    until: 40,
+                },
+                5,
+                80,
+                false,
+            ),
+            (
+                Shape::RampThenPlateau {
+                    rate: 250,
+                    until: 60,
+                },
+                5,
+                200,
+                false,
+            ),
+            (Shape::Release { rate: 100 }, 5, 60, false),
+            (Shape::SlowSteps, 5, 60, false),
+            // Flat memory.
+            (Shape::Ramp { rate: 0, chunk: 1 }, 5, 100, false),
+        ];
+        for &(shape, every, until, want) in rows {
+            let mut t = Trend::default();
+            let mut fired_at = Vec::new();
+            for at in (0..=until).step_by(every as usize) {
+                t.push(ms(at), used_mib(shape, at) * MIB);
+                if t.sustained_growth(ms(at)).is_some() {
+                    fired_at.push(at);
+                }
+            }
+            let last = t.sustained_growth(ms(until));
+            assert_eq!(
+                last.is_some(),
+                want,
+                "{shape:?} every {every} ms to {until} ms: {last:?}"
+            );
+            if !want {
+                assert!(
+                    fired_at.is_empty() || matches!(shape, Shape::RampThenPlateau { .. }),
+                    "{shape:?} fired at {fired_at:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sustained_growth_reports_the_slower_rate() {
+        let mut t = Trend::default();
+        for at in (0..=60).step_by(5) {
+            t.push(
+                ms(at),
+                used_mib(
+                    Shape::Ramp {
+                        rate: 128,
+                        chunk: 256,
+                    },
+                    at,
+                ) * MIB,
+            );
+        }
+        let gib_s = t.sustained_growth(ms(60)).unwrap() / (1024.0 * MIB as f64);
+        assert!((100.0..=140.0).contains(&gib_s), "{gib_s}");
+        // Readings outside the window do not count: 200 ms later nothing is judged.
+        assert_eq!(t.sustained_growth(ms(260)), None);
     }
 }

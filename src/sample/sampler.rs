@@ -20,7 +20,8 @@ pub struct Cadence {
     pub process_util: Duration,
     /// How often the slow counters are read (`--slow-counter-interval`).
     pub slow_counters: Duration,
-    /// Memory-only interval while the fast watch is on (policy `fastInterval`).
+    /// Memory-only interval the fast watch starts at (policy `fastInterval`); the agent
+    /// changes it with [`Control::Fast`] as the guard's risk rule asks.
     pub fast: Duration,
 }
 
@@ -40,8 +41,8 @@ pub enum Sampled {
 /// Commands to the sampler thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
-    /// Turn the memory-only fast watch on or off.
-    Fast(bool),
+    /// Turn the memory-only fast watch on at this interval, or off (`None`).
+    Fast(Option<Duration>),
     /// Poll in full now (the guard saw a trigger on a fast reading).
     PollNow,
     /// Finish and return.
@@ -103,11 +104,12 @@ pub fn run_loop(
     mut send: impl FnMut(Sampled) -> bool,
 ) {
     let mut stamper = Stamper::default();
-    let mut fast = false;
+    let mut fast: Option<Duration> = None;
     let mut next_full = clock.mono();
     let mut next_util = next_full;
     let mut next_slow = next_full;
     let mut next_fast = next_full + cadence.fast;
+    let mut last_fast = next_full;
     loop {
         let now = clock.mono();
         if now >= next_full {
@@ -133,26 +135,31 @@ pub fn run_loop(
             if next_full <= clock.mono() {
                 next_full = clock.mono() + cadence.poll;
             }
-            next_fast = now + cadence.fast;
-        } else if fast && now >= next_fast {
+            last_fast = now;
+            next_fast = now + fast.unwrap_or(cadence.fast);
+        } else if let Some(every) = fast.filter(|_| now >= next_fast) {
             let readings = source.memory(now);
             if !send(Sampled::Memory { at: now, readings }) {
                 return;
             }
-            next_fast = now + cadence.fast;
+            last_fast = now;
+            next_fast = now + every;
         }
         let now = clock.mono();
-        let wake = if fast {
-            next_full.min(next_fast)
-        } else {
-            next_full
+        let wake = match fast {
+            Some(_) => next_full.min(next_fast),
+            None => next_full,
         };
         match control.recv_timeout(wake.saturating_sub(now)) {
-            Ok(Control::Fast(on)) => {
-                if on && !fast {
-                    next_fast = clock.mono();
-                }
-                fast = on;
+            Ok(Control::Fast(every)) => {
+                // Switched on: read at once. A new interval counts from the last read, so
+                // a shorter one takes effect now instead of after the old one runs out.
+                next_fast = match (fast, every) {
+                    (None, Some(_)) => clock.mono(),
+                    (_, Some(e)) => last_fast + e,
+                    (_, None) => next_fast,
+                };
+                fast = every;
             }
             Ok(Control::PollNow) => next_full = clock.mono(),
             Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return,
@@ -189,9 +196,9 @@ impl Sampler {
         })
     }
 
-    /// Turns the fast memory watch on or off.
-    pub fn set_fast(&self, on: bool) {
-        let _ = self.control.send(Control::Fast(on));
+    /// Turns the fast memory watch on at `every`, or off with `None`.
+    pub fn set_fast(&self, every: Option<Duration>) {
+        let _ = self.control.send(Control::Fast(every));
     }
 
     /// Asks for a full poll now instead of at the next tick.
@@ -259,7 +266,7 @@ mod tests {
             fast: Duration::from_millis(20),
         };
         let (ctl_tx, ctl_rx) = std::sync::mpsc::channel();
-        ctl_tx.send(Control::Fast(true)).unwrap();
+        ctl_tx.send(Control::Fast(Some(cadence.fast))).unwrap();
         let mut full = 0;
         let mut mem = 0;
         run_loop(&mut src, &clock, cadence, &ctl_rx, |s| {
@@ -271,6 +278,43 @@ mod tests {
         });
         assert_eq!(full, 3);
         assert!(mem >= 5, "fast watch produced {mem} memory readings");
+    }
+
+    #[test]
+    fn the_fast_interval_follows_control_and_switches_off() {
+        let mut src = sim();
+        let clock = SystemClock::new();
+        let cadence = Cadence {
+            poll: Duration::from_millis(300),
+            process_util: Duration::from_secs(1),
+            slow_counters: Duration::from_secs(1),
+            fast: Duration::from_millis(100),
+        };
+        let (ctl_tx, ctl_rx) = std::sync::mpsc::channel();
+        ctl_tx
+            .send(Control::Fast(Some(Duration::from_millis(5))))
+            .unwrap();
+        let (mut full, mut mem_fast, mut mem_off) = (0, 0, 0);
+        run_loop(&mut src, &clock, cadence, &ctl_rx, |s| {
+            match s {
+                Sampled::Full(..) => {
+                    full += 1;
+                    if full == 2 {
+                        // After the second poll the watch goes off.
+                        let _ = ctl_tx.send(Control::Fast(None));
+                    }
+                }
+                Sampled::Memory { .. } if full < 2 => mem_fast += 1,
+                Sampled::Memory { .. } => mem_off += 1,
+            }
+            full < 4
+        });
+        // 300 ms at 5 ms is about 60 reads; at the 100 ms cadence it would be 3.
+        assert!(
+            mem_fast >= 20,
+            "{mem_fast} fast reads in the first poll interval"
+        );
+        assert!(mem_off <= 1, "{mem_off} reads after the watch went off");
     }
 
     #[test]

@@ -129,7 +129,8 @@ impl World {
             let full_due = now.as_millis() % 1000 == 0;
             // A fast reading that fires a trigger asks for a full poll at once, as the
             // agent's sampler does on `poll_now`.
-            let poll_now = !full_due && self.rig.core.wants_fast() && self.rig.memory().1;
+            let poll_now =
+                !full_due && self.rig.core.fast_interval().is_some() && self.rig.memory().1;
             let dispatches = if full_due || poll_now {
                 let (published, dispatches) = self.rig.full();
                 self.last_metrics = String::from_utf8(published.metrics.to_vec()).unwrap();

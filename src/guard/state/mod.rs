@@ -18,9 +18,10 @@ pub use outcomes::ABORT_PAUSE;
 
 use super::decision::{Decision, EvictionOutcome};
 use super::levels::{Levels, Pressure};
-use super::policy::Policy;
+use super::policy::{Mode, Policy};
 use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, RefusedPod};
 use super::trend::Trend;
+use super::watch;
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -37,6 +38,8 @@ struct GpuState {
     pressure_since: Duration,
     below_soft_since: Option<Duration>,
     trend: Trend,
+    /// How much memory in use rose with the last reading (0 when it fell or held).
+    last_rise: u64,
     phase: GpuPhase,
     phase_since: Duration,
     inactive_reason: Option<String>,
@@ -54,6 +57,7 @@ impl GpuState {
             pressure_since: now,
             below_soft_since: None,
             trend: Trend::default(),
+            last_rise: 0,
             phase: GpuPhase::Watching,
             phase_since: now,
             inactive_reason: None,
@@ -68,7 +72,12 @@ impl GpuState {
 
     /// Folds in a memory reading (or its absence) and recomputes pressure.
     fn update_memory(&mut self, memory: Option<MemoryInfo>, policy: &Policy, now: Duration) {
+        let used_before = self.memory.map(|m| m.used);
         self.memory = memory;
+        self.last_rise = match (used_before, memory) {
+            (Some(before), Some(m)) => m.used.saturating_sub(before),
+            _ => 0,
+        };
         let pressure = match memory {
             None => {
                 // Stale data: the trend would span a gap and grace continuity is unknown.
@@ -280,9 +289,32 @@ impl Guard {
             .unwrap_or_default()
     }
 
-    /// Whether any GPU is below soft: the sampler then polls memory every `fastInterval`.
+    /// Whether any GPU is below soft.
     pub fn any_below_soft(&self) -> bool {
         self.gpus.values().any(|s| s.pressure != Pressure::None)
+    }
+
+    /// How often the fast watch should read memory now (`super::watch`): the shortest
+    /// interval any GPU wants while the guard may act; `fastInterval` while it may not but
+    /// a GPU is below soft (the pressure metric still follows); `None` otherwise.
+    pub fn watch_interval(&self) -> Option<Duration> {
+        if self.policy.mode == Mode::Off {
+            return self.any_below_soft().then_some(self.policy.fast_interval);
+        }
+        let wanted = self
+            .gpus
+            .values()
+            .filter_map(|s| match (&s.memory, &s.levels) {
+                (Some(m), Ok(l)) if s.health == GpuHealth::Ok => Some(watch::gpu_interval(
+                    &self.policy,
+                    m,
+                    l,
+                    s.pressure,
+                    s.last_rise,
+                )),
+                _ => None,
+            });
+        Some(wanted.min().unwrap_or(self.policy.fast_interval))
     }
 
     /// The guard's state for /state.
@@ -582,6 +614,130 @@ mod tests {
         assert_eq!(d.trigger, Trigger::SoftTrend);
         let ttf = d.time_to_full.unwrap();
         assert!(ttf > secs(0.7) && ttf < secs(0.9), "{ttf:?}");
+    }
+
+    /// Feeds fast readings of GPU 0 every `every_ms` from `from_ms` to `to_ms`, memory in
+    /// use from `used(t_ms)`, and returns the decisions with the time they came at.
+    fn feed(
+        w: &mut World,
+        every_ms: u64,
+        (from_ms, to_ms): (u64, u64),
+        used: impl Fn(u64) -> u64,
+    ) -> Vec<(u64, Decision)> {
+        let mut out = Vec::new();
+        for t in (from_ms..=to_ms).step_by(every_ms as usize) {
+            for d in w.fast(t as f64 / 1000.0, used(t)) {
+                out.push((t, d));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn sustained_fast_growth_acts_before_soft() {
+        // 40 000 MiB/s from 3000 MiB used: hard (500 MiB free) is 162 ms away at the
+        // start. The early trigger fires once that is within actBudget (100 ms), while free
+        // is still far above soft (1000 MiB), and ranks the growing pod first.
+        let mut w = World::new(
+            enforce(),
+            [pod("greedy"), pod("steady")],
+            vec![proc_in("greedy", 0, 1000), proc_in("steady", 0, 2000)],
+        );
+        assert!(w.poll(0.0, 3000).is_empty());
+        let ds = feed(&mut w, 5, (5, 150), |t| 3000 + 40 * t);
+        let (t, d) = ds.first().expect("a decision before hard");
+        assert_eq!(d.trigger, Trigger::EarlyTrend, "{d:#?}");
+        assert!(d.free > d.levels.soft, "free {} at {t} ms", d.free / MIB);
+        assert!(d.time_to_full.is_some());
+        let ttf = d.time_to_full.unwrap_or_default();
+        assert!(ttf < Duration::from_millis(200), "{ttf:?}");
+        assert_eq!(ds.len(), 1, "one decision per episode");
+    }
+
+    #[test]
+    fn the_early_trigger_ignores_workspaces_steps_plateaus_slow_growth_and_release() {
+        // (what, readings every ms, used MiB at t ms)
+        type Shape = (&'static str, u64, fn(u64) -> u64);
+        let shapes: &[Shape] = &[
+            // A protected pod's training step: 2000 MiB for 2 ms of every 22 ms, free
+            // dipping to 1100 MiB (just above soft) at the peaks.
+            ("workspace every 22 ms", 1, |t| {
+                6900 + if t % 22 < 2 { 2000 } else { 0 }
+            }),
+            ("workspace every 22 ms, read every 5 ms", 5, |t| {
+                6900 + if t % 22 < 5 { 2000 } else { 0 }
+            }),
+            ("one large step, then flat", 5, |t| {
+                if t < 300 {
+                    3000
+                } else {
+                    8800
+                }
+            }),
+            // Fast, but it stops with hard still more than actBudget away at its rate.
+            ("a burst that stops", 5, |t| 3000 + 40 * t.min(50)),
+            ("slow growth", 5, |t| 3000 + t),
+            ("memory returning", 5, |t| 8800 - 4 * t),
+        ];
+        for (what, every, used) in shapes {
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("b")],
+                vec![proc_in("a", 0, 1000), proc_in("b", 0, 2000)],
+            );
+            assert!(w.poll(0.0, used(0)).is_empty());
+            let ds = feed(&mut w, *every, (*every, 2000), used);
+            assert!(
+                ds.is_empty(),
+                "{what}: {:?}",
+                ds.first().map(|(t, d)| (t, d.trigger, d.free / MIB))
+            );
+        }
+    }
+
+    #[test]
+    fn the_watch_interval_follows_the_risk_and_the_mode() {
+        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 1000)]);
+        assert_eq!(
+            w.guard.watch_interval(),
+            Some(Duration::from_millis(100)),
+            "no GPU yet"
+        );
+        w.poll(0.0, 1000);
+        assert_eq!(
+            w.guard.watch_interval(),
+            Some(Duration::from_millis(100)),
+            "idle"
+        );
+        w.fast(0.1, 1000);
+        w.fast(0.2, 8000);
+        assert_eq!(
+            w.guard.watch_interval(),
+            Some(Duration::from_millis(5)),
+            "growth seen"
+        );
+        w.fast(0.3, 8000);
+        let calm = w.guard.watch_interval().unwrap_or_default();
+        assert!(
+            calm > Duration::from_millis(5) && calm < Duration::from_millis(100),
+            "{calm:?}"
+        );
+        w.fast(0.4, 9200);
+        assert_eq!(
+            w.guard.watch_interval(),
+            Some(Duration::from_millis(5)),
+            "below soft"
+        );
+
+        let mut off = World::new(Policy::default(), [pod("a")], vec![]);
+        off.guard = Guard::new(Policy {
+            mode: Mode::Off,
+            ..Policy::default()
+        });
+        off.poll(0.0, 8000);
+        assert_eq!(off.guard.watch_interval(), None);
+        off.poll(1.0, 9500);
+        assert_eq!(off.guard.watch_interval(), Some(Duration::from_millis(100)));
     }
 
     #[test]

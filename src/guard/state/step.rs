@@ -112,21 +112,32 @@ impl Guard {
                     .filter(|t| *t <= trend::LEAD_IN_URGENT)
             }
         });
+        // Growth too fast for the rules above: it would cross hard before a decision taken
+        // at the soft crossing (or after the soft fit's wait) could free memory.
+        let early = st
+            .trend
+            .sustained_time_to(memory.free.saturating_sub(levels.hard), now)
+            .filter(|t| *t <= self.policy.act_budget);
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
-        } else if memory.free < levels.soft {
-            let held = st
+        } else if memory.free < levels.soft
+            && st
                 .below_soft_since
-                .is_some_and(|since| now.saturating_sub(since) >= self.policy.grace);
-            if held {
-                Trigger::SoftGrace
-            } else if time_to_full.is_some_and(|t| t <= self.policy.horizon) {
-                Trigger::SoftTrend
-            } else {
-                return None;
-            }
+                .is_some_and(|since| now.saturating_sub(since) >= self.policy.grace)
+        {
+            Trigger::SoftGrace
+        } else if memory.free < levels.soft
+            && time_to_full.is_some_and(|t| t <= self.policy.horizon)
+        {
+            Trigger::SoftTrend
+        } else if early.is_some() {
+            Trigger::EarlyTrend
         } else {
             return None;
+        };
+        let time_to_full = match trigger {
+            Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, now),
+            _ => time_to_full,
         };
         if !fresh {
             self.refresh_wanted = true;

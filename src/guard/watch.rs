@@ -1,0 +1,138 @@
+//! How often the fast watch reads memory: the interval follows the risk.
+//!
+//! A memory-only read costs about 8 µs on an idle H200 and about 134 µs on one crowded
+//! with 64 processes, so reading every few milliseconds all the time would cost more than
+//! the rest of the agent; reading every 100 ms lets growth of 250 GiB/s cross the whole
+//! soft band between two reads. The rule, per GPU, the node taking the shortest:
+//! - below soft, or when the last reading grew by more than allocator noise:
+//!   `fastIntervalMin`;
+//! - otherwise a quarter ([`READS_TO_HARD`]) of the time growth at `watchRate` would take
+//!   to reach `hard`, rounded down to a √2 ladder below `fastInterval`, within `fastIntervalMin..=fastInterval`.
+//!
+//! `watchRate` defaults to twice the GPU's memory per second, so an idle GPU of any size
+//! is read every `fastInterval`, as before, and a busy one more often the nearer it is to
+//! `hard`: an H200 with 32 GiB free every 22.6 ms.
+
+use super::levels::{Levels, Pressure};
+use super::policy::Policy;
+use crate::model::snapshot::MemoryInfo;
+use std::time::Duration;
+
+/// Reads the watch wants between now and growth at `watchRate` reaching `hard`.
+pub const READS_TO_HARD: u32 = 4;
+/// A rise between two readings larger than this is growth seen, not allocator noise.
+pub const GROWTH_SEEN: u64 = 64 << 20;
+
+/// The interval for one GPU at `memory` against `levels`, at `pressure`; `grew` is how
+/// much memory in use rose since the previous reading.
+pub fn gpu_interval(
+    policy: &Policy,
+    memory: &MemoryInfo,
+    levels: &Levels,
+    pressure: Pressure,
+    grew: u64,
+) -> Duration {
+    if pressure != Pressure::None || grew > GROWTH_SEEN {
+        return policy.fast_interval_min;
+    }
+    let rate = policy.watch_rate.resolve(memory.total).max(1) as f64;
+    let runway = memory.free.saturating_sub(levels.hard) as f64 / rate;
+    let interval = Duration::try_from_secs_f64(runway / f64::from(READS_TO_HARD))
+        .unwrap_or(policy.fast_interval);
+    if interval >= policy.fast_interval {
+        return policy.fast_interval;
+    }
+    quantize(interval).max(policy.fast_interval_min)
+}
+
+/// Rounds down to a step of a √2 ladder from 1 ms (the caller clamps afterwards), so the
+/// interval the sampler is told changes a few times per episode rather than on every
+/// reading.
+fn quantize(d: Duration) -> Duration {
+    const LADDER_US: [u64; 21] = [
+        1_000, 1_414, 2_000, 2_828, 4_000, 5_657, 8_000, 11_314, 16_000, 22_627, 32_000, 45_255,
+        64_000, 90_510, 128_000, 181_019, 256_000, 362_039, 512_000, 724_077, 1_024_000,
+    ];
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    match LADDER_US.iter().rev().find(|&&r| r <= us) {
+        Some(&r) if us < 1_024_000 => Duration::from_micros(r),
+        _ => d,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::snapshot::MIB;
+
+    const GIB: u64 = 1024 * MIB;
+
+    fn gpu(total_gib: u64, free_gib: u64) -> (MemoryInfo, Levels) {
+        let total = total_gib * GIB;
+        let m = MemoryInfo {
+            total,
+            used: total - free_gib * GIB,
+            free: free_gib * GIB,
+            reserved: 0,
+        };
+        (m, Levels::resolve(&Policy::default(), total).unwrap())
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn the_interval_follows_the_runway_to_hard() {
+        let p = Policy::default();
+        // (total GiB, free GiB, pressure, grew MiB, expected interval range in ms)
+        type Row = (u64, u64, Pressure, u64, (u64, u64));
+        let rows: &[Row] = &[
+            // Idle GPUs of any size: calm, as slow as the fast watch always was.
+            (141, 140, Pressure::None, 0, (100, 100)),
+            (24, 23, Pressure::None, 0, (100, 100)),
+            // A busy but calm H200 with 32 GiB free: 25 GiB to hard at 282 GiB/s is 89 ms;
+            // a quarter of that, rounded down.
+            (141, 32, Pressure::None, 0, (16, 23)),
+            (141, 20, Pressure::None, 0, (8, 12)),
+            (24, 6, Pressure::None, 0, (16, 23)),
+            // Noise is not growth; a real rise is.
+            (141, 32, Pressure::None, 60, (16, 23)),
+            (141, 100, Pressure::None, 2048, (5, 5)),
+            // Under pressure, always the minimum.
+            (141, 13, Pressure::Soft, 0, (5, 5)),
+            (141, 3, Pressure::Hard, 0, (5, 5)),
+        ];
+        for &(total, free, pressure, grew, (lo, hi)) in rows {
+            let (m, l) = gpu(total, free);
+            let got = gpu_interval(&p, &m, &l, pressure, grew * MIB);
+            assert!(
+                got >= ms(lo) && got <= ms(hi),
+                "{free} of {total} GiB free, {pressure:?}, grew {grew} MiB: {got:?} not in {lo}..={hi} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn the_bounds_and_the_rate_come_from_the_policy() {
+        let p = Policy::from_yaml_str("fastInterval: 40ms\nfastIntervalMin: 10ms").unwrap();
+        let (m, l) = gpu(24, 23);
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0), ms(40));
+        let (m, l) = gpu(24, 2);
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0), ms(10));
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::Hard, 0), ms(10));
+        // A slower sized-for rate reads less often.
+        let slow = Policy::from_yaml_str("watchRate: 16Gi").unwrap();
+        let (m, l) = gpu(141, 32);
+        assert_eq!(gpu_interval(&slow, &m, &l, Pressure::None, 0), ms(100));
+    }
+
+    #[test]
+    fn quantize_rounds_down_to_the_ladder() {
+        assert_eq!(quantize(ms(100)), Duration::from_micros(90_510));
+        assert_eq!(quantize(ms(5)), ms(4));
+        assert_eq!(quantize(ms(24)), Duration::from_micros(22_627));
+        assert_eq!(quantize(ms(16)), ms(16));
+        assert_eq!(quantize(ms(2000)), ms(2000));
+    }
+}
