@@ -20,7 +20,7 @@ needed, and a PNG plot per mode.
     OUT=/tmp/out python3 hw/guard_h200.py --agent target/release/gpu-warden \
         --double target/release/apiserver-double --rates 4,16,32,64 --runs 5
 
-`--sweep` names each series as MODE[@FAST][/GPUS]:RATES, e.g.
+`--sweep` names each series as MODE[@FAST][/GPUS][*RUNS]:RATES (RUNS overrides --runs), e.g.
 `"guard:4,16,32,64;none:4,16,32,64;guard@20ms:64,128"`: MODE is guard or none, FAST the
 guard's fast interval (default --fast-interval), GPUS the GPUs the greedy job(s) grow on
 (`0`, or `0+1` for one greedy job on each at once; default the first of --gpus). With
@@ -237,7 +237,10 @@ def decisions_in(workdir, t0, t1):
             f = e.get("fields", {})
             if "decision" not in f or "trigger" not in f:
                 continue
-            ts = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00")).timestamp()
+            stamp = e["timestamp"].rstrip("Z")
+            head, _, frac = stamp.partition(".")
+            # Python 3.11's fromisoformat takes at most 6 fractional digits.
+            ts = datetime.datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
         except (ValueError, KeyError):
             continue
         if t0 <= ts <= t1:
@@ -322,6 +325,7 @@ def parse_sweep(args):
     out = []
     for item in filter(None, (x.strip() for x in spec.split(";"))):
         label, rates = item.split(":")
+        label, _, runs = label.partition("*")
         head, _, on = label.partition("/")
         mode, _, fast = head.partition("@")
         if mode not in ("guard", "none"):
@@ -329,7 +333,8 @@ def parse_sweep(args):
         greedy_gpus = [int(g) for g in on.split("+")] if on else gpus[:1]
         if not set(greedy_gpus) <= set(gpus):
             raise SystemExit(f"--sweep: {item!r} grows on a GPU not in --gpus")
-        out.append((label, mode, fast or args.fast_interval, greedy_gpus, [float(r) for r in rates.split(",")]))
+        out.append((label, mode, fast or args.fast_interval, greedy_gpus, [float(r) for r in rates.split(",")],
+                    int(runs) if runs else args.runs))
     return out
 
 
@@ -389,7 +394,7 @@ def main():
     nv.nvmlInit()
     total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).total // MIB
     soft_mib, hard_mib = total_mib * args.soft / 100, total_mib * args.hard / 100
-    policies = {fast: write_policy(args, workdir, fast) for _, _, fast, _, _ in sweep}
+    policies = {fast: write_policy(args, workdir, fast) for _, _, fast, _, _, _ in sweep}
     policies.setdefault(args.fast_interval, write_policy(args, workdir, args.fast_interval))
 
     def suffix(g):
@@ -434,9 +439,9 @@ def main():
             stop(a)
             stop(d)
         # 2. the sweep.
-        for label, mode, fast, greedy_gpus, rates in sweep:
+        for label, mode, fast, greedy_gpus, rates, runs in sweep:
             for rate in rates:
-                for run in range(args.runs):
+                for run in range(runs):
                     if time.time() - START > args.budget:
                         log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
                         continue

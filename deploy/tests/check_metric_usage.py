@@ -26,6 +26,7 @@ STATEFUL = {
     "gpu_warden_guard_decisions_total": "appears after the guard's first decision",
     "gpu_warden_node_annotation_patches_total": "appears after the first Node patch (needs Kubernetes)",
     "gpu_warden_nvml_errors_total": "appears after the first failed NVML call",
+    "gpu_warden_ci_job_gpu_memory_peak_bytes": "appears after the first pod's GPU processes end",
     # Hopper and newer only (NVML GPM); the simulated H100 scenario does not model GPM.
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "Hopper+ GPM profiling family",
     "DCGM_FI_PROF_SM_ACTIVE": "Hopper+ GPM profiling family",

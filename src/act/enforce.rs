@@ -1,7 +1,7 @@
 //! The enforcer shell: carries out a guard [`Decision`] against the API server
 //! (docs/guard.md; RBAC in docs/deploy.md). In enforce mode it posts policy/v1 Evictions in rank order
 //! until the decision is done; in dry-run it evicts nothing. In both it emits the
-//! decision's Events ([`super::events`]) and counts the decision and eviction metrics.
+//! decision's Events ([`super::events`], sent by [`super::event_sender`]) and counts the decision and eviction metrics.
 //!
 //! Evictions go through the `evict` client, whose kube default retry is off: a
 //! PodDisruptionBudget's 429 must come back at once so the next candidate can be tried
@@ -16,8 +16,8 @@
 //! - **in doubt is not failed**: an eviction with no answer may still be carried out, so the
 //!   walk stops there and the guard waits to learn the pod's fate.
 
-use super::events;
 use crate::act::client::KubeClients;
+use crate::act::event_sender::EventSender;
 use crate::attribute::pods::pod_info;
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{self, EventDraft};
@@ -27,14 +27,12 @@ use crate::guard::rank::{self, Victim};
 use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::publish::self_metrics::SelfMetrics;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::{Api, PostParams};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -56,7 +54,6 @@ const DETAIL_LIMIT: usize = 300;
 
 /// Carries out guard decisions: evictions (enforce), Events and metrics.
 pub struct Enforcer {
-    main: kube::Client,
     evict: kube::Client,
     node: String,
     metrics: SelfMetrics,
@@ -67,9 +64,7 @@ pub struct Enforcer {
     eviction_timeout: Duration,
     event_timeout: Duration,
     walk_budget: Duration,
-    /// Set once the API server answered 404 for `events.k8s.io` and a core/v1 Event went
-    /// through instead: later Events skip the doomed first attempt.
-    core_events_only: AtomicBool,
+    events: EventSender,
 }
 
 impl Enforcer {
@@ -85,10 +80,10 @@ impl Enforcer {
         policy: &Policy,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let node = node.into();
         Enforcer {
-            main: clients.main.clone(),
             evict: clients.direct.clone(),
-            node: node.into(),
+            node: node.clone(),
             metrics,
             clock,
             policy: policy.clone(),
@@ -97,7 +92,7 @@ impl Enforcer {
             eviction_timeout: DEFAULT_EVICTION_TIMEOUT,
             event_timeout: DEFAULT_EVENT_TIMEOUT,
             walk_budget: DEFAULT_WALK_BUDGET,
-            core_events_only: AtomicBool::new(false),
+            events: EventSender::new(clients.main.clone(), node),
         }
     }
 
@@ -312,40 +307,8 @@ impl Enforcer {
     }
 
     async fn send_event(&self, decision: &Decision, draft: &EventDraft, at: SystemTime) {
-        let pp = PostParams::default();
-        let mut fell_back = false;
-        if !self.core_events_only.load(Ordering::Relaxed) {
-            let api: Api<Event> = Api::namespaced(self.main.clone(), &draft.namespace);
-            match api
-                .create(&pp, &events::events_v1(draft, &self.node, at))
-                .await
-            {
-                // A 2xx whose body does not parse is still a created Event.
-                Ok(_) | Err(kube::Error::SerdeError(_)) => return,
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    tracing::info!(
-                        decision = decision.id,
-                        "events.k8s.io/v1 not served (404); sending a core/v1 Event instead"
-                    );
-                    fell_back = true;
-                }
-                Err(e) => {
-                    log_event_error(decision, draft, "events.k8s.io/v1", &e);
-                    return;
-                }
-            }
-        }
-        let api: Api<CoreEvent> = Api::namespaced(self.main.clone(), &draft.namespace);
-        match api
-            .create(&pp, &events::core_v1(draft, &self.node, at))
-            .await
-        {
-            Ok(_) | Err(kube::Error::SerdeError(_)) => {
-                if fell_back {
-                    self.core_events_only.store(true, Ordering::Relaxed);
-                }
-            }
-            Err(e) => log_event_error(decision, draft, "v1", &e),
+        if let Err(e) = self.events.send(draft, at).await {
+            log_event_error(decision, draft, e.api, &e.source);
         }
     }
 }

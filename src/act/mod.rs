@@ -4,5 +4,6 @@
 
 pub mod client;
 pub mod enforce;
+pub mod event_sender;
 pub mod events;
 pub mod node_annotations;

@@ -4,6 +4,7 @@
 pub mod annotations;
 pub mod auth;
 pub mod http;
+pub mod job_peaks;
 pub mod metrics;
 pub mod replica_metrics;
 pub mod self_metrics;
