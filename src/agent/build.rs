@@ -23,6 +23,8 @@ use crate::publish::annotations::AnnotationConfig;
 use crate::publish::auth::Auth;
 use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
 use crate::publish::metrics::MetricsConfig;
+use crate::publish::process_metrics::ProcessSource;
+use crate::publish::process_reader::SelfProcess;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::sample::nvml::NvmlSource;
 use crate::sample::sampler::Cadence;
@@ -337,6 +339,7 @@ impl Wiring {
                 security,
                 ..HttpLimits::default()
             },
+            process: SelfProcess::new().map(|p| Arc::new(p) as Arc<dyn ProcessSource>),
             guard: Some(guard),
             companions,
         };

@@ -16,6 +16,7 @@ use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{MemoryInfo, Snapshot};
 use crate::publish::http::{self, HttpLimits, HttpState};
+use crate::publish::process_metrics::ProcessSource;
 use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
 use crate::sample::{GpuSource, MemoryReading};
@@ -52,6 +53,8 @@ pub struct AgentParts {
     pub pipeline: Pipeline,
     pub listener: TcpListener,
     pub http_limits: HttpLimits,
+    /// The agent's own process, read at each scrape for the `process_*` families.
+    pub process: Option<Arc<dyn ProcessSource>>,
     pub guard: Option<GuardParts>,
     pub companions: Vec<Companion>,
 }
@@ -362,6 +365,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         pipeline,
         listener,
         http_limits,
+        process,
         guard,
         companions,
     } = parts;
@@ -374,6 +378,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         published: pub_rx.clone(),
         clock: clock.clone(),
         poll_interval: cadence.poll,
+        process,
     };
     let http_task = tokio::spawn(http::serve(listener, http_state, http_limits, async move {
         let _ = stop_http_rx.wait_for(|stop| *stop).await;
