@@ -51,6 +51,8 @@ pub enum StartError {
     #[error("{origin}: {source}")]
     Policy { origin: String, source: PolicyError },
     #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
     Source(#[from] SourceError),
     #[error("running in Kubernetes with --backend auto: {0}")]
     NvmlInCluster(SourceError),
@@ -153,7 +155,8 @@ fn open_source(cli: &Cli, clock: &dyn Clock) -> Result<Opened, StartError> {
     }
 }
 
-/// The guard policy: the file's, or the defaults, with `--guard-mode` on top; validated.
+/// The guard policy: the file's, or the defaults, with `--guard-mode` on top and the one
+/// annotation prefix; validated.
 fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
     let mut policy = match &cli.guard_config {
         Some(path) => {
@@ -171,13 +174,14 @@ fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
     if let Some(mode) = cli.guard_mode {
         policy.mode = mode;
     }
-    policy.validate().map_err(|source| StartError::Policy {
-        origin: match &cli.guard_config {
-            Some(p) => format!("--guard-config {}", p.display()),
-            None => "guard policy".to_string(),
-        },
-        source,
-    })?;
+    let origin = match &cli.guard_config {
+        Some(p) => format!("--guard-config {}", p.display()),
+        None => "guard policy".to_string(),
+    };
+    cli.unify_annotation_prefix(&mut policy, &origin)?;
+    policy
+        .validate()
+        .map_err(|source| StartError::Policy { origin, source })?;
     Ok(policy)
 }
 

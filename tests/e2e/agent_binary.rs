@@ -205,6 +205,29 @@ fn broken_configuration_is_one_clear_line() {
     }
 }
 
+/// The node's keys and the pods' share one prefix: a guard policy naming another is refused
+/// at start, in one line naming the key and the flag; one naming the same is accepted.
+#[test]
+fn a_policy_prefix_other_than_the_flag_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "annotationPrefix: example.com\n").unwrap();
+    let (code, err) = run_to_exit(&AgentArgs::sim().kube_off().guard_config(&policy).args());
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("annotationPrefix \"example.com\"")
+            && err.contains("--annotation-prefix \"gpu-warden.io\""),
+        "{err}"
+    );
+    let agreeing = AgentArgs::sim()
+        .kube_off()
+        .guard_config(&policy)
+        .set("--annotation-prefix", "example.com");
+    let agent = Agent::start(&agreeing.args());
+    assert_eq!(get(agent.port, "/readyz").unwrap().status, 200);
+}
+
 #[test]
 fn nvml_backend_without_a_driver_says_what_is_missing() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
