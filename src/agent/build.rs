@@ -3,8 +3,7 @@
 //! its enforcer, the node annotator and the HTTP server, and hands them to the event loop
 //! (`agent::run`). Every start-up failure is a [`StartError`] naming the flag or file.
 
-use super::pipeline::Pipeline;
-use super::{AgentParts, GuardParts};
+use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
@@ -307,7 +306,7 @@ impl Wiring {
             &self.metrics,
             &self.clock,
         );
-        let mut pipeline = Pipeline::new(
+        let mut core = Core::new(
             MetricsConfig {
                 hostname_label: self.cli.hostname_label,
                 hostname: self.node.clone(),
@@ -316,9 +315,10 @@ impl Wiring {
             self.metrics.clone(),
             self.clock.clone(),
         )
-        .with_attributor(Box::new(attributor));
+        .with_attributor(Box::new(attributor))
+        .with_guard(guard);
         if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            pipeline = pipeline.with_replicas(rx);
+            core = core.with_replicas(rx);
         }
         let companions = self.companions(clients.as_ref());
         let security = self.http_security()?;
@@ -337,14 +337,13 @@ impl Wiring {
                 slow_counters: self.cli.slow_counter_interval,
                 fast: fast_interval,
             },
-            pipeline,
+            core,
             listener,
             http_limits: HttpLimits {
                 security,
                 ..HttpLimits::default()
             },
             process: SelfProcess::new().map(|p| Arc::new(p) as Arc<dyn ProcessSource>),
-            guard: Some(guard),
             companions,
         };
         super::run(parts, shutdown_signal()).await?;

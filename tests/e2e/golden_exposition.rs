@@ -5,7 +5,7 @@
 //! descriptors) are masked; their names, help and types stay pinned.
 //! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test e2e golden_exposition`.
 
-use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::Core;
 use gpu_warden::attribute::ports::Attributor;
 use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::snapshot::{Owner, PodRef, Snapshot};
@@ -62,7 +62,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
         },
     );
     let snap = Arc::new(Stamper::default().stamp(raw, at, clock.wall()));
-    let mut pipeline = Pipeline::new(
+    let mut core = Core::new(
         MetricsConfig {
             hostname_label: HostnameLabel::Hostname,
             hostname: "ip-10-0-12-34.ec2.internal".into(),
@@ -73,9 +73,9 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
     )
     .with_attributor(Box::new(FromScenario(scenario)));
     let mut snap = Arc::unwrap_or_clone(snap);
-    pipeline.prepare(&mut snap, Duration::from_micros(850));
+    core.prepare(&mut snap, Duration::from_micros(850));
     let snap = Arc::new(snap);
-    let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
+    let published = core.publish(snap, Default::default(), serde_json::Value::Null);
     String::from_utf8(published.metrics.to_vec()).unwrap()
 }
 
