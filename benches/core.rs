@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::Core;
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::cgroup::parse_proc_cgroup;
 use gpu_warden::attribute::pods::{index_json, StaticPods};
@@ -46,7 +46,7 @@ fn attributed_snapshot(
     gpus: u32,
     procs: u32,
     dir: &std::path::Path,
-) -> (Snapshot, Pipeline, Arc<StaticPods>) {
+) -> (Snapshot, Core, Arc<StaticPods>) {
     let sc = scenario(gpus, procs);
     let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
     let mut src = SimSource::new(sc).with_proc_root(dir).expect("proc root");
@@ -59,7 +59,7 @@ fn attributed_snapshot(
         },
     );
     let mut snap = Stamper::default().stamp(raw, Duration::ZERO, clock.wall());
-    let mut pipeline = Pipeline::new(
+    let mut core = Core::new(
         MetricsConfig {
             hostname: "node".into(),
             ..Default::default()
@@ -72,8 +72,8 @@ fn attributed_snapshot(
         pods.clone(),
         None,
     )));
-    pipeline.prepare(&mut snap, Duration::from_micros(100));
-    (snap, pipeline, pods)
+    core.prepare(&mut snap, Duration::from_micros(100));
+    (snap, core, pods)
 }
 
 fn exposition(c: &mut Criterion) {

@@ -3,8 +3,7 @@
 //! its enforcer, the node annotator and the HTTP server, and hands them to the event loop
 //! (`agent::run`). Every start-up failure is a [`StartError`] naming the flag or file.
 
-use super::pipeline::Pipeline;
-use super::{AgentParts, GuardParts};
+use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
@@ -23,6 +22,8 @@ use crate::publish::annotations::AnnotationConfig;
 use crate::publish::auth::Auth;
 use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
 use crate::publish::metrics::MetricsConfig;
+use crate::publish::process_metrics::ProcessSource;
+use crate::publish::process_reader::SelfProcess;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::sample::nvml::NvmlSource;
 use crate::sample::sampler::Cadence;
@@ -48,6 +49,8 @@ pub enum StartError {
     },
     #[error("{origin}: {source}")]
     Policy { origin: String, source: PolicyError },
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error("running in Kubernetes with --backend auto: {0}")]
@@ -151,7 +154,8 @@ fn open_source(cli: &Cli, clock: &dyn Clock) -> Result<Opened, StartError> {
     }
 }
 
-/// The guard policy: the file's, or the defaults, with `--guard-mode` on top; validated.
+/// The guard policy: the file's, or the defaults, with `--guard-mode` on top and the one
+/// annotation prefix; validated.
 fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
     let mut policy = match &cli.guard_config {
         Some(path) => {
@@ -169,13 +173,14 @@ fn load_policy(cli: &Cli) -> Result<Policy, StartError> {
     if let Some(mode) = cli.guard_mode {
         policy.mode = mode;
     }
-    policy.validate().map_err(|source| StartError::Policy {
-        origin: match &cli.guard_config {
-            Some(p) => format!("--guard-config {}", p.display()),
-            None => "guard policy".to_string(),
-        },
-        source,
-    })?;
+    let origin = match &cli.guard_config {
+        Some(p) => format!("--guard-config {}", p.display()),
+        None => "guard policy".to_string(),
+    };
+    cli.unify_annotation_prefix(&mut policy, &origin)?;
+    policy
+        .validate()
+        .map_err(|source| StartError::Policy { origin, source })?;
     Ok(policy)
 }
 
@@ -301,7 +306,7 @@ impl Wiring {
             &self.metrics,
             &self.clock,
         );
-        let mut pipeline = Pipeline::new(
+        let mut core = Core::new(
             MetricsConfig {
                 hostname_label: self.cli.hostname_label,
                 hostname: self.node.clone(),
@@ -310,9 +315,10 @@ impl Wiring {
             self.metrics.clone(),
             self.clock.clone(),
         )
-        .with_attributor(Box::new(attributor));
+        .with_attributor(Box::new(attributor))
+        .with_guard(guard);
         if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            pipeline = pipeline.with_replicas(rx);
+            core = core.with_replicas(rx);
         }
         let companions = self.companions(clients.as_ref());
         let security = self.http_security()?;
@@ -331,13 +337,13 @@ impl Wiring {
                 slow_counters: self.cli.slow_counter_interval,
                 fast: fast_interval,
             },
-            pipeline,
+            core,
             listener,
             http_limits: HttpLimits {
                 security,
                 ..HttpLimits::default()
             },
-            guard: Some(guard),
+            process: SelfProcess::new().map(|p| Arc::new(p) as Arc<dyn ProcessSource>),
             companions,
         };
         super::run(parts, shutdown_signal()).await?;

@@ -2,7 +2,7 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
-use crate::guard::policy::Mode;
+use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
 use crate::publish::metrics::HostnameLabel;
 use clap::builder::PossibleValue;
@@ -192,10 +192,11 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "on", env = "GPU_WARDEN_ANNOTATIONS")]
     pub annotations: Switch,
 
-    /// Prefix of the node annotation keys.
+    /// Prefix of every annotation key: those written on the node (`<prefix>/vram-free-mib`,
+    /// …) and those read on pods (`<prefix>/evict`, `<prefix>/vram-request-mib`).
     #[arg(
         long,
-        default_value = "gpu-warden.io",
+        default_value = crate::model::units::DEFAULT_ANNOTATION_PREFIX,
         env = "GPU_WARDEN_ANNOTATION_PREFIX"
     )]
     pub annotation_prefix: String,
@@ -277,6 +278,12 @@ pub enum ConfigError {
     TwoAuthFiles,
     #[error("--node-name / NODE_NAME must be 1..253 characters")]
     NodeName,
+    #[error("{origin}: annotationPrefix {policy:?} differs from --annotation-prefix {flag:?}; node and pod annotations share one prefix: set --annotation-prefix (GPU_WARDEN_ANNOTATION_PREFIX) and drop the key")]
+    PrefixConflict {
+        origin: String,
+        policy: String,
+        flag: String,
+    },
 }
 
 impl Cli {
@@ -310,6 +317,28 @@ impl Cli {
             }
         }
         Ok(())
+    }
+
+    /// Gives `policy` (read from `origin`) the one annotation prefix, `--annotation-prefix`:
+    /// the guard reads `<prefix>/evict` and `<prefix>/vram-request-mib` on pods under the
+    /// prefix the node's keys are written with, as the scheduler extender reads both with
+    /// one prefix. A policy that names another prefix is refused rather than half applied.
+    pub fn unify_annotation_prefix(
+        &self,
+        policy: &mut Policy,
+        origin: &str,
+    ) -> Result<(), ConfigError> {
+        match &policy.annotation_prefix {
+            Some(p) if *p != self.annotation_prefix => Err(ConfigError::PrefixConflict {
+                origin: origin.to_string(),
+                policy: p.clone(),
+                flag: self.annotation_prefix.clone(),
+            }),
+            _ => {
+                policy.annotation_prefix = Some(self.annotation_prefix.clone());
+                Ok(())
+            }
+        }
     }
 
     /// The node annotations' settings, from their flags.
@@ -410,6 +439,42 @@ mod tests {
         assert!(
             e.contains("--web-auth-bearer-file") && e.contains("--web-auth-basic-file"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn one_annotation_prefix_for_node_and_pod_keys() {
+        // No key in the policy: the flag's prefix (default or given) is the pods' too.
+        for (args, want) in [
+            (&[][..], "gpu-warden.io"),
+            (&["--annotation-prefix", "example.com"][..], "example.com"),
+        ] {
+            let c = parse(args).unwrap();
+            let mut p = Policy::default();
+            c.unify_annotation_prefix(&mut p, "guard policy").unwrap();
+            assert_eq!(p.evict_annotation(), format!("{want}/evict"));
+            assert_eq!(
+                p.vram_request_annotation(),
+                format!("{want}/vram-request-mib")
+            );
+            assert_eq!(c.annotation_config().prefix, want);
+        }
+        // A key that agrees is accepted.
+        let c = parse(&["--annotation-prefix", "example.com"]).unwrap();
+        let mut p = Policy::from_yaml_str("annotationPrefix: example.com\n").unwrap();
+        c.unify_annotation_prefix(&mut p, "--guard-config p.yaml")
+            .unwrap();
+        assert_eq!(p.annotation_prefix(), "example.com");
+        // One that does not is refused in one line naming both.
+        let c = parse(&[]).unwrap();
+        let mut p = Policy::from_yaml_str("annotationPrefix: example.com\n").unwrap();
+        let e = c
+            .unify_annotation_prefix(&mut p, "--guard-config p.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--guard-config p.yaml: annotationPrefix \"example.com\" differs from --annotation-prefix \"gpu-warden.io\"; node and pod annotations share one prefix: set --annotation-prefix (GPU_WARDEN_ANNOTATION_PREFIX) and drop the key"
         );
     }
 }

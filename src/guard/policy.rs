@@ -23,7 +23,7 @@
 //! inDoubtTimeout: 60s
 //! rateLimit: { maxEvictions: 5, per: 60s }
 //! evictionGracePeriodSeconds: 5
-//! annotationPrefix: gpu-warden.io
+//! annotationPrefix: gpu-warden.io   # must equal --annotation-prefix (one prefix for all keys)
 //! ```
 
 use super::selector::Selector;
@@ -329,8 +329,12 @@ pub struct Policy {
     /// `deleteOptions.gracePeriodSeconds` sent with each eviction (default 5).
     pub eviction_grace_period_seconds: i64,
     /// Prefix of the pod annotations the guard reads: `<prefix>/evict: "never"` and
-    /// `<prefix>/vram-request-mib: "<int>"` (default `gpu-warden.io`).
-    pub annotation_prefix: String,
+    /// `<prefix>/vram-request-mib: "<int>"`. The agent has one prefix for node and pod
+    /// annotations, `--annotation-prefix`: the agent's configuration fills this in from the
+    /// flag, and refuses a file whose key says otherwise. Absent (`None`) means the default,
+    /// `gpu-warden.io`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotation_prefix: Option<String>,
 }
 
 impl Default for Policy {
@@ -353,7 +357,7 @@ impl Default for Policy {
             in_doubt_timeout: Duration::from_secs(60),
             rate_limit: RateLimit::default(),
             eviction_grace_period_seconds: 5,
-            annotation_prefix: "gpu-warden.io".to_string(),
+            annotation_prefix: None,
         }
     }
 }
@@ -533,26 +537,34 @@ impl Policy {
                 ));
             }
         }
-        if crate::model::units::check_dns_subdomain(&self.annotation_prefix).is_err() {
-            return Err(invalid(
-                "annotationPrefix",
-                format!(
-                    "{:?} is not a DNS subdomain like `gpu-warden.io` (lowercase letters, digits, `-` and `.`; no `/`)",
-                    self.annotation_prefix
-                ),
-            ));
+        if let Some(prefix) = &self.annotation_prefix {
+            if crate::model::units::check_dns_subdomain(prefix).is_err() {
+                return Err(invalid(
+                    "annotationPrefix",
+                    format!(
+                        "{prefix:?} is not a DNS subdomain like `gpu-warden.io` (lowercase letters, digits, `-` and `.`; no `/`)"
+                    ),
+                ));
+            }
         }
         Ok(())
     }
 
+    /// The prefix of the pod annotations: the key's, or the default.
+    pub fn annotation_prefix(&self) -> &str {
+        self.annotation_prefix
+            .as_deref()
+            .unwrap_or(crate::model::units::DEFAULT_ANNOTATION_PREFIX)
+    }
+
     /// The annotation that opts a pod out of eviction when set to `"never"`.
     pub fn evict_annotation(&self) -> String {
-        format!("{}/evict", self.annotation_prefix)
+        format!("{}/evict", self.annotation_prefix())
     }
 
     /// The annotation declaring a pod's expected VRAM use in MiB.
     pub fn vram_request_annotation(&self) -> String {
-        format!("{}/vram-request-mib", self.annotation_prefix)
+        format!("{}/vram-request-mib", self.annotation_prefix())
     }
 }
 
@@ -648,7 +660,7 @@ mod tests {
         assert_eq!(p.rate_limit.max_evictions, 5);
         assert_eq!(p.rate_limit.per, Duration::from_secs(60));
         assert_eq!(p.eviction_grace_period_seconds, 5);
-        assert_eq!(p.annotation_prefix, "gpu-warden.io");
+        assert_eq!(p.annotation_prefix(), "gpu-warden.io");
         assert_eq!(p.evict_annotation(), "gpu-warden.io/evict");
         assert_eq!(
             p.vram_request_annotation(),

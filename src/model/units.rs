@@ -65,6 +65,11 @@ pub fn check_dns_label(s: &str) -> Result<(), DnsNameError> {
     Ok(())
 }
 
+/// The default prefix of every annotation key gpu-warden reads or writes: `<prefix>/evict`
+/// and `<prefix>/vram-request-mib` on pods, `<prefix>/vram-free-mib` and friends on nodes.
+/// One setting, `--annotation-prefix`, changes it for all of them.
+pub const DEFAULT_ANNOTATION_PREFIX: &str = "gpu-warden.io";
+
 /// An RFC 1123 subdomain (an annotation key's prefix, a node name): at most 253 characters
 /// of labels joined by dots.
 pub fn check_dns_subdomain(s: &str) -> Result<(), DnsNameError> {

@@ -36,8 +36,8 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The default annotation key prefix.
-pub const DEFAULT_PREFIX: &str = "gpu-warden.io";
+/// The default annotation key prefix (the node's keys and the pods' share it).
+pub const DEFAULT_PREFIX: &str = crate::model::units::DEFAULT_ANNOTATION_PREFIX;
 /// Key name (after `<prefix>/`) of the free MiB summed over the node's GPUs.
 pub const KEY_FREE: &str = "vram-free-mib";
 /// Key name of the most free MiB on any one GPU.

@@ -1,8 +1,10 @@
 //! The HTTP shell: `/metrics`, `/healthz`, `/readyz`, `/state`. A scrape copies bytes
-//! rendered once per poll; it never calls NVML. Connections are bounded in number, header
+//! rendered once per poll and appends the agent's own process families read then; it never
+//! calls NVML. Connections are bounded in number, header
 //! size and time, so a slow or hostile client cannot starve Prometheus.
 
 use super::auth::{Auth, FlagFileError};
+use super::process_metrics::{self, ProcessSource};
 use super::state::Published;
 use crate::model::clock::Clock;
 use bytes::Bytes;
@@ -103,6 +105,8 @@ pub struct HttpState {
     pub clock: Arc<dyn Clock>,
     /// The full poll interval: `/healthz` fails after three without a new snapshot.
     pub poll_interval: Duration,
+    /// The agent's own process, read on each `/metrics` scrape (None: not exported).
+    pub process: Option<Arc<dyn ProcessSource>>,
 }
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -146,7 +150,11 @@ pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<B
     let published = state.published.borrow().clone();
     match path {
         "/metrics" => match published {
-            Some(p) => reply(StatusCode::OK, TEXT_FORMAT, p.metrics.clone()),
+            Some(p) => reply(
+                StatusCode::OK,
+                TEXT_FORMAT,
+                process_metrics::metrics_body(&p.metrics, state.process.as_deref()),
+            ),
             None => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no snapshot yet: the first poll has not finished\n".into(),

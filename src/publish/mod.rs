@@ -1,11 +1,14 @@
 //! Everything that leaves the agent: metric families and their exposition, the HTTP
-//! server, and (later) the Node annotations.
+//! server with the agent's own process families, the Node annotations' values and plan, and
+//! the `/state` document.
 
 pub mod annotations;
 pub mod auth;
 pub mod http;
 pub mod job_peaks;
 pub mod metrics;
+pub mod process_metrics;
+pub mod process_reader;
 pub mod replica_metrics;
 pub mod self_metrics;
 pub mod state;

@@ -9,14 +9,31 @@ use std::time::{Duration, Instant};
 
 /// Polls `f` every 20 ms until it returns `Some`, or panics naming `what` after `within`.
 /// For tests only: a timeout here is a failed assertion.
-#[allow(clippy::disallowed_methods)] // waits on real time, by design
 pub fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_for_seen(what, within, || f().ok_or(""))
+}
+
+/// As [`wait_for`], for a probe that says what it saw when it is not there yet (`Err`): the
+/// panic after `within` shows the last of it, so a timeout explains itself.
+#[allow(clippy::disallowed_methods)] // waits on real time, by design
+pub fn wait_for_seen<T, S: std::fmt::Display>(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Result<T, S>,
+) -> T {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(v) = f() {
-            return v;
+        let seen = match f() {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            let seen = seen.to_string();
+            if seen.is_empty() {
+                panic!("timed out waiting for {what}");
+            }
+            panic!("timed out waiting for {what}; last seen:\n{seen}");
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -1,9 +1,8 @@
 //! A simulated node on the real agent core: the simulator playing a scenario (with its
-//! simulated `/proc`), the real attributor, pipeline and guard inside [`Core`], and a manual
+//! simulated `/proc`), the real attributor and guard inside the agent's [`Core`], and a manual
 //! clock. Tests, the soak and the benches drive it poll by poll instead of wiring the agent
 //! by hand; what they measure and assert is the core the binary runs.
 
-use crate::agent::pipeline::Pipeline;
 use crate::agent::{Core, Dispatch, GuardParts};
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::pods::{index_json, StaticPods};
@@ -134,7 +133,7 @@ impl Rig {
             Some(m) => m,
             None => SelfMetrics::new("rig")?,
         };
-        let pipeline = Pipeline::new(
+        let core = Core::new(
             MetricsConfig {
                 hostname: options.node.clone(),
                 per_process: options.per_process,
@@ -148,12 +147,14 @@ impl Rig {
             pods.clone(),
             None,
         )));
-        let guard = options.policy.map(|policy| GuardParts {
-            guard: Guard::new(policy),
-            pods: pods.clone(),
-            executor: options.executor,
-        });
-        let core = Core::new(pipeline, guard, clock.clone());
+        let core = match options.policy {
+            Some(policy) => core.with_guard(GuardParts {
+                guard: Guard::new(policy),
+                pods: pods.clone(),
+                executor: options.executor,
+            }),
+            None => core,
+        };
         Ok(Rig {
             sim: source.handle(),
             clock,

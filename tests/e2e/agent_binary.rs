@@ -3,20 +3,14 @@
 
 use crate::support::*;
 
-const SIM: &[&str] = &[
-    "--backend",
-    "sim",
-    "--scenario",
-    "examples/a10g-timesliced.yaml",
-    "--poll-interval",
-    "200ms",
-    "--node-name",
-    "node-a",
-];
+/// The simulated A10G demo as every test here runs it.
+fn sim() -> Agent {
+    Agent::start(&AgentArgs::sim().args())
+}
 
 #[test]
 fn serves_metrics_health_ready_state_and_404() {
-    let agent = Agent::start(SIM);
+    let agent = sim();
     let m = get(agent.port, "/metrics").unwrap();
     assert_eq!(m.status, 200);
     assert_eq!(
@@ -54,7 +48,7 @@ fn serves_metrics_health_ready_state_and_404() {
 
 #[test]
 fn scrapes_see_new_polls() {
-    let agent = Agent::start(SIM);
+    let agent = sim();
     let seq = |port| -> u64 {
         let v: serde_json::Value =
             serde_json::from_str(&get(port, "/state").unwrap().body).unwrap();
@@ -67,7 +61,7 @@ fn scrapes_see_new_polls() {
 
 #[test]
 fn oversized_headers_are_refused_and_the_server_keeps_serving() {
-    let agent = Agent::start(SIM);
+    let agent = sim();
     let big = format!(
         "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Junk: {}\r\n\r\n",
         "a".repeat(64 * 1024)
@@ -81,7 +75,7 @@ fn oversized_headers_are_refused_and_the_server_keeps_serving() {
 
 #[test]
 fn sigterm_exits_cleanly_within_five_seconds() {
-    let agent = Agent::start(SIM);
+    let agent = sim();
     let (status, took, stderr) = agent.terminate();
     assert!(status.success(), "exit {status:?}: {stderr}");
     assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
@@ -209,6 +203,29 @@ fn broken_configuration_is_one_clear_line() {
             "printed once, not also as a log line: {err}"
         );
     }
+}
+
+/// The node's keys and the pods' share one prefix: a guard policy naming another is refused
+/// at start, in one line naming the key and the flag; one naming the same is accepted.
+#[test]
+fn a_policy_prefix_other_than_the_flag_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "annotationPrefix: example.com\n").unwrap();
+    let (code, err) = run_to_exit(&AgentArgs::sim().kube_off().guard_config(&policy).args());
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("annotationPrefix \"example.com\"")
+            && err.contains("--annotation-prefix \"gpu-warden.io\""),
+        "{err}"
+    );
+    let agreeing = AgentArgs::sim()
+        .kube_off()
+        .guard_config(&policy)
+        .set("--annotation-prefix", "example.com");
+    let agent = Agent::start(&agreeing.args());
+    assert_eq!(get(agent.port, "/readyz").unwrap().status, 200);
 }
 
 #[test]

@@ -32,23 +32,13 @@ fn annotations_guard_and_clean_shutdown() {
     server.write_kubeconfig(&kubeconfig).unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, "mode: enforce\nevictionGracePeriodSeconds: 0\n").unwrap();
-    let agent = Agent::start_with_env(
-        &[
-            "--scenario",
-            scenario_path.to_str().unwrap(),
-            "--node-name",
-            "gpu-node-1",
-            "--poll-interval",
-            "250ms",
-            "--guard-config",
-            policy.to_str().unwrap(),
-            "--annotation-min-interval",
-            "200ms",
-            "--annotation-heartbeat",
-            "2s",
-        ],
-        &[("KUBECONFIG", kubeconfig.as_os_str())],
-    );
+    let args = AgentArgs::sim()
+        .scenario(&scenario_path)
+        .node("gpu-node-1")
+        .poll("250ms")
+        .guard_config(&policy)
+        .annotation_timing("200ms", "2s");
+    let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let ann = server.node("gpu-node-1").unwrap()["metadata"]["annotations"].clone();

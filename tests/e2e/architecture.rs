@@ -18,6 +18,7 @@ const IO_PATHS: &[&str] = &[
     "hyper_util::",
     "tonic::",
     "nvml_wrapper::",
+    "sysinfo::",
     "std::fs",
     "std::net",
     "std::process",

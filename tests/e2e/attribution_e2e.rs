@@ -18,28 +18,22 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     gpu_warden::testkit::wait_for(what, Duration::from_secs(15), || f().then_some(()));
 }
 
+/// The scenario on node `gpu-node-1`, with the simulated `/proc` at `proc_root`.
+fn sim_args(proc_root: &std::path::Path) -> AgentArgs {
+    AgentArgs::sim()
+        .scenario(SCENARIO)
+        .node("gpu-node-1")
+        .set("--proc-root", proc_root)
+}
+
 fn start_agent(server: &ApiServer, dir: &std::path::Path) -> Agent {
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
     let proc_root = dir.join("proc");
-    Agent::start_with_env(
-        &[
-            "--backend",
-            "sim",
-            "--scenario",
-            SCENARIO,
-            "--node-name",
-            "gpu-node-1",
-            "--poll-interval",
-            "200ms",
-            "--process-util-interval",
-            "200ms",
-            "--per-process-metrics",
-            "--proc-root",
-            proc_root.to_str().unwrap(),
-        ],
-        &[("KUBECONFIG", kubeconfig.as_os_str())],
-    )
+    let args = sim_args(&proc_root)
+        .set("--process-util-interval", "200ms")
+        .switch("--per-process-metrics");
+    Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())])
 }
 
 #[test]
@@ -139,18 +133,7 @@ fn missing_proc_entries_are_loud_not_silent() {
     server.write_kubeconfig(&kubeconfig).unwrap();
     let proc_root = dir.path().join("proc");
     let agent = Agent::start_with_env(
-        &[
-            "--backend",
-            "sim",
-            "--scenario",
-            SCENARIO,
-            "--node-name",
-            "gpu-node-1",
-            "--poll-interval",
-            "200ms",
-            "--proc-root",
-            proc_root.to_str().unwrap(),
-        ],
+        &sim_args(&proc_root).args(),
         &[("KUBECONFIG", kubeconfig.as_os_str())],
     );
     // Remove pid 100's entry behind the simulator's back: the process is still on the GPU.

@@ -59,27 +59,49 @@ struct World {
     snapshot: Snapshot,
 }
 
+/// The enforcer's budgets in a test: for one eviction request, and for a decision's Events.
+#[derive(Debug, Clone, Copy)]
+struct Budgets {
+    eviction: Duration,
+    events: Duration,
+}
+
+impl Budgets {
+    const DEFAULT: Budgets = Budgets {
+        eviction: Duration::from_secs(5),
+        events: Duration::from_secs(2),
+    };
+
+    /// An eviction request without an answer within `d` is in doubt.
+    fn eviction(d: Duration) -> Budgets {
+        Budgets {
+            eviction: d,
+            ..Budgets::DEFAULT
+        }
+    }
+
+    /// A decision's Events are given up after `d`.
+    fn events(d: Duration) -> Budgets {
+        Budgets {
+            events: d,
+            ..Budgets::DEFAULT
+        }
+    }
+}
+
 impl World {
     /// A double holding `pods` (all on `NODE`), an enforcer with short timeouts, and a
     /// guard in `mode` that has seen GPU 0 with `used` MiB in use.
     async fn new(mode: Mode, pods: &[P], used: u64) -> Result<World> {
-        Self::with_timeouts(
-            mode,
-            pods,
-            used,
-            Duration::from_secs(5),
-            Duration::from_secs(2),
-        )
-        .await
+        Self::with_budgets(mode, pods, used, Budgets::DEFAULT).await
     }
 
-    async fn with_timeouts(
-        mode: Mode,
-        pods: &[P],
-        used: u64,
-        eviction: Duration,
-        events: Duration,
-    ) -> Result<World> {
+    /// Enforce mode on GPU 0 with 9600 MiB in use, the enforcer on `budgets`.
+    async fn enforcing(pods: &[P], budgets: Budgets) -> Result<World> {
+        Self::with_budgets(Mode::Enforce, pods, 9600, budgets).await
+    }
+
+    async fn with_budgets(mode: Mode, pods: &[P], used: u64, budgets: Budgets) -> Result<World> {
         let server = ApiServer::builder()
             .eviction_grace_scale(0.0)
             .start()
@@ -111,7 +133,7 @@ impl World {
             &policy,
             Arc::new(SystemClock::new()),
         )
-        .with_timeouts(eviction, events);
+        .with_timeouts(budgets.eviction, budgets.events);
         let pod_map: PodMap = pods.iter().map(|p| (uid(p.name), info(p))).collect();
         let processes = pods
             .iter()
@@ -540,14 +562,7 @@ async fn server_errors_and_missing_pods() -> Result {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
     let pods = [p("ci", "stuck", 0, 3000), p("ci", "next", 1, 3000)];
-    let mut w = World::with_timeouts(
-        Mode::Enforce,
-        &pods,
-        9600,
-        Duration::from_millis(300),
-        Duration::from_secs(2),
-    )
-    .await?;
+    let mut w = World::enforcing(&pods, Budgets::eviction(Duration::from_millis(300))).await?;
     w.fault_eviction("stuck", FaultAction::Hang, None);
     let d = w.decide(0.0);
     let t0 = Instant::now();
@@ -604,14 +619,7 @@ async fn a_hanging_eviction_is_in_doubt_and_stops_the_walk() -> Result {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_eviction_that_is_carried_out_evicts_one_pod_not_two() -> Result {
     let pods = [p("ci", "slow", 0, 3000), p("ci", "next", 1, 3000)];
-    let mut w = World::with_timeouts(
-        Mode::Enforce,
-        &pods,
-        9600,
-        Duration::from_millis(300),
-        Duration::from_secs(2),
-    )
-    .await?;
+    let mut w = World::enforcing(&pods, Budgets::eviction(Duration::from_millis(300))).await?;
     w.fault_eviction(
         "slow",
         FaultAction::Delay(Duration::from_millis(700)),
@@ -784,14 +792,7 @@ async fn reqwest_like_post(base: &str, path: &str, body: &str) -> Result<String>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_best_effort_with_a_core_v1_fallback() -> Result {
     let pods = [ci_job(p("ci", "a", 0, 3000)), p("ci", "b", 1, 3000)];
-    let mut w = World::with_timeouts(
-        Mode::Enforce,
-        &pods,
-        9600,
-        Duration::from_secs(5),
-        Duration::from_millis(500),
-    )
-    .await?;
+    let mut w = World::enforcing(&pods, Budgets::events(Duration::from_millis(500))).await?;
     w.server
         .inject(Fault::new("/apis/events.k8s.io/", FaultAction::Status(404)));
     let d1 = w.decide(0.0);
@@ -824,14 +825,7 @@ async fn events_are_best_effort_with_a_core_v1_fallback() -> Result {
     );
 
     // Events hang: the eviction outcome still comes back, within the Events budget.
-    let mut w = World::with_timeouts(
-        Mode::Enforce,
-        &pods,
-        9600,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    )
-    .await?;
+    let mut w = World::enforcing(&pods, Budgets::events(Duration::from_millis(300))).await?;
     w.server
         .inject(Fault::new("/apis/events.k8s.io/", FaultAction::Hang));
     let d = w.decide(0.0);
@@ -847,14 +841,7 @@ async fn events_are_best_effort_with_a_core_v1_fallback() -> Result {
 async fn api_server_down_fails_fast() -> Result {
     let pods = [p("ci", "a", 0, 3000), p("ci", "b", 1, 3000)];
     // The main client retries 503s for Events until their budget runs out: keep it short.
-    let mut w = World::with_timeouts(
-        Mode::Enforce,
-        &pods,
-        9600,
-        Duration::from_secs(5),
-        Duration::from_millis(300),
-    )
-    .await?;
+    let mut w = World::enforcing(&pods, Budgets::events(Duration::from_millis(300))).await?;
     w.server.set_down(true);
     let d = w.decide(0.0);
     let t0 = Instant::now();

@@ -1,12 +1,17 @@
 //! Pins the full exposition of the A10G demo scenario at t = 30 s. Any change to a family
 //! name, help text, type, label order, unit or value formatting shows up as a diff here.
-//! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test golden_exposition`.
+//! The body is the one `/metrics` serves: the poll's families, then the agent's own process
+//! families read at scrape time, whose values (this test process's memory, CPU time, file
+//! descriptors) are masked; their names, help and types stay pinned.
+//! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test e2e golden_exposition`.
 
-use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::Core;
 use gpu_warden::attribute::ports::Attributor;
 use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::snapshot::{Owner, PodRef, Snapshot};
 use gpu_warden::publish::metrics::{HostnameLabel, MetricsConfig};
+use gpu_warden::publish::process_metrics::{self, ProcessSource, FAMILIES};
+use gpu_warden::publish::process_reader::SelfProcess;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
@@ -57,7 +62,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
         },
     );
     let snap = Arc::new(Stamper::default().stamp(raw, at, clock.wall()));
-    let mut pipeline = Pipeline::new(
+    let mut core = Core::new(
         MetricsConfig {
             hostname_label: HostnameLabel::Hostname,
             hostname: "ip-10-0-12-34.ec2.internal".into(),
@@ -68,10 +73,38 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
     )
     .with_attributor(Box::new(FromScenario(scenario)));
     let mut snap = Arc::unwrap_or_clone(snap);
-    pipeline.prepare(&mut snap, Duration::from_micros(850));
+    core.prepare(&mut snap, Duration::from_micros(850));
     let snap = Arc::new(snap);
-    let published = pipeline.publish(snap, Default::default(), serde_json::Value::Null);
+    let published = core.publish(snap, Default::default(), serde_json::Value::Null);
     String::from_utf8(published.metrics.to_vec()).unwrap()
+}
+
+/// The `/metrics` body for the scenario as the server builds it, with the values of the
+/// process families masked.
+fn scrape(scenario_file: &str, at: Duration, per_process: bool) -> String {
+    let rendered = render(scenario_file, at, per_process);
+    let reader = SelfProcess::new().expect("this platform reports the current process");
+    let body = process_metrics::metrics_body(
+        &bytes::Bytes::from(rendered),
+        Some(&reader as &dyn ProcessSource),
+    );
+    mask_process_values(std::str::from_utf8(&body).unwrap())
+}
+
+/// Replaces the value of every process-family sample with `<masked>`.
+fn mask_process_values(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        match line.split_once(' ') {
+            Some((name, _)) if FAMILIES.contains(&name) => {
+                out.push_str(name);
+                out.push_str(" <masked>");
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn check(name: &str, actual: &str) {
@@ -109,7 +142,7 @@ fn check(name: &str, actual: &str) {
 fn a10g_timesliced_at_30s() {
     check(
         "a10g-timesliced-30s.prom",
-        &render(
+        &scrape(
             "examples/a10g-timesliced.yaml",
             Duration::from_secs(30),
             true,
@@ -121,7 +154,7 @@ fn a10g_timesliced_at_30s() {
 fn h100x8_at_60s() {
     check(
         "h100x8-60s.prom",
-        &render("examples/h100x8.yaml", Duration::from_secs(60), false),
+        &scrape("examples/h100x8.yaml", Duration::from_secs(60), false),
     );
 }
 

@@ -54,6 +54,15 @@ struct World {
     _dir: tempfile::TempDir,
 }
 
+/// The agent's `/state`, fetched when shown.
+struct StateOf<'a>(&'a World);
+
+impl std::fmt::Display for StateOf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.state())
+    }
+}
+
 impl World {
     /// The double with the node and the scenario's pods; `before` runs before the agent
     /// starts (to inject faults its first requests meet).
@@ -81,19 +90,12 @@ impl World {
             "mode: enforce\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 60s\n",
         )
         .unwrap();
-        let agent = Agent::start_with_env(
-            &[
-                "--scenario",
-                scenario_path.to_str().unwrap(),
-                "--node-name",
-                NODE,
-                "--poll-interval",
-                "250ms",
-                "--guard-config",
-                policy.to_str().unwrap(),
-            ],
-            &[("KUBECONFIG", kubeconfig.as_os_str())],
-        );
+        let args = AgentArgs::sim()
+            .scenario(&scenario_path)
+            .node(NODE)
+            .poll("250ms")
+            .guard_config(&policy);
+        let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
         World {
             _rt: rt,
             server,
@@ -129,16 +131,15 @@ impl World {
             .unwrap_or_default()
     }
 
+    /// Waits for `f`; a timeout shows the agent's `/state` (read only then).
     fn wait(&self, what: &str, within: Duration, mut f: impl FnMut(&World) -> bool) {
-        let deadline = Instant::now() + within;
-        while !f(self) {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {}",
-                self.state()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        gpu_warden::testkit::wait_for_seen(what, within, || {
+            if f(self) {
+                Ok(())
+            } else {
+                Err(StateOf(self))
+            }
+        });
     }
 
     /// Stops the agent (exit 0 expected) and returns its log.

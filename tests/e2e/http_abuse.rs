@@ -16,18 +16,9 @@ use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-const SIM: &[&str] = &[
-    "--backend",
-    "sim",
-    "--scenario",
-    "examples/a10g-timesliced.yaml",
-    "--poll-interval",
-    "500ms",
-    "--kube",
-    "off",
-    "--node-name",
-    "node-h",
-];
+fn sim() -> AgentArgs {
+    AgentArgs::sim().poll("500ms").kube_off().node("node-h")
+}
 
 /// VmRSS of `pid`, KiB.
 fn rss_kib(pid: u32) -> u64 {
@@ -111,7 +102,7 @@ fn settle_fds(pid: u32, start: usize, within: Duration) -> usize {
 #[test]
 fn load_and_abuse_leave_the_agent_serving_with_bounded_memory_and_descriptors() {
     let test_start = Instant::now();
-    let agent = Agent::start(SIM);
+    let agent = Agent::start(&sim().args());
     let (port, pid) = (agent.port, agent.child.id());
     // Warm up: the first scrapes allocate what every later one reuses.
     for _ in 0..20 {

@@ -1,30 +1,19 @@
 //! `/metrics` over TLS with bearer or basic auth, against the real binary: a self-signed
 //! certificate made at test time, a rustls client trusting it, and the flag checks.
 
-use crate::support::{free_port, get, parse_reply, root, run_to_exit, Agent, Reply};
+use crate::support::{get, parse_reply, run_to_exit, Agent, AgentArgs, Reply};
 use base64::Engine;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_rustls::rustls::{self, pki_types::CertificateDer, ClientConfig, RootCertStore};
 
-const SIM: &[&str] = &[
-    "--backend",
-    "sim",
-    "--scenario",
-    "examples/a10g-timesliced.yaml",
-    "--poll-interval",
-    "200ms",
-    "--node-name",
-    "node-a",
-    "--kube",
-    "off",
-    "--log",
-    "debug",
-];
+/// The simulated agent without a cluster, logging at debug (the TLS handshake failures).
+fn sim() -> AgentArgs {
+    AgentArgs::sim().kube_off().set("--log", "debug")
+}
 
 const TOKEN: &str = "tok-7f3a9c1e5b2d4f60";
 
@@ -84,33 +73,13 @@ fn tls_get(
     parse_reply(&buf)
 }
 
-/// Starts the agent with `args` on a free port and waits for `/readyz` over TLS.
-fn start_tls(args: &[&str], cfg: &Arc<ClientConfig>) -> Agent {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
-        .args(SIM)
-        .args(args)
-        .args(["--listen", &listen])
-        .current_dir(root())
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start gpu-warden");
-    let agent = Agent { child, port };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if tls_get(cfg, port, "/readyz", None)
-            .map(|r| r.status == 200)
-            .unwrap_or(false)
-        {
-            return agent;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gpu-warden did not become ready over TLS on port {port}");
+/// Starts the agent with `flags` on a free port and waits for `/readyz` over TLS.
+fn start_tls(flags: &[(&str, &str)], cfg: &Arc<ClientConfig>) -> Agent {
+    let agent = Agent::spawn(&sim().with(flags).args(), &[]);
+    let port = agent.port;
+    agent.wait_ready(&format!("gpu-warden ready over TLS on port {port}"), || {
+        tls_get(cfg, port, "/readyz", None).is_ok_and(|r| r.status == 200)
+    })
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -130,12 +99,9 @@ fn tls_with_bearer_token() {
     let cfg = client_config(&der);
     let agent = start_tls(
         &[
-            "--web-tls-cert",
-            &cert,
-            "--web-tls-key",
-            &key,
-            "--web-auth-bearer-file",
-            token_file.to_str().unwrap(),
+            ("--web-tls-cert", &cert),
+            ("--web-tls-key", &key),
+            ("--web-auth-bearer-file", token_file.to_str().unwrap()),
         ],
         &cfg,
     );
@@ -187,12 +153,9 @@ fn tls_with_basic_auth() {
     let cfg = client_config(&der);
     let agent = start_tls(
         &[
-            "--web-tls-cert",
-            &cert,
-            "--web-tls-key",
-            &key,
-            "--web-auth-basic-file",
-            users.to_str().unwrap(),
+            ("--web-tls-cert", &cert),
+            ("--web-tls-key", &key),
+            ("--web-auth-basic-file", users.to_str().unwrap()),
         ],
         &cfg,
     );
@@ -227,9 +190,8 @@ fn bearer_auth_without_tls() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let mut args = SIM.to_vec();
-    args.extend(["--web-auth-bearer-file", token_file.to_str().unwrap()]);
-    let agent = Agent::start(&args);
+    let args = sim().with(&[("--web-auth-bearer-file", token_file.to_str().unwrap())]);
+    let agent = Agent::start(&args.args());
     assert_eq!(get(agent.port, "/metrics").unwrap().status, 401);
     assert_eq!(get(agent.port, "/healthz").unwrap().status, 200);
     let r = crate::support::raw_request(
@@ -245,18 +207,19 @@ fn bearer_auth_without_tls() {
 
 #[test]
 fn bad_flag_combinations_exit_2_naming_the_flags() {
-    let mut args = SIM.to_vec();
-    args.extend(["--web-tls-cert", "cert.pem"]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[("--web-tls-cert", "cert.pem")]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--web-tls-cert") && err.contains("--web-tls-key"),
         "{err}"
     );
 
-    let mut args = SIM.to_vec();
-    args.extend(["--web-auth-bearer-file", "a", "--web-auth-basic-file", "b"]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[
+        ("--web-auth-bearer-file", "a"),
+        ("--web-auth-basic-file", "b"),
+    ]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--web-auth-bearer-file") && err.contains("--web-auth-basic-file"),
@@ -272,23 +235,20 @@ fn bad_files_exit_1_naming_the_flag() {
     std::fs::write(&garbage, "not a pem file\n").unwrap();
     let garbage = garbage.to_str().unwrap();
 
-    let mut args = SIM.to_vec();
-    args.extend(["--web-tls-cert", garbage, "--web-tls-key", &key]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[("--web-tls-cert", garbage), ("--web-tls-key", &key)]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--web-tls-cert"), "{err}");
 
-    let mut args = SIM.to_vec();
-    args.extend(["--web-tls-cert", &cert, "--web-tls-key", garbage]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[("--web-tls-cert", &cert), ("--web-tls-key", garbage)]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--web-tls-key"), "{err}");
 
     let empty = dir.path().join("empty");
     std::fs::write(&empty, "\n").unwrap();
-    let mut args = SIM.to_vec();
-    args.extend(["--web-auth-bearer-file", empty.to_str().unwrap()]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[("--web-auth-bearer-file", empty.to_str().unwrap())]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("--web-auth-bearer-file") && err.contains("empty"),
@@ -297,9 +257,8 @@ fn bad_files_exit_1_naming_the_flag() {
 
     let plain = dir.path().join("users");
     std::fs::write(&plain, "prom:hunter2\n").unwrap();
-    let mut args = SIM.to_vec();
-    args.extend(["--web-auth-basic-file", plain.to_str().unwrap()]);
-    let (code, err) = run_to_exit(&args);
+    let args = sim().with(&[("--web-auth-basic-file", plain.to_str().unwrap())]);
+    let (code, err) = run_to_exit(&args.args());
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--web-auth-basic-file"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");

@@ -26,6 +26,7 @@ mod outage_budget;
 mod pod_watch_faults;
 mod podresources_e2e;
 mod podresources_kubelet;
+mod process_metrics;
 mod proptest_parsers;
 mod reliability_faults;
 mod soak;

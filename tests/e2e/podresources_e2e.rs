@@ -10,7 +10,7 @@ use apiserver_double::ApiServer;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NODE: &str = "gpu-node-1";
 const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
@@ -43,15 +43,19 @@ fn replica_line(gpu: u32, uuid: &str, state: &str, n: u32) -> String {
 
 /// Waits up to 8 s for `ok`, then fails with what was last seen.
 fn wait_until(what: &str, mut probe: impl FnMut() -> (bool, String)) {
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
-        let (ok, seen) = probe();
-        if ok {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}; last seen:\n{seen}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    gpu_warden::testkit::wait_for_seen(what, Duration::from_secs(8), || match probe() {
+        (true, _) => Ok(()),
+        (false, seen) => Err(seen),
+    });
+}
+
+/// The agent on the two-GPU scenario reading the fake kubelet at `socket` every 100 ms.
+fn sim_args(scenario_path: &str, socket: &Path) -> AgentArgs {
+    AgentArgs::sim()
+        .scenario(scenario_path)
+        .poll("100ms")
+        .set("--pod-resources-socket", socket)
+        .set("--pod-resources-interval", "100ms")
 }
 
 fn vram_doc(server: &ApiServer) -> Option<Value> {
@@ -103,27 +107,11 @@ fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_resta
     shared_node(&kubelet, G0, G1);
     let serving = rt.block_on(async { serve(&kubelet, &socket) });
 
-    let agent = Agent::start_with_env(
-        &[
-            "--scenario",
-            &scenario_path,
-            "--node-name",
-            NODE,
-            "--guard-mode",
-            "off",
-            "--poll-interval",
-            "100ms",
-            "--pod-resources-socket",
-            socket.to_str().unwrap(),
-            "--pod-resources-interval",
-            "100ms",
-            "--annotation-min-interval",
-            "100ms",
-            "--annotation-heartbeat",
-            "2s",
-        ],
-        &[("KUBECONFIG", kubeconfig.as_os_str())],
-    );
+    let args = sim_args(&scenario_path, &socket)
+        .node(NODE)
+        .set("--guard-mode", "off")
+        .annotation_timing("100ms", "2s");
+    let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
 
     let expected = [
         replica_line(0, G0, "allocated", 3),
@@ -240,17 +228,13 @@ fn absent_socket_is_one_log_line_and_nothing_else_changes() {
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = write_scenario(dir.path());
     let absent = dir.path().join("no-kubelet/kubelet.sock");
-    let families = |args: &[&str]| {
-        let mut all = vec![
-            "--scenario",
-            &scenario_path,
-            "--kube",
-            "off",
-            "--poll-interval",
-            "100ms",
-        ];
-        all.extend_from_slice(args);
-        let agent = Agent::start(&all);
+    let families = |flag: &str, value: &str| {
+        let args = AgentArgs::sim()
+            .scenario(&scenario_path)
+            .kube_off()
+            .poll("100ms")
+            .set(flag, value);
+        let agent = Agent::start(&args.args());
         let m = metrics(agent.port);
         let (status, _, stderr) = agent.terminate();
         assert!(status.success(), "{stderr}");
@@ -261,7 +245,7 @@ fn absent_socket_is_one_log_line_and_nothing_else_changes() {
             .collect();
         (types, stderr)
     };
-    let (with_absent, stderr) = families(&["--pod-resources-socket", absent.to_str().unwrap()]);
+    let (with_absent, stderr) = families("--pod-resources-socket", absent.to_str().unwrap());
     let lines = pod_resources_lines(&stderr);
     assert_eq!(lines.len(), 1, "exactly one line: {stderr}");
     assert!(
@@ -274,7 +258,7 @@ fn absent_socket_is_one_log_line_and_nothing_else_changes() {
         !with_absent.iter().any(|t| t.contains("replica")),
         "{with_absent:?}"
     );
-    let (switched_off, _) = families(&["--pod-resources", "off"]);
+    let (switched_off, _) = families("--pod-resources", "off");
     assert_eq!(
         with_absent, switched_off,
         "the same families as with the feature off"
@@ -290,18 +274,7 @@ fn a_socket_that_appears_after_start_is_picked_up() {
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = write_scenario(dir.path());
     let socket = dir.path().join("kubelet.sock");
-    let agent = Agent::start(&[
-        "--scenario",
-        &scenario_path,
-        "--kube",
-        "off",
-        "--poll-interval",
-        "100ms",
-        "--pod-resources-socket",
-        socket.to_str().unwrap(),
-        "--pod-resources-interval",
-        "100ms",
-    ]);
+    let agent = Agent::start(&sim_args(&scenario_path, &socket).kube_off().args());
     std::thread::sleep(std::time::Duration::from_millis(400));
     assert!(
         !metrics(agent.port).contains("gpu_warden_gpu_replicas"),

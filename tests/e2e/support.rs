@@ -1,11 +1,101 @@
-//! Helpers shared by the integration tests: start the real binary, speak plain HTTP/1.1.
+//! Helpers shared by the integration tests: the agent's command line ([`AgentArgs`]), start
+//! the real binary, speak plain HTTP/1.1.
 #![allow(dead_code)]
 
+use gpu_warden::testkit::wait_for;
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The agent's command line in a test, built from one list of the flags every test passes:
+/// the simulated backend on the A10G demo, a 200 ms poll, node `node-a`. Each test changes
+/// what it needs; a flag set twice keeps its first place with the last value, so the
+/// command line reads as one list. `--listen` is added by [`Agent::start`].
+#[derive(Debug, Clone)]
+pub struct AgentArgs {
+    flags: Vec<(String, Option<String>)>,
+}
+
+impl AgentArgs {
+    /// `--backend sim --scenario examples/a10g-timesliced.yaml --poll-interval 200ms
+    /// --node-name node-a`.
+    pub fn sim() -> AgentArgs {
+        AgentArgs { flags: Vec::new() }
+            .set("--backend", "sim")
+            .scenario("examples/a10g-timesliced.yaml")
+            .poll("200ms")
+            .node("node-a")
+    }
+
+    /// Sets `flag` to `value`, in place when it is already there.
+    pub fn set(mut self, flag: &str, value: impl AsRef<OsStr>) -> AgentArgs {
+        let value = Some(value.as_ref().to_string_lossy().into_owned());
+        match self.flags.iter_mut().find(|(f, _)| f == flag) {
+            Some(slot) => slot.1 = value,
+            None => self.flags.push((flag.to_string(), value)),
+        }
+        self
+    }
+
+    /// Sets each `(flag, value)` in turn.
+    pub fn with(self, flags: &[(&str, &str)]) -> AgentArgs {
+        flags.iter().fold(self, |a, (f, v)| a.set(f, v))
+    }
+
+    /// Adds a flag that takes no value (`--per-process-metrics`).
+    pub fn switch(mut self, flag: &str) -> AgentArgs {
+        if !self.flags.iter().any(|(f, _)| f == flag) {
+            self.flags.push((flag.to_string(), None));
+        }
+        self
+    }
+
+    /// `--scenario`.
+    pub fn scenario(self, path: impl AsRef<Path>) -> AgentArgs {
+        self.set("--scenario", path.as_ref())
+    }
+
+    /// `--poll-interval`.
+    pub fn poll(self, interval: &str) -> AgentArgs {
+        self.set("--poll-interval", interval)
+    }
+
+    /// `--node-name`.
+    pub fn node(self, name: &str) -> AgentArgs {
+        self.set("--node-name", name)
+    }
+
+    /// `--kube off`: no cluster, even if the environment has one.
+    pub fn kube_off(self) -> AgentArgs {
+        self.set("--kube", "off")
+    }
+
+    /// `--guard-config`.
+    pub fn guard_config(self, path: impl AsRef<Path>) -> AgentArgs {
+        self.set("--guard-config", path.as_ref())
+    }
+
+    /// `--annotation-min-interval` and `--annotation-heartbeat`, short enough for a test.
+    pub fn annotation_timing(self, min_interval: &str, heartbeat: &str) -> AgentArgs {
+        self.set("--annotation-min-interval", min_interval)
+            .set("--annotation-heartbeat", heartbeat)
+    }
+
+    /// The arguments, in order.
+    pub fn args(&self) -> Vec<&str> {
+        let mut out = Vec::with_capacity(self.flags.len() * 2);
+        for (flag, value) in &self.flags {
+            out.push(flag.as_str());
+            if let Some(v) = value {
+                out.push(v.as_str());
+            }
+        }
+        out
+    }
+}
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -116,7 +206,17 @@ impl Agent {
     }
 
     /// As [`Agent::start`], with extra environment variables for the child only.
-    pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Agent {
+    pub fn start_with_env(args: &[&str], env: &[(&str, &OsStr)]) -> Agent {
+        let agent = Agent::spawn(args, env);
+        let port = agent.port;
+        agent.wait_ready(&format!("gpu-warden ready on port {port}"), || {
+            get(port, "/readyz").is_ok_and(|r| r.status == 200)
+        })
+    }
+
+    /// Starts `gpu-warden` with `args` plus `--listen 127.0.0.1:<free port>`, without
+    /// waiting for it.
+    pub fn spawn(args: &[&str], env: &[(&str, &OsStr)]) -> Agent {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
@@ -130,18 +230,13 @@ impl Agent {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start gpu-warden");
-        let agent = Agent { child, port };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if get(port, "/readyz")
-                .map(|r| r.status == 200)
-                .unwrap_or(false)
-            {
-                return agent;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("gpu-warden did not become ready on port {port}");
+        Agent { child, port }
+    }
+
+    /// Waits up to 15 s for `ready` (a probe of the agent's readiness endpoint).
+    pub fn wait_ready(self, what: &str, mut ready: impl FnMut() -> bool) -> Agent {
+        wait_for(what, Duration::from_secs(15), || ready().then_some(()));
+        self
     }
 
     /// Sends SIGTERM and waits for the exit, returning the status and how long it took.

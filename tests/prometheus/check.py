@@ -130,6 +130,11 @@ check("container SM utilization 0.5", len(res) == 1 and abs(float(res[0]["value"
 # Self metrics.
 check("poll duration histogram", bool(query("gpu_warden_poll_duration_seconds_count > 0")))
 check("build info", bool(query("gpu_warden_build_info == 1")))
+# The agent's own process, as Prometheus's Go client names them.
+check("resident memory > 0", bool(query("process_resident_memory_bytes > 0")))
+check("started within the last hour", bool(query("time() - process_start_time_seconds < 3600")))
+check("open fds within the limit", bool(query("process_open_fds > 0 and process_open_fds <= process_max_fds")))
+check("cpu seconds never reset", bool(query("resets(process_cpu_seconds_total[1m]) == 0")))
 
 print(f"{'PASS' if not failures else 'FAIL'}: {len(failures)} failed")
 sys.exit(1 if failures else 0)

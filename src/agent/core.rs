@@ -1,0 +1,504 @@
+//! One step of the agent per full poll: the sampler's snapshot in; its processes
+//! attributed; the guard's observation and decisions; the exposition rendered and the
+//! publication built. No I/O of its own: attribution and the pod view are injected, time
+//! comes from the injected clock, so tests drive it poll by poll.
+
+use crate::attribute::podresources::feed::ReplicaReceiver;
+use crate::attribute::ports::{Attributor, PodSource};
+use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::policy::Mode;
+use crate::guard::ports::{DecisionExecutor, Outcomes};
+use crate::guard::state::Guard;
+use crate::guard::status::GuardStatus;
+use crate::model::clock::Clock;
+use crate::model::pod::PodMap;
+use crate::model::pressure::Pressure;
+use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
+use crate::publish::metrics::{self, MetricsConfig};
+use crate::publish::replica_metrics;
+use crate::publish::self_metrics::SelfMetrics;
+use crate::publish::state::Published;
+use crate::sample::MemoryReading;
+use bytes::Bytes;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The guard and what it needs beside the snapshots.
+pub struct GuardParts {
+    pub guard: Guard,
+    pub pods: Arc<dyn PodSource>,
+    /// None when there is no cluster to act on: the guard then only tracks pressure
+    /// (its mode is `off`, so it takes no decision).
+    pub executor: Option<Arc<dyn DecisionExecutor>>,
+}
+
+/// How many recent decisions `/state` shows.
+const RECENT_DECISIONS: usize = 16;
+
+/// A decision to execute, with the pod view it was taken on.
+pub type Dispatch = (Decision, Arc<PodMap>);
+
+struct GuardCore {
+    parts: GuardParts,
+    recent: VecDeque<Recent>,
+}
+
+/// A recent decision and what became of each pod tried, as /state shows it.
+struct Recent {
+    decision: Decision,
+    outcomes: BTreeMap<String, EvictionOutcome>,
+}
+
+/// One pod of a recent decision in /state: planned or tried, and its outcome.
+#[derive(serde::Serialize)]
+struct RecentVictim<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    reason: &'a str,
+    /// An [`EvictionOutcome`] label, `pending` (planned, no outcome yet), `not_tried` (the
+    /// walk ended first) or `dry_run`.
+    result: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+}
+
+/// The agent's state between events: one step per full poll (sample in, then attribute,
+/// guard, publish). The event loop (and the scenario tests, on an injected clock) feed it
+/// snapshots, memory ticks and eviction outcomes; it answers with publications and decisions
+/// to execute. It does no I/O of its own beyond what the injected attributor and pod source
+/// do.
+pub struct Core {
+    cfg: MetricsConfig,
+    self_metrics: SelfMetrics,
+    clock: Arc<dyn Clock>,
+    attributor: Option<Box<dyn Attributor>>,
+    replicas: Option<ReplicaReceiver>,
+    guard: Option<GuardCore>,
+}
+
+impl Core {
+    /// A core rendering with `cfg` and recording into `self_metrics`, without an attributor
+    /// or a guard until they are given.
+    pub fn new(cfg: MetricsConfig, self_metrics: SelfMetrics, clock: Arc<dyn Clock>) -> Self {
+        Core {
+            cfg,
+            self_metrics,
+            clock,
+            attributor: None,
+            replicas: None,
+            guard: None,
+        }
+    }
+
+    /// Runs the guard on every full poll from now on.
+    pub fn with_guard(mut self, parts: GuardParts) -> Self {
+        self.guard = Some(GuardCore {
+            parts,
+            recent: VecDeque::new(),
+        });
+        self
+    }
+
+    /// Uses `a` to attribute processes from now on.
+    pub fn with_attributor(mut self, a: Box<dyn Attributor>) -> Self {
+        self.attributor = Some(a);
+        self
+    }
+
+    /// Publishes the kubelet's pod-resources data from `rx` with every poll: each poll takes
+    /// whatever the feed last published, never waiting for the kubelet.
+    pub fn with_replicas(mut self, rx: ReplicaReceiver) -> Self {
+        self.replicas = Some(rx);
+        self
+    }
+
+    /// The self metrics handle (shared with the annotator and the enforcer).
+    pub fn self_metrics(&self) -> &SelfMetrics {
+        &self.self_metrics
+    }
+
+    /// Records the poll's metrics and attributes the fresh snapshot's processes in place (if
+    /// an attributor is set); the caller then shares it, immutable, as an `Arc`.
+    pub fn prepare(&mut self, snap: &mut Snapshot, took: Duration) {
+        let m = &self.self_metrics;
+        m.poll_duration.observe(took.as_secs_f64());
+        for (call, n) in &snap.errors {
+            m.nvml_errors.with_label_values(&[call]).inc_by(*n);
+        }
+        let (mut ok, mut degraded, mut lost) = (0, 0, 0);
+        for g in &snap.gpus {
+            match g.health {
+                GpuHealth::Ok => ok += 1,
+                GpuHealth::Degraded(_) => degraded += 1,
+                GpuHealth::Lost(_) => lost += 1,
+            }
+        }
+        m.gpus.with_label_values(&["ok"]).set(ok);
+        m.gpus.with_label_values(&["degraded"]).set(degraded);
+        m.gpus.with_label_values(&["lost"]).set(lost);
+        let unix = snap
+            .wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        m.last_poll.set(unix);
+        if let Some(a) = &mut self.attributor {
+            a.attribute(snap);
+        }
+    }
+
+    /// Renders the exposition of `snap` (plus guard pressure and self metrics) and wraps
+    /// it into a publication.
+    pub fn publish(
+        &self,
+        snap: Arc<Snapshot>,
+        pressure: BTreeMap<u32, Pressure>,
+        guard: serde_json::Value,
+    ) -> Published {
+        let mut families = metrics::device_families(&snap, &self.cfg);
+        families.extend(metrics::container_families(&snap, &self.cfg));
+        families.extend(metrics::pressure_family(&snap, |i| {
+            pressure.get(&i).map(|p| p.as_metric())
+        }));
+        // A clone of the Arc under the watch's lock, held for nanoseconds.
+        let replicas = self.replicas.as_ref().and_then(|rx| rx.borrow().clone());
+        families.extend(replica_metrics::replica_families(
+            &snap,
+            replicas.as_deref(),
+        ));
+        families.extend(self.self_metrics.gather());
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = metrics::encode(&families, &mut out) {
+            // Only a malformed family can fail; keep serving what was encoded before it.
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        Published {
+            snapshot: snap,
+            metrics: Bytes::from(out),
+            published_at: self.clock.mono(),
+            guard,
+            pressure,
+            replicas,
+        }
+    }
+
+    /// A full poll: attribute, let the guard observe, render. Returns the publication and
+    /// the decisions to execute.
+    pub fn on_full(&mut self, mut snap: Snapshot, took: Duration) -> (Published, Vec<Dispatch>) {
+        self.prepare(&mut snap, took);
+        // From here on the snapshot is shared and never changes.
+        let snap = Arc::new(snap);
+        let now = self.clock.mono();
+        let mut out = Vec::new();
+        let (pressure, guard_json) = match &mut self.guard {
+            Some(g) => {
+                g.refresh_hold();
+                let pods = g.parts.pods.pods();
+                let decisions = g.parts.guard.observe(&snap, &pods, now);
+                g.note_resolutions();
+                out = g.dispatch(decisions, pods);
+                g.parts.pods.set_urgent(g.parts.guard.any_below_soft());
+                let pressure = snap
+                    .gpus
+                    .iter()
+                    .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
+                    .collect();
+                (pressure, g.status_json())
+            }
+            None => (Default::default(), serde_json::Value::Null),
+        };
+        (self.publish(snap, pressure, guard_json), out)
+    }
+
+    /// A memory-only reading between full polls (the guard's fast watch). Returns whether a
+    /// full poll is wanted at once: a trigger fired, and victims are ranked only on a
+    /// process list read together with the memory.
+    pub fn on_memory(&mut self, at: Duration, readings: Vec<MemoryReading>) -> bool {
+        let Some(g) = &mut self.guard else {
+            return false;
+        };
+        let ok: Vec<(u32, MemoryInfo)> = readings
+            .into_iter()
+            .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
+            .collect();
+        let decisions = g.parts.guard.observe_memory(&ok, at);
+        debug_assert!(
+            decisions.is_empty(),
+            "fast readings never decide on their own"
+        );
+        g.parts.guard.take_refresh_request()
+    }
+
+    /// What the executor got for decision `id`. A pod skipped because its fresh read
+    /// disagreed with the pod view makes the view relist.
+    pub fn on_outcomes(&mut self, id: u64, results: Outcomes) {
+        if let Some(g) = &mut self.guard {
+            let now = self.clock.mono();
+            for (uid, outcome) in results {
+                if let EvictionOutcome::Skipped(why) = &outcome {
+                    g.parts.pods.distrust(&format!(
+                        "a fresh read of pod {uid} disagrees with the pod view ({why})"
+                    ));
+                }
+                g.record(id, &uid, &outcome);
+                g.parts.guard.record_outcome(id, &uid, outcome, now);
+            }
+        }
+    }
+
+    /// How often the sampler should read memory alone now, if at all: while the guard can
+    /// act, at the interval its risk rule wants (`guard::watch`: `fastInterval` when calm,
+    /// down to `fastIntervalMin` near hard, under pressure or while memory grows); otherwise
+    /// only while a GPU is below soft, for the pressure metric.
+    ///
+    /// docs/guard.md once turned the fast watch on only below soft. Measured on the H200,
+    /// that let the first soft (or even hard) crossing wait for the next full poll — up to a
+    /// whole poll interval — and a 16 GiB/s job filled the GPU in that time.
+    pub fn fast_interval(&self) -> Option<Duration> {
+        // Whether the guard may act is decided once, at wiring (`agent::build`): no
+        // cluster means mode off.
+        self.guard
+            .as_ref()
+            .and_then(|g| g.parts.guard.watch_interval())
+    }
+
+    /// The executor decisions go to, if the guard acts.
+    pub fn executor(&self) -> Option<Arc<dyn DecisionExecutor>> {
+        self.guard.as_ref().and_then(|g| g.parts.executor.clone())
+    }
+
+    /// The guard's status as /state shows it (None without a guard).
+    pub fn guard_json(&self) -> Option<serde_json::Value> {
+        self.guard.as_ref().map(|g| g.status_json())
+    }
+}
+
+impl GuardCore {
+    fn refresh_hold(&mut self) {
+        let st = self.parts.pods.status();
+        let reason = if !st.synced {
+            Some("the pod view has not synced yet".to_string())
+        } else if !st.healthy {
+            Some(format!(
+                "the pod watch is failing: {}",
+                st.last_error.unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        if reason.as_deref() != self.parts.guard.held() {
+            match &reason {
+                Some(r) => tracing::warn!(reason = %r, "guard decisions paused"),
+                None => tracing::info!("guard decisions resumed: pod view is current"),
+            }
+        }
+        self.parts.guard.hold_decisions(reason);
+    }
+
+    /// Keeps `outcome` of pod `uid` with its recent decision, for /state.
+    fn record(&mut self, id: u64, uid: &str, outcome: &EvictionOutcome) {
+        if let Some(r) = self.recent.iter_mut().find(|r| r.decision.id == id) {
+            r.outcomes.insert(uid.to_string(), outcome.clone());
+        }
+    }
+
+    /// Logs what the guard learned of evictions that were in doubt.
+    fn note_resolutions(&mut self) {
+        for r in self.parts.guard.take_resolutions() {
+            match &r.outcome {
+                EvictionOutcome::Evicted => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    "eviction that was in doubt was carried out: the pod is gone or terminating"
+                ),
+                other => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    detail = other.detail().unwrap_or(""),
+                    "eviction that was in doubt was not carried out"
+                ),
+            }
+            self.record(r.decision_id, &r.uid, &r.outcome);
+        }
+    }
+
+    fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) -> Vec<Dispatch> {
+        let mut out = Vec::new();
+        for d in decisions {
+            tracing::warn!(
+                gpu = d.gpu,
+                uuid = %d.uuid,
+                decision = d.id,
+                mode = d.mode.as_str(),
+                trigger = d.trigger.as_str(),
+                "{}",
+                d.summary()
+            );
+            self.recent.push_back(Recent {
+                decision: d.clone(),
+                outcomes: BTreeMap::new(),
+            });
+            while self.recent.len() > RECENT_DECISIONS {
+                self.recent.pop_front();
+            }
+            if self.parts.executor.is_some() {
+                out.push((d, pods.clone()));
+            }
+        }
+        out
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        let view = GuardView {
+            status: self.parts.guard.status(),
+            held: self.parts.guard.held(),
+            recent_decisions: self
+                .recent
+                .iter()
+                .map(|r| RecentView {
+                    id: r.decision.id,
+                    gpu: r.decision.gpu,
+                    uuid: &r.decision.uuid,
+                    mode: r.decision.mode,
+                    trigger: r.decision.trigger.as_str(),
+                    summary: r.decision.summary(),
+                    victims: recent_victims(r),
+                })
+                .collect(),
+        };
+        // Through a JSON value, whose objects keep their keys sorted: /state's layout.
+        serde_json::to_value(&view).unwrap_or_default()
+    }
+}
+
+/// The guard's part of `/state`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GuardView<'a> {
+    status: GuardStatus,
+    held: Option<&'a str>,
+    recent_decisions: Vec<RecentView<'a>>,
+}
+
+/// One recent decision in `/state`.
+#[derive(serde::Serialize)]
+struct RecentView<'a> {
+    id: u64,
+    gpu: u32,
+    uuid: &'a str,
+    mode: Mode,
+    trigger: &'static str,
+    summary: String,
+    victims: Vec<RecentVictim<'a>>,
+}
+
+/// The planned victims and every other pod tried, in rank order, with what became of each.
+fn recent_victims(r: &Recent) -> Vec<RecentVictim<'_>> {
+    let d = &r.decision;
+    let walked = !r.outcomes.is_empty();
+    d.candidates
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| *i < d.planned || r.outcomes.contains_key(&v.uid))
+        .map(|(_, v)| {
+            let outcome = r.outcomes.get(&v.uid);
+            let result = match (outcome, d.mode) {
+                (Some(o), _) => o.as_str(),
+                (None, Mode::DryRun) => "dry_run",
+                (None, _) if walked => "not_tried",
+                (None, _) => "pending",
+            };
+            RecentVictim {
+                namespace: &v.namespace,
+                name: &v.name,
+                reason: &v.reason,
+                result,
+                detail: outcome.and_then(EvictionOutcome::detail),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::clock::ManualClock;
+    use crate::model::snapshot::{Owner, PodRef};
+    use crate::sample::sampler::Stamper;
+    use crate::sample::scenario::Scenario;
+    use crate::sample::sim::SimSource;
+    use crate::sample::{GpuSource, PollRequest};
+
+    struct Everyone;
+    impl Attributor for Everyone {
+        fn attribute(&mut self, snap: &mut Snapshot) {
+            for p in &mut snap.processes {
+                p.owner = Owner::Pod(PodRef {
+                    namespace: "ns".into(),
+                    pod: format!("pod-{}", p.pid),
+                    container: "c".into(),
+                    uid: "u".into(),
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn publishes_device_container_and_self_families() {
+        let clock = Arc::new(ManualClock::new(std::time::UNIX_EPOCH));
+        let mut src = SimSource::new(
+            Scenario::parse(
+                "gpus:\n  - {model: X, memory_mib: 100, gpu_temp_c: 30}\nprocesses:\n  - {pid: 9, gpu: 0, memory: {constant: 10}}\nfaults:\n  - {kind: error, gpu: 0, field: power}\n",
+                "t",
+            )
+            .unwrap(),
+        );
+        let mut stamper = Stamper::default();
+        let raw = src.poll(
+            Duration::ZERO,
+            PollRequest {
+                process_utilization: true,
+                slow_counters: true,
+            },
+        );
+        let snap = stamper.stamp(raw, Duration::ZERO, clock.wall());
+        let sm = SelfMetrics::new("test").unwrap();
+        let mut p = Core::new(
+            MetricsConfig {
+                hostname: "n".into(),
+                ..Default::default()
+            },
+            sm,
+            clock.clone(),
+        )
+        .with_attributor(Box::new(Everyone));
+        let mut snap = snap;
+        p.prepare(&mut snap, Duration::from_millis(2));
+        let snap = Arc::new(snap);
+        clock.advance(Duration::from_secs(1));
+        let pressure = [(0, Pressure::Soft)].into_iter().collect();
+        let out = p.publish(snap, pressure, serde_json::Value::Null);
+        let text = String::from_utf8(out.metrics.to_vec()).unwrap();
+        assert!(text.contains("DCGM_FI_DEV_GPU_TEMP{"), "{text}");
+        assert!(text.contains("pod=\"pod-9\""), "{text}");
+        assert!(
+            text.contains("gpu_warden_nvml_errors_total{call=\"power\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpu_warden_poll_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpu_warden_gpu_memory_pressure{gpu=\"0\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpu_warden_build_info{version=\"test\"} 1"),
+            "{text}"
+        );
+        assert_eq!(out.published_at, Duration::from_secs(1));
+        let state: serde_json::Value = serde_json::from_slice(&out.state_json()).unwrap();
+        assert_eq!(state["snapshot"]["processes"][0]["owner"]["pod"], "pod-9");
+    }
+}
