@@ -46,7 +46,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
                 a.scenario.workload.arrivals_per_min = x;
             }
-            "--small-nodes" => a.scenario.cluster.small_nodes = value.parse().map_err(|e| bad(&e))?,
+            "--small-nodes" => {
+                a.scenario.cluster.small_nodes = value.parse().map_err(|e| bad(&e))?
+            }
             "--big-nodes" => a.scenario.cluster.big_nodes = value.parse().map_err(|e| bad(&e))?,
             "--replicas" => {
                 a.replicas = value

@@ -51,12 +51,12 @@ pub fn markdown(sc: &Scenario, outcomes: &[Outcome]) -> String {
         c.gpu_total_mib,
         sc.workload.arrivals_per_min
     );
-    s.push_str("| policy | replicas | jobs | finished | OOM-killed (share; at start) | evictions (retried) | jobs evicted | GPU memory utilisation | queue wait p50 | queue wait p99 |\n");
+    s.push_str("| policy | replicas | jobs | finished | OOM-killed (share; at start; declared enough) | evictions (retried) | jobs evicted | GPU memory utilisation | queue wait p50 | queue wait p99 |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for o in outcomes {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} ({}; {} at start) | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} ({}; {} at start; {} declared enough) | {} | {} | {} | {} | {} |",
             o.policy.label(),
             o.replicas,
             o.jobs,
@@ -64,6 +64,7 @@ pub fn markdown(sc: &Scenario, outcomes: &[Outcome]) -> String {
             o.oom_killed,
             pct(o.oom_share()),
             o.oom_at_start,
+            o.oom_declared_enough,
             o.evictions,
             o.jobs_evicted,
             pct(o.utilisation),
@@ -88,17 +89,18 @@ pub fn markdown(sc: &Scenario, outcomes: &[Outcome]) -> String {
 
 /// The CSV, one row per run.
 pub fn csv(outcomes: &[Outcome]) -> String {
-    let mut s = String::from("policy,replicas,jobs,finished,oom_killed,oom_at_start,oom_share,evictions,jobs_evicted,utilisation,wait_p50_s,wait_p99_s\n");
+    let mut s = String::from("policy,replicas,jobs,finished,oom_killed,oom_at_start,oom_declared_enough,oom_share,evictions,jobs_evicted,utilisation,wait_p50_s,wait_p99_s\n");
     for o in outcomes {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{:.5},{},{},{:.5},{:.0},{:.0}",
+            "{},{},{},{},{},{},{},{:.5},{},{},{:.5},{:.0},{:.0}",
             o.policy.key(),
             o.replicas,
             o.jobs,
             o.finished,
             o.oom_killed,
             o.oom_at_start,
+            o.oom_declared_enough,
             o.oom_share(),
             o.evictions,
             o.jobs_evicted,

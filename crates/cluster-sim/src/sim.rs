@@ -146,7 +146,7 @@ impl Default for Scenario {
             seed: 1,
             cluster: Cluster::default(),
             workload: WorkloadModel::default(),
-            horizon_s: 6 * 3600,
+            horizon_s: 4 * 3600,
             step_s: 2,
             eviction_grace_s: 4,
             attempts_per_step: 64,
@@ -208,6 +208,8 @@ pub struct Outcome {
     pub oom_killed: usize,
     /// Of those, the jobs killed by their first allocation (no guard can act before it).
     pub oom_at_start: usize,
+    /// Of those, the jobs whose declaration covered their peak (the extender could know).
+    pub oom_declared_enough: usize,
     /// Evictions (each retried: the job is queued again).
     pub evictions: usize,
     /// Distinct jobs evicted at least once.
@@ -385,6 +387,7 @@ impl<'a> Engine<'a> {
                 finished: 0,
                 oom_killed: 0,
                 oom_at_start: 0,
+                oom_declared_enough: 0,
                 evictions: 0,
                 jobs_evicted: 0,
                 utilisation: 0.0,
@@ -431,7 +434,9 @@ impl<'a> Engine<'a> {
     fn depart(&mut self, t: u64) -> Result<(), SimError> {
         let ids: Vec<u64> = self.runs.keys().copied().collect();
         for id in ids {
-            let Some(r) = self.runs.get(&id) else { continue };
+            let Some(r) = self.runs.get(&id) else {
+                continue;
+            };
             let (job, attempt) = (r.job, r.attempt);
             if let Some(at) = r.evicted_at_s {
                 if t >= at + self.sc.eviction_grace_s {
@@ -471,6 +476,9 @@ impl<'a> Engine<'a> {
                         used -= r.used_mib;
                         if r.used_mib == 0 {
                             self.out.oom_at_start += 1;
+                        }
+                        if job.declared_mib.is_some_and(|d| d >= job.peak_mib) {
+                            self.out.oom_declared_enough += 1;
                         }
                         let job = r.job;
                         self.remove_run(id);
@@ -696,7 +704,12 @@ impl<'a> Engine<'a> {
         }
         let candidates: Vec<(String, Option<BTreeMap<String, String>>)> = fit
             .iter()
-            .map(|n| (self.nodes[*n].name.clone(), self.nodes[*n].annotations.clone()))
+            .map(|n| {
+                (
+                    self.nodes[*n].name.clone(),
+                    self.nodes[*n].annotations.clone(),
+                )
+            })
             .collect();
         let names = Candidates::Names(candidates.iter().map(|(n, _)| n.clone()).collect());
         let now = Duration::from_secs(t);
@@ -828,8 +841,7 @@ impl<'a> Engine<'a> {
         self.waits.sort_unstable();
         self.out.wait_p50_s = percentile(&self.waits, 0.50);
         self.out.wait_p99_s = percentile(&self.waits, 0.99);
-        let available =
-            (self.sc.cluster.gpus() as u64 * self.sc.cluster.gpu_total_mib * t) as f64;
+        let available = (self.sc.cluster.gpus() as u64 * self.sc.cluster.gpu_total_mib * t) as f64;
         self.out.utilisation = self.used_mib_s / available.max(1.0);
         let evicted: BTreeSet<u64> = self
             .out

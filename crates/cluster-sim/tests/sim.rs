@@ -86,7 +86,11 @@ fn the_extender_keeps_a_job_that_would_not_fit_off_the_gpu() {
     let alone = simulate(&sc, PolicyKind::DevicePlugin, 4).expect("runs");
     assert_eq!(alone.oom_killed, 1, "{:?}", alone.trace);
     let b_started = |o: &Outcome| events(o, 1, |k| matches!(k, EventKind::Started(..)));
-    assert_eq!(b_started(&alone), vec![30], "the device plugin hands B a replica at once");
+    assert_eq!(
+        b_started(&alone),
+        vec![30],
+        "the device plugin hands B a replica at once"
+    );
 
     let ext = simulate(&sc, PolicyKind::ExtenderGuard, 4).expect("runs");
     assert_eq!(ext.oom_killed, 0, "{:?}", ext.trace);
@@ -156,6 +160,7 @@ fn safe_replicas_is_the_highest_setting_under_the_limit_with_all_below_it() {
         finished: 0,
         oom_killed,
         oom_at_start: 0,
+        oom_declared_enough: 0,
         evictions: 0,
         jobs_evicted: 0,
         utilisation: 0.0,
