@@ -4,7 +4,7 @@
 use cluster_sim::{report, run_all, Scenario};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cluster-sim [--seed N] [--hours H] [--replicas 2,4,8] [--arrivals-per-min X] [--small-nodes N] [--big-nodes N] [--out FILE.md] [--csv FILE.csv] [--svg FILE.svg]";
+const USAGE: &str = "usage: cluster-sim [--seed N] [--hours H] [--replicas 2,4,8] [--arrivals-per-min X] [--declared-share P] [--under-declared-share P] [--small-nodes N] [--big-nodes N] [--out FILE.md] [--csv FILE.csv] [--svg FILE.svg]";
 
 struct Args {
     scenario: Scenario,
@@ -45,6 +45,17 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
                     return Err(bad(&"must be more than 0"));
                 }
                 a.scenario.workload.arrivals_per_min = x;
+            }
+            "--declared-share" | "--under-declared-share" => {
+                let p: f64 = value.parse().map_err(|e| bad(&e))?;
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(bad(&"must be between 0 and 1"));
+                }
+                if flag == "--declared-share" {
+                    a.scenario.workload.declared_share = p;
+                } else {
+                    a.scenario.workload.under_declared_share = p;
+                }
             }
             "--small-nodes" => {
                 a.scenario.cluster.small_nodes = value.parse().map_err(|e| bad(&e))?
