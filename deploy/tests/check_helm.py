@@ -11,9 +11,10 @@ step 1). Checks, each printed as one PASS/FAIL line:
     namespace-create in namespace default) into HELM_RENDERED_DIR/helm-<combination>.yaml, for
     check_manifests.py --helm and check_agent_args.py (the same checks the overlays pass);
   - each overlay and its chart combination render the same objects with the same specs
-    (labels may differ; the enforce policy ConfigMap's name hash and the chart's checksum
-    annotation aside), so the two install paths cannot drift; the chart renders no Namespace
-    unless namespace.create (Helm creates the release namespace);
+    (labels may differ; the generated ConfigMaps' name hashes — the enforce policy's, the
+    scheduler profile's — and the chart's checksum annotations aside, their data compared as
+    parsed YAML), so the two install paths cannot drift (the scheduler overlay included); the
+    chart renders no Namespace unless namespace.create (Helm creates the release namespace);
   - every values file in deploy/tests/helm-bad-values/ is refused, by render and by lint,
     with the message its `# expect:` line names; the near misses in ACCEPTED render;
   - the values in deploy/examples (OpenTofu's gpu-warden-values.yaml, the Argo CD
@@ -43,7 +44,7 @@ KUBE_VERSIONS = ("v1.27.0", "v1.37.0")  # as check_manifests.py validates schema
 # overlay -> chart combination rendering the same objects
 PAIRS = {"default": "default", "enforce": "enforce", "no-runtimeclass": "no-runtimeclass",
          "prometheus-operator": "prometheus-operator", "beside-dcgm-exporter": "beside-dcgm-exporter",
-         "pod-resources": "pod-resources"}
+         "pod-resources": "pod-resources", "scheduler": "scheduler"}
 # Near misses of the refused values: these must render.
 ACCEPTED = [
     ({"guard": {"policy": {"hard": "2Gi", "soft": "3%"}}}, "mixed units (ordered per GPU by its total, as the agent does)"),
@@ -51,6 +52,13 @@ ACCEPTED = [
     ({"guard": {"policy": {"soft": "60%", "reclaimMargin": "39%"}}}, "soft + reclaimMargin just below 100%"),
     ({"guard": {"mode": "enforce"}}, "enforce without a policy file"),
     ({"service": {"port": 9401}}, "another port"),
+    ({"scheduler": {"enabled": True, "replicas": 1, "leaderElection": False}}, "one scheduler replica without leader election"),
+    ({"scheduler": {"enabled": True, "extender": {"policy": {"unknownNeed": {"rule": "reserve", "mib": 4096}, "defaults": [
+        {"namespace": "gitlab-runner", "selector": "project.runner.gitlab.com/id=42", "mib": 12288}]}}}},
+     "the extender policy's reserve rule and a per-runner default"),
+    ({"scheduler": {"enabled": True, "schedulerName": "gpu-ci", "image": {"digest": "sha256:" + "ab" * 32}}},
+     "another profile name, the kube-scheduler image by digest"),
+    ({"scheduler": {"enabled": False, "schedulerName": "default-scheduler"}}, "the scheduler's rules only apply when it is enabled"),
 ]
 
 
@@ -90,6 +98,15 @@ def lint_problems(values, kube_version):
 # ---------------------------------------------------------------- equivalence
 
 POLICY_CM = re.compile(r"^gpu-warden-policy(-[a-z0-9]{10})?$")
+SCHEDULER_CM = re.compile(r"^gpu-warden-scheduler-config(-[a-z0-9]{10})?$")
+
+
+def generated_cm(name):
+    """The unhashed name of a kustomize-generated ConfigMap (the chart's name), else None."""
+    for pattern, plain in ((POLICY_CM, "gpu-warden-policy"), (SCHEDULER_CM, "gpu-warden-scheduler-config")):
+        if pattern.match(name):
+            return plain
+    return None
 
 
 def normalize(objects):
@@ -102,9 +119,18 @@ def normalize(objects):
         o = copy.deepcopy(o)
         md = o["metadata"]
         md.pop("labels", None)
-        if o["kind"] == "ConfigMap" and POLICY_CM.match(md["name"]):
-            md["name"] = "gpu-warden-policy"
+        if o["kind"] == "ConfigMap" and generated_cm(md["name"]):
+            md["name"] = generated_cm(md["name"])
             o["data"] = {k: yaml.safe_load(v) for k, v in o.get("data", {}).items()}
+        if o["kind"] == "Deployment":
+            tmpl = o["spec"]["template"]
+            ann = tmpl["metadata"].get("annotations", {})
+            ann.pop("checksum/scheduler-config", None)
+            if not ann:
+                tmpl["metadata"].pop("annotations", None)
+            for v in tmpl["spec"].get("volumes", []):
+                if "configMap" in v and generated_cm(v["configMap"]["name"]):
+                    v["configMap"]["name"] = generated_cm(v["configMap"]["name"])
         if o["kind"] == "DaemonSet":
             tmpl = o["spec"]["template"]
             ann = tmpl["metadata"].get("annotations", {})

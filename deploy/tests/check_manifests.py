@@ -82,6 +82,8 @@ HELM = {
     "namespace-create": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
     "pod-resources": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False,
                           root=True),
+    "scheduler": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False,
+                      scheduler=True),
     "annotations-off": dict(mode="off", runtime_class=True, prom=False, port=9400, namespace_object=False),
     "tls-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
                      tls=True, auth="bearer"),

@@ -369,3 +369,328 @@ impl TapAnn for Value {
         self
     }
 }
+
+/// A CA and a `localhost` certificate it signed, written into `dir`: (cert path, key path,
+/// the CA's DER for the client's root store).
+fn ca_signed_cert(
+    dir: &std::path::Path,
+) -> (
+    String,
+    String,
+    tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpu-warden test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let mut leaf_params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    leaf_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "gpu-warden-extender");
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    let cert = dir.join("tls.crt");
+    let key = dir.join("tls.key");
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    (
+        cert.to_str().unwrap().to_string(),
+        key.to_str().unwrap().to_string(),
+        ca.der().clone(),
+    )
+}
+
+/// One HTTP/1.1 request over TLS, the server verified against `ca` for `localhost`.
+fn tls_request(
+    ca: &tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+    port: u16,
+    raw: &str,
+) -> std::io::Result<Reply> {
+    use std::io::{Read, Write};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).map_err(std::io::Error::other)?;
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = "localhost".try_into().map_err(std::io::Error::other)?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)
+        .map_err(std::io::Error::other)?;
+    let sock = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(raw.as_bytes())?;
+    let mut buf = Vec::new();
+    // The server closes after the reply (Connection: close); a missing close_notify is fine.
+    match tls.read_to_end(&mut buf) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    parse_reply(&buf)
+}
+
+fn post_raw(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn extender_over_https_verified_against_the_ca() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let now = SystemTime::now();
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-roomy", "annotations": written(
+            vec![fig(0, 20480, 2048, 1, 0)], Some(Some("GPU-c-0".into())), now)}}),
+        )
+        .unwrap();
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-full", "annotations": written(
+            vec![fig(0, 2048, 20480, 1, 0)], Some(Some("GPU-c-0".into())), now)}}),
+        )
+        .unwrap();
+    let (cert, key, ca) = ca_signed_cert(dir.path());
+
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
+        .args(["extender", "--listen", &listen])
+        .args(["--web-tls-cert", &cert, "--web-tls-key", &key])
+        .current_dir(root())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start gpu-warden extender");
+    let get_raw =
+        |path: &str| format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while tls_request(&ca, port, &get_raw("/readyz"))
+        .map(|r| r.status)
+        .ok()
+        != Some(200)
+    {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the extender did not become ready over HTTPS");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The scheduler's filter call with enableHTTPS and the CA in tlsConfig.
+    let body = args(ci_pod("job-tls", Some(8192)), &["gpu-roomy", "gpu-full"]);
+    let r = tls_request(&ca, port, &post_raw("/filter", &body)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = json_of(&r);
+    assert_eq!(j["NodeNames"], json!(["gpu-roomy"]), "{j}");
+    assert!(j["FailedAndUnresolvableNodes"]["gpu-full"]
+        .as_str()
+        .unwrap()
+        .contains("the pod needs 8 GiB"));
+    let r = tls_request(&ca, port, &post_raw("/prioritize", &body)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // Plain HTTP to the HTTPS port gets no HTTP reply; a client trusting another CA is
+    // refused at the handshake; the server keeps serving.
+    assert!(raw_request(port, post_raw("/filter", &body).as_bytes()).is_err());
+    let other = ca_signed_cert(&dir.path().join("other").tap_mkdir()).2;
+    assert!(tls_request(&other, port, &get_raw("/healthz")).is_err());
+    let r = tls_request(&ca, port, &get_raw("/healthz")).unwrap();
+    assert_eq!(r.status, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> Self;
+}
+
+impl TapMkdir for std::path::PathBuf {
+    fn tap_mkdir(self) -> Self {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
+
+const PR_NODE: &str = "gpu-pr-1";
+const PR_G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
+const PR_G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
+
+/// Two A10Gs and the pods of `kubelet::shared_node`: GPU 0 holds three replicas (4 + 2 GiB
+/// declared, 4 GiB used), GPU 1 two (`ml/train-0`, 8 GiB declared, 6 GiB used, plus the
+/// 0.5 GiB of `ci/job-3`, which holds a replica of GPU 0 but runs on GPU 1).
+fn pod_resources_scenario() -> String {
+    format!(
+        "
+gpus:
+  - {{model: NVIDIA A10G, uuid: {PR_G0}, memory_mib: 23028, reserved_mib: 434}}
+  - {{model: NVIDIA A10G, uuid: {PR_G1}, pci_bus_id: \"00000000:00:1F.0\", memory_mib: 23028, reserved_mib: 434}}
+processes:
+  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-1, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
+  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-2, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
+  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: job-3}}}}
+  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train-0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
+"
+    )
+}
+
+#[test]
+fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    server
+        .add_node(json!({"metadata": {"name": PR_NODE}}))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("two-gpus.yaml");
+    std::fs::write(&scenario, pod_resources_scenario()).unwrap();
+    let sc = gpu_warden::sample::scenario::Scenario::parse(&pod_resources_scenario(), "two-gpus")
+        .unwrap();
+    for p in gpu_warden::sample::sim::scenario_pods(&sc, PR_NODE) {
+        server.add_pod(p).unwrap();
+    }
+    // Finished, but still listed by the kubelet with a replica of GPU 1: the agent must not
+    // count it, or the two GPUs would tie and the device plugin would hand out GPU 0.
+    server
+        .add_pod(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "finished", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
+                         "annotations": {"gpu-warden.io/vram-request-mib": "9999"}},
+            "spec": {"nodeName": PR_NODE, "containers": [{"name": "main", "image": "x"}]},
+            "status": {"phase": "Succeeded"}
+        }))
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = crate::kubelet::FakeKubelet::default();
+    crate::kubelet::shared_node(&kubelet, PR_G0, PR_G1);
+    let _serving = rt.block_on(async { crate::kubelet::serve(&kubelet, &socket) });
+    let _agent = Agent::start_with_env(
+        &[
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--node-name",
+            PR_NODE,
+            "--guard-mode",
+            "off",
+            "--poll-interval",
+            "100ms",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--pod-resources-interval",
+            "100ms",
+            "--annotation-min-interval",
+            "100ms",
+            "--annotation-heartbeat",
+            "2s",
+        ],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    );
+
+    // The agent's vram document with the kubelet's figures (replicas of both GPUs, the next
+    // GPU handed out: GPU 1, with 2 replicas out against GPU 0's 3).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = None;
+    let doc = loop {
+        let doc: Option<Value> = server
+            .node(PR_NODE)
+            .and_then(|n| {
+                n["metadata"]["annotations"]["gpu-warden.io/vram"]
+                    .as_str()
+                    .map(String::from)
+            })
+            .and_then(|s| serde_json::from_str(&s).ok());
+        if let Some(d) = doc.filter(|d| {
+            d["nextGpuUuid"] == json!(PR_G1)
+                && d["gpus"][1]["replicasAllocated"] == json!(2)
+                && d["gpus"][0]["replicasAllocated"] == json!(3)
+        }) {
+            break d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no kubelet figures in the annotation: {last:?}"
+        );
+        last = server
+            .node(PR_NODE)
+            .map(|n| n["metadata"]["annotations"].clone());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let g1 = &doc["gpus"][1];
+    let free = g1["freeMiB"].as_u64().unwrap();
+    let used = g1["usedMiB"].as_u64().unwrap();
+    let declared = g1["declaredMiB"].as_u64().unwrap();
+    assert_eq!(declared, 8192, "{doc}");
+    let committed = declared - used;
+    assert!(
+        committed >= 1024,
+        "train-0 has declared more than it uses: {doc}"
+    );
+    let free0 = doc["gpus"][0]["freeMiB"].as_u64().unwrap();
+    assert!(free0 > free, "GPU 0 is the roomier one: {doc}");
+
+    let ext = Agent::start_with_env(&["extender"], &[("KUBECONFIG", kubeconfig.as_os_str())]);
+    let margin = 512;
+    // Fits GPU 1's free memory, not once its committed memory is counted.
+    let tight = free - margin - committed / 2;
+    let j = json_of(&post(
+        ext.port,
+        "/filter",
+        &args(ci_pod("job-tight", Some(tight)), &[PR_NODE]),
+    ));
+    assert_eq!(j["NodeNames"], json!([]), "{j}");
+    let why = j["FailedAndUnresolvableNodes"][PR_NODE].as_str().unwrap();
+    use gpu_warden::extender::judge::gib;
+    assert_eq!(
+        why,
+        format!(
+            "GPU 1 (the one the device plugin hands out next) has {} free, {} committed; the pod needs {} plus a 0.5 GiB margin",
+            gib(free as i64),
+            gib(committed as i64),
+            gib(tight as i64)
+        )
+    );
+    // Exactly what is left after the committed memory and the margin: passes.
+    let fits = free - margin - committed;
+    let j = json_of(&post(
+        ext.port,
+        "/filter",
+        &args(ci_pod("job-fits", Some(fits)), &[PR_NODE]),
+    ));
+    assert_eq!(j["NodeNames"], json!([PR_NODE]), "{j}");
+    // GPU 0 has the free memory for this one; the device plugin hands out GPU 1, and that is
+    // the GPU judged.
+    let roomy_elsewhere = free + 1024;
+    assert!(roomy_elsewhere + margin <= free0, "{doc}");
+    let j = json_of(&post(
+        ext.port,
+        "/filter",
+        &args(ci_pod("job-big", Some(roomy_elsewhere)), &[PR_NODE]),
+    ));
+    let why = j["FailedAndUnresolvableNodes"][PR_NODE].as_str().unwrap();
+    assert!(
+        why.starts_with("GPU 1 (the one the device plugin hands out next)"),
+        "{why}"
+    );
+    assert!(
+        metric(ext.port, "gpu_warden_extender_verdicts_total{reason=\"no_room\",result=\"fail\",verb=\"filter\"}")
+            == Some(2.0)
+    );
+}

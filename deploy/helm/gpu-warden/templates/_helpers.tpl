@@ -108,3 +108,29 @@ GPU by its total), and a percentage soft plus reclaimMargin must stay below 100%
 {{- fail "namespace.create: true needs namespaceOverride naming another namespace than the release's (Helm stores the release in its namespace before creating objects; use --create-namespace instead)" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The scheduler profile's cross-field rules (scheduler.*), refused at render like the above.
+*/}}
+{{- define "gpu-warden.validateScheduler" -}}
+{{- $s := .Values.scheduler -}}
+{{- if $s.enabled -}}
+{{- if eq $s.schedulerName "default-scheduler" -}}
+{{- fail "scheduler.schedulerName: default-scheduler is the cluster's own scheduler; name this profile something else (pods opt in with spec.schedulerName)" -}}
+{{- end -}}
+{{- if and (gt (int $s.replicas) 1) (not $s.leaderElection) -}}
+{{- fail (printf "scheduler.replicas is %d but scheduler.leaderElection is false: without leader election every replica would schedule, binding pods twice" (int $s.replicas)) -}}
+{{- end -}}
+{{- if eq (int $s.extender.port) (int $s.securePort) -}}
+{{- fail (printf "scheduler.extender.port and scheduler.securePort are both %d: the extender and kube-scheduler share the pod's network namespace" (int $s.securePort)) -}}
+{{- end -}}
+{{- if not .Values.nodeAnnotations.enabled -}}
+{{- fail "scheduler.enabled needs nodeAnnotations.enabled: the extender places pods by the free VRAM the agents annotate on their Nodes" -}}
+{{- end -}}
+{{- $prefix := get $s.extender.policy "annotationPrefix" | default "gpu-warden.io" -}}
+{{- $agentPrefix := .Values.nodeAnnotations.prefix | default "gpu-warden.io" -}}
+{{- if ne $prefix $agentPrefix -}}
+{{- fail (printf "scheduler.extender.policy.annotationPrefix (%s) must be the agents' nodeAnnotations.prefix (%s): the extender reads the annotations they write" $prefix $agentPrefix) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
