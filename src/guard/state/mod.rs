@@ -641,13 +641,19 @@ mod tests {
         let mut w = World::new(
             enforce(),
             [pod("greedy"), pod("steady")],
-            vec![proc_in("greedy", 0, 1000), proc_in("steady", 0, 2000)],
+            vec![proc_in("greedy", 0, 2000), proc_in("steady", 0, 1000)],
         );
         assert!(w.poll(0.0, 3000).is_empty());
         let ds = feed(&mut w, 5, (5, 150), |t| 3000 + 40 * t);
         let (t, d) = ds.first().expect("a decision before hard");
         assert_eq!(d.trigger, Trigger::EarlyTrend, "{d:#?}");
         assert!(d.free > d.levels.soft, "free {} at {t} ms", d.free / MIB);
+        // Free is above the reclaim target when it fires: the plan must still take the
+        // grower, and the enforcer must not be done before it starts.
+        assert!(d.free > d.levels.target, "free {} at {t} ms", d.free / MIB);
+        assert_eq!(uids(d.planned_victims()), ["greedy"]);
+        assert!(!d.done(&[]), "{d:#?}");
+        assert!(d.done(&["greedy"]));
         assert!(d.time_to_full.is_some());
         let ttf = d.time_to_full.unwrap_or_default();
         assert!(ttf < Duration::from_millis(200), "{ttf:?}");
