@@ -4,14 +4,19 @@
 //! with 64 processes, so reading every few milliseconds all the time would cost more than
 //! the rest of the agent; reading every 100 ms lets growth of 250 GiB/s cross the whole
 //! soft band between two reads. The rule, per GPU, the node taking the shortest:
-//! - below soft, or when the last reading grew by more than allocator noise:
-//!   `fastIntervalMin`;
-//! - otherwise a quarter ([`READS_TO_HARD`]) of the time growth at `watchRate` would take
-//!   to reach `hard`, rounded down to a √2 ladder below `fastInterval`, within `fastIntervalMin..=fastInterval`.
+//! - below soft: `fastIntervalMin`;
+//! - otherwise a quarter ([`READS_TO_HARD`]) of the time growth at `watchRate` would take to
+//!   reach `hard` — or, when the last reading rose faster than allocator noise, a sixteenth
+//!   ([`READS_TO_HARD_GROWING`]) of the time growth at that rate would take, if shorter —
+//!   rounded down to a √2 ladder below `fastInterval`, within
+//!   `fastIntervalMin..=fastInterval`.
 //!
 //! `watchRate` defaults to twice the GPU's memory per second, so an idle GPU of any size
 //! is read every `fastInterval`, as before, and a busy one more often the nearer it is to
-//! `hard`: an H200 with 32 GiB free every 22.6 ms.
+//! `hard`: an H200 with 32 GiB free every 22.6 ms. Growth seen shortens it at once in
+//! proportion to how soon it would reach hard: a job growing 250 GiB/s there is read every
+//! 5 ms from its first step, while a training step's workspace, allocated and freed many
+//! times a second on a GPU far from hard, barely changes it.
 
 use super::levels::{Levels, Pressure};
 use super::policy::Policy;
@@ -20,25 +25,32 @@ use std::time::Duration;
 
 /// Reads the watch wants between now and growth at `watchRate` reaching `hard`.
 pub const READS_TO_HARD: u32 = 4;
-/// A rise between two readings larger than this is growth seen, not allocator noise.
-pub const GROWTH_SEEN: u64 = 64 << 20;
+/// Reads the watch wants between now and growth seen reaching `hard`: enough for the early
+/// trigger's window (docs/guard.md, "Acting before soft") to fill in a quarter of the time.
+pub const READS_TO_HARD_GROWING: u32 = 16;
+/// A rise faster than this between two readings is growth seen, not allocator noise
+/// (64 MiB in 100 ms).
+pub const GROWTH_SEEN: f64 = 640.0 * 1024.0 * 1024.0;
 
-/// The interval for one GPU at `memory` against `levels`, at `pressure`; `grew` is how
-/// much memory in use rose since the previous reading.
+/// The interval for one GPU at `memory` against `levels`, at `pressure`; `rising` is how
+/// fast memory in use rose into the last reading, in bytes per second.
 pub fn gpu_interval(
     policy: &Policy,
     memory: &MemoryInfo,
     levels: &Levels,
     pressure: Pressure,
-    grew: u64,
+    rising: f64,
 ) -> Duration {
-    if pressure != Pressure::None || grew > GROWTH_SEEN {
+    if pressure != Pressure::None {
         return policy.fast_interval_min;
     }
-    let rate = policy.watch_rate.resolve(memory.total).max(1) as f64;
-    let runway = memory.free.saturating_sub(levels.hard) as f64 / rate;
-    let interval = Duration::try_from_secs_f64(runway / f64::from(READS_TO_HARD))
-        .unwrap_or(policy.fast_interval);
+    let to_hard = memory.free.saturating_sub(levels.hard) as f64;
+    let sized = policy.watch_rate.resolve(memory.total).max(1) as f64;
+    let mut secs = to_hard / sized / f64::from(READS_TO_HARD);
+    if rising > GROWTH_SEEN {
+        secs = secs.min(to_hard / rising / f64::from(READS_TO_HARD_GROWING));
+    }
+    let interval = Duration::try_from_secs_f64(secs).unwrap_or(policy.fast_interval);
     if interval >= policy.fast_interval {
         return policy.fast_interval;
     }
@@ -85,7 +97,7 @@ mod tests {
     #[test]
     fn the_interval_follows_the_runway_to_hard() {
         let p = Policy::default();
-        // (total GiB, free GiB, pressure, grew MiB, expected interval range in ms)
+        // (total GiB, free GiB, pressure, rising MiB/s, expected interval range in ms)
         type Row = (u64, u64, Pressure, u64, (u64, u64));
         let rows: &[Row] = &[
             // Idle GPUs of any size: calm, as slow as the fast watch always was.
@@ -96,19 +108,25 @@ mod tests {
             (141, 32, Pressure::None, 0, (16, 23)),
             (141, 20, Pressure::None, 0, (8, 12)),
             (24, 6, Pressure::None, 0, (16, 23)),
-            // Noise is not growth; a real rise is.
-            (141, 32, Pressure::None, 60, (16, 23)),
-            (141, 100, Pressure::None, 2048, (5, 5)),
+            // Noise is not growth.
+            (141, 32, Pressure::None, 600, (16, 23)),
+            // 250 GiB/s seen with 32 GiB free: hard 100 ms away, read every 5 ms.
+            (141, 32, Pressure::None, 250 * 1024, (5, 6)),
+            // A 2 GiB workspace allocated within one 22 ms read (93 GiB/s) far from hard:
+            // 270 ms to hard at that rate, a sixteenth of it is no shorter than calm.
+            (141, 32, Pressure::None, 93 * 1024, (16, 23)),
+            // The same nearer hard shortens the interval (calm there: 11.3 ms).
+            (141, 20, Pressure::None, 93 * 1024, (8, 9)),
             // Under pressure, always the minimum.
             (141, 13, Pressure::Soft, 0, (5, 5)),
             (141, 3, Pressure::Hard, 0, (5, 5)),
         ];
-        for &(total, free, pressure, grew, (lo, hi)) in rows {
+        for &(total, free, pressure, rising, (lo, hi)) in rows {
             let (m, l) = gpu(total, free);
-            let got = gpu_interval(&p, &m, &l, pressure, grew * MIB);
+            let got = gpu_interval(&p, &m, &l, pressure, (rising * MIB) as f64);
             assert!(
                 got >= ms(lo) && got <= ms(hi),
-                "{free} of {total} GiB free, {pressure:?}, grew {grew} MiB: {got:?} not in {lo}..={hi} ms"
+                "{free} of {total} GiB free, {pressure:?}, rising {rising} MiB/s: {got:?} not in {lo}..={hi} ms"
             );
         }
     }
@@ -117,14 +135,14 @@ mod tests {
     fn the_bounds_and_the_rate_come_from_the_policy() {
         let p = Policy::from_yaml_str("fastInterval: 40ms\nfastIntervalMin: 10ms").unwrap();
         let (m, l) = gpu(24, 23);
-        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0), ms(40));
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0.0), ms(40));
         let (m, l) = gpu(24, 2);
-        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0), ms(10));
-        assert_eq!(gpu_interval(&p, &m, &l, Pressure::Hard, 0), ms(10));
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0.0), ms(10));
+        assert_eq!(gpu_interval(&p, &m, &l, Pressure::Hard, 0.0), ms(10));
         // A slower sized-for rate reads less often.
         let slow = Policy::from_yaml_str("watchRate: 16Gi").unwrap();
         let (m, l) = gpu(141, 32);
-        assert_eq!(gpu_interval(&slow, &m, &l, Pressure::None, 0), ms(100));
+        assert_eq!(gpu_interval(&slow, &m, &l, Pressure::None, 0.0), ms(100));
     }
 
     #[test]

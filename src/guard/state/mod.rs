@@ -38,8 +38,11 @@ struct GpuState {
     pressure_since: Duration,
     below_soft_since: Option<Duration>,
     trend: Trend,
-    /// How much memory in use rose with the last reading (0 when it fell or held).
-    last_rise: u64,
+    /// How fast memory in use rose into the last reading, bytes per second (0 when it fell
+    /// or held).
+    last_rise: f64,
+    /// When the last reading was taken.
+    last_at: Option<Duration>,
     phase: GpuPhase,
     phase_since: Duration,
     inactive_reason: Option<String>,
@@ -57,7 +60,8 @@ impl GpuState {
             pressure_since: now,
             below_soft_since: None,
             trend: Trend::default(),
-            last_rise: 0,
+            last_rise: 0.0,
+            last_at: None,
             phase: GpuPhase::Watching,
             phase_since: now,
             inactive_reason: None,
@@ -74,10 +78,13 @@ impl GpuState {
     fn update_memory(&mut self, memory: Option<MemoryInfo>, policy: &Policy, now: Duration) {
         let used_before = self.memory.map(|m| m.used);
         self.memory = memory;
-        self.last_rise = match (used_before, memory) {
-            (Some(before), Some(m)) => m.used.saturating_sub(before),
-            _ => 0,
+        self.last_rise = match (used_before, memory, self.last_at) {
+            (Some(before), Some(m), Some(at)) if now > at => {
+                m.used.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+            }
+            _ => 0.0,
         };
+        self.last_at = memory.map(|_| now);
         let pressure = match memory {
             None => {
                 // Stale data: the trend would span a gap and grace continuity is unknown.
