@@ -3,7 +3,7 @@
 //! buffers have grown to the node's size, a poll's exposition is one allocation: the copy the
 //! publication hands to readers. `benches/alloc.rs` prints the figures for every stage.
 
-use gpu_warden::agent::pipeline::Pipeline;
+use gpu_warden::agent::Core;
 use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::model::clock::ManualClock;
@@ -37,7 +37,7 @@ fn a_warm_exposition_costs_one_allocation_per_poll() {
         let mut rig = Rig::new(&scenario(gpus, procs), RigOptions::default()).unwrap();
         let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
         let metrics = SelfMetrics::new("alloc").unwrap();
-        let mut pipeline = Pipeline::new(
+        let mut core = Core::new(
             MetricsConfig {
                 hostname: "node".into(),
                 per_process: true,
@@ -56,7 +56,7 @@ fn a_warm_exposition_costs_one_allocation_per_poll() {
         for poll in 0..6 {
             rig.clock.advance(Duration::from_secs(1));
             let mut snap = rig.sample();
-            pipeline.prepare(&mut snap, Duration::from_micros(100 + poll));
+            core.prepare(&mut snap, Duration::from_micros(100 + poll));
             metrics
                 .decisions
                 .with_label_values(&["dry-run", "soft"])
@@ -64,7 +64,7 @@ fn a_warm_exposition_costs_one_allocation_per_poll() {
             let snap = Arc::new(snap);
             let pressure = pressure.clone();
             let (stats, published) =
-                alloc_count::measure(|| pipeline.publish(snap, pressure, serde_json::Value::Null));
+                alloc_count::measure(|| core.publish(snap, pressure, serde_json::Value::Null));
             let text = String::from_utf8(published.metrics.to_vec()).unwrap();
             assert!(text.contains("process_name=\"py\\\"th\\\\on\""), "{text}");
             assert!(text.contains("pod=\"job-0\""), "{text}");
