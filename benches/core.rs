@@ -86,22 +86,25 @@ fn exposition(c: &mut Criterion) {
                 hostname: "node".into(),
                 ..Default::default()
             };
-            let series = metrics::device_families(&snap, &cfg)
-                .iter()
-                .chain(metrics::container_families(&snap, &cfg).iter())
-                .map(|f| f.get_metric().len())
-                .sum::<usize>();
+            let mut scratch = metrics::Scratch::default();
+            let render = |out: &mut Vec<u8>, scratch: &mut metrics::Scratch, snap: &Snapshot| {
+                out.clear();
+                metrics::write_device_families(out, scratch, snap, &cfg);
+                metrics::write_container_families(out, scratch, snap, &cfg);
+            };
+            let mut out = Vec::with_capacity(64 * 1024);
+            render(&mut out, &mut scratch, &snap);
+            let series = out
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty() && l[0] != b'#')
+                .count();
             g.throughput(Throughput::Elements(series as u64));
             g.bench_with_input(
                 BenchmarkId::new(format!("{gpus}gpu"), procs),
                 &snap,
                 |b, snap| {
-                    let mut out = Vec::with_capacity(64 * 1024);
                     b.iter(|| {
-                        out.clear();
-                        let mut fams = metrics::device_families(snap, &cfg);
-                        fams.extend(metrics::container_families(snap, &cfg));
-                        metrics::encode(&fams, &mut out).expect("encode");
+                        render(&mut out, &mut scratch, snap);
                         black_box(out.len())
                     })
                 },

@@ -8,7 +8,9 @@
 //! `--per-call` times each kind of call on its own (mean µs per call over every GPU and
 //! iteration), including the per-process calls gpu-warden makes on a slower cadence
 //! (process utilization every 5 s, a process's name once per pid), so a poll that slows
-//! down with many processes can be pinned to the call that does it.
+//! down with many processes can be pinned to the call that does it. The two process lists
+//! are also timed as their count-only halves (`*_count`): nvml-wrapper makes both calls
+//! for every list.
 //!
 //!     cargo run --release --example nvml_floor -- --cadence --seconds 60 [--gpm-interval-s 10] [--xid]
 //!
@@ -17,7 +19,8 @@
 //! full-poll calls; energy and the PCIe replay counter every 10th poll (`--slow-every`);
 //! process utilization every 5 s (`--util-every`) when the GPU lists processes; a process's
 //! name once per pid; with `--gpm-interval-s S` (S > 0) one GPM sample and the ten metrics
-//! every S seconds; with `--xid` a thread blocked in `nvmlEventSetWait` 500 ms at a time, as
+//! every S seconds; with `--xid` a thread blocked in `nvmlEventSetWait` 5 s at a time
+//! (`--xid-wait-ms`, the agent's wait; it used to be 500 ms), as
 //! the agent's XID watcher is. `hw/perf_h200.py --plan peers` measures its CPU (every
 //! thread's schedstat) and RSS beside the agent's: this is the "NVML-only process".
 
@@ -118,6 +121,8 @@ fn cadence(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let util_every = Duration::from_secs(flag(args, "--util-every", 5));
     let gpm_every = Duration::from_secs(flag(args, "--gpm-interval-s", 0));
     let xid = args.iter().any(|a| a == "--xid");
+    // The agent's wait (`sample::nvml`'s XID_WAIT_MS); `--xid-wait-ms 500` is the earlier one.
+    let xid_wait_ms: u32 = flag(args, "--xid-wait-ms", 5000);
     let nvml: &'static Nvml = Box::leak(Box::new(Nvml::init()?));
     let devices: Vec<_> = (0..nvml.device_count()?)
         .map(|i| nvml.device_by_index(i))
@@ -136,7 +141,7 @@ fn cadence(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                         .map_err(|e| e.error)?;
                 }
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = set.wait(500);
+                    let _ = set.wait(xid_wait_ms);
                 }
                 Ok(())
             },
@@ -219,7 +224,9 @@ fn cadence(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(t) = xid_thread {
+    // As the agent: not joined (it may be inside a wait of up to --xid-wait-ms); one that
+    // already failed says why.
+    if let Some(t) = xid_thread.filter(|t| t.is_finished()) {
         if let Ok(Err(e)) = t.join() {
             eprintln!("xid thread: {e}");
         }
@@ -277,6 +284,14 @@ fn per_call(nvml: &Nvml, devices: &[nvml_wrapper::Device], iterations: u32) {
             });
             time("running_graphics_processes", &mut || {
                 d.running_graphics_processes().map_or(0, |p| p.len() as u64)
+            });
+            // nvml-wrapper's list calls ask NVML twice (the count with no buffer, then the
+            // list); the count alone shows what a single-call list would save.
+            time("running_compute_processes_count", &mut || {
+                d.running_compute_processes_count().map_or(0, u64::from)
+            });
+            time("running_graphics_processes_count", &mut || {
+                d.running_graphics_processes_count().map_or(0, u64::from)
             });
             time("process_utilization_stats(0)", &mut || {
                 d.process_utilization_stats(0u64)

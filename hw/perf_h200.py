@@ -42,6 +42,13 @@ GPU (`--crowded 64,256`): the agent beside the floor and `nvml_floor --per-call`
         --floor target/release/examples/nvml_floor --scrape-load target/release/examples/scrape_load \
         --nvitop-site /tmp/nvt [--agent-baseline other/gpu-warden]
 
+`--plan crowded` (about 2–4 minutes): only the crowded-GPU phases of `--plan peers`
+(`--crowded 64,256`): CUDA holders started in waves (`--holder-wave`, this script's own
+minimal context, `--cuda-hold`), the agent beside `nvml_floor --cadence --xid`, then
+`nvml_floor --per-call`; when a holder cannot be created, what may be the limit is recorded.
+`--baseline-env 0:NAME=VALUE` (with `--agent-baseline`, repeatable) runs a baseline agent with extra
+environment, e.g. the same binary with `GPU_WARDEN_RUNTIME_WORKERS=2` (the old runtime).
+
 `--plan scrape-modes` (issue 20, about 90 s): three agents with GPM off beside
 `nvml_floor --cadence --xid` for `--peer-seconds`, one scraped once a second on a new connection
 each time, one on a kept-alive connection, one not scraped: the HTTP side's share per thread.
@@ -1628,36 +1635,174 @@ def serve_pynvml(port):
         time.sleep(max(0.0, nxt - time.monotonic()))
 
 
-def holders_grow(rep, a, holders, n, timeout=120):
+# The crowded GPU's CUDA processes. The run of 2026-12-01 asked hw/cuda_hold.py for 256 and
+# got 99: `cuCtxCreate` returned 2 (CUDA_ERROR_OUT_OF_MEMORY) for the rest, although the GPU
+# held only 52 GiB of its 141 (526 MiB per context) — not device memory running out. The
+# holders were started 16 every 0.5 s without waiting, so up to ~150 contexts were being
+# created at once; each context also opens its default 8 hardware work queues
+# (CUDA_DEVICE_MAX_CONNECTIONS) and reserves its local-memory stack for every resident
+# thread. The holder below (`--cuda-hold`) therefore: asks for one work queue
+# (CUDA_DEVICE_MAX_CONNECTIONS=1) and lazy module loading; shrinks the context's stack,
+# printf FIFO and malloc heap limits to the minimum before its one allocation; retries
+# cuCtxCreate on OUT_OF_MEMORY (a transient of concurrent creation) with a back-off; and
+# the harness starts them in waves (`--holder-wave`, waiting for each wave to be ready)
+# and, when one still fails, records what might be the limit (host memory, the GPU's
+# memory, locked-memory and process limits, a holder's RSS and GPU memory).
+
+CUDA_HOLD_ENV = {"CUDA_MODULE_LOADING": "LAZY", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def cuda_hold(mib, seconds, retries=8):
+    """`--cuda-hold MIB`: one minimal driver-API context on GPU 0 and one allocation of MIB,
+    then sleep. Prints one JSON line: ready (with the attempts it took) or error."""
+    import ctypes
+    pid = os.getpid()
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        print(json.dumps({"event": "error", "call": "dlopen", "error": str(e), "pid": pid}), flush=True)
+        return 1
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    rc = cu.cuInit(0) or cu.cuDeviceGet(ctypes.byref(dev), 0)
+    if rc:
+        print(json.dumps({"event": "error", "call": "cuInit", "rc": rc, "pid": pid}), flush=True)
+        return 1
+    attempts, delay = 0, 0.2
+    while True:
+        attempts += 1
+        rc = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        if rc == 0:
+            break
+        if rc != 2 or attempts > retries:
+            print(json.dumps({"event": "error", "call": "cuCtxCreate", "rc": rc, "attempts": attempts,
+                              "pid": pid}), flush=True)
+            return 1
+        time.sleep(delay)
+        delay = min(delay * 2, 3.0)
+    # CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE: no kernel
+    # ever runs here, so the smallest the driver accepts.
+    limits = {}
+    for name, limit, value in (("stack", 0, 16), ("printf_fifo", 1, 4096), ("malloc_heap", 2, 4096)):
+        limits[name] = cu.cuCtxSetLimit(limit, ctypes.c_size_t(value))
+    rc = cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(max(1, mib) << 20))
+    if rc:
+        print(json.dumps({"event": "error", "call": "cuMemAlloc", "rc": rc, "pid": pid}), flush=True)
+        return 1
+    print(json.dumps({"event": "ready", "pid": pid, "attempts": attempts, "set_limit_rc": limits}), flush=True)
+    time.sleep(seconds)
+    return 0
+
+
+def holder_state(p, path):
+    try:
+        s = open(path).read()
+    except OSError:
+        s = ""
+    if '"ready"' in s:
+        return "ready", s
+    if '"error"' in s or p.poll() is not None:
+        return "error", s
+    return "starting", s
+
+
+def crowd_limits(holders):
+    """What may stop more contexts from being created: host and GPU memory, limits, and what
+    one ready holder costs."""
+    out = {}
+    try:
+        mi = dict(l.split(":", 1) for l in open("/proc/meminfo").read().splitlines() if ":" in l)
+        out["host_mem_available_mib"] = int(mi["MemAvailable"].split()[0]) // 1024
+        out["host_mem_total_mib"] = int(mi["MemTotal"].split()[0]) // 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        import resource
+        out["rlimit_memlock"] = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        out["rlimit_nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)
+        out["rlimit_nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, ValueError, OSError):
+        pass
+    for k, f in (("pid_max", "/proc/sys/kernel/pid_max"), ("overcommit_memory", "/proc/sys/vm/overcommit_memory"),
+                 ("max_map_count", "/proc/sys/vm/max_map_count")):
+        try:
+            out[k] = open(f).read().strip()
+        except OSError:
+            pass
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits",
+                            "-i", "0"], capture_output=True, text=True, timeout=20)
+        used, total = [int(x) for x in r.stdout.strip().split(",")[:2]]
+        out["gpu_mem_used_mib"], out["gpu_mem_total_mib"] = used, total
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass
+    ready = [p for p, path in holders if holder_state(p, path)[0] == "ready"]
+    if ready:
+        rss = [proc_status(p.pid).get("VmRSS_MiB") for p in ready[:16]]
+        rss = [x for x in rss if x]
+        if rss:
+            out["holder_rss_mib_mean"] = round(sum(rss) / len(rss), 1)
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=20)
+            mine = {p.pid for p in ready}
+            per = [int(l.split(",")[1]) for l in r.stdout.splitlines()
+                   if l.strip() and int(l.split(",")[0]) in mine]
+            if per:
+                out["holder_gpu_mib_mean"] = round(sum(per) / len(per), 1)
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            pass
+    return out
+
+
+def holders_grow(rep, a, holders, n, timeout=240):
+    """Starts holders until `n` run (or `timeout` passes): waves of `--holder-wave`, each
+    waited for, so contexts are not all created at once; stops early when a whole wave
+    fails."""
     t0 = time.monotonic()
-    while len(holders) < n:
-        i = len(holders)
-        path = os.path.join(a.workdir, f"hold-{i}.log")
-        p = spawn([sys.executable, os.path.join(HERE, "cuda_hold.py"), "--mib", "1"],
-                  stdout=open(path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
-                  env=dict(os.environ, CUDA_MODULE_LOADING="LAZY"))
-        holders.append((p, path))
-        if i % 16 == 15:
-            time.sleep(0.5)
+    env = dict(os.environ, **CUDA_HOLD_ENV)
+    wave = max(1, a.holder_wave)
+    failed_wave = False
+    while len(holders) < n and time.monotonic() - t0 < timeout and not failed_wave:
+        batch = []
+        for _ in range(min(wave, n - len(holders))):
+            i = len(holders)
+            path = os.path.join(a.workdir, f"hold-{i}.log")
+            p = spawn([sys.executable, os.path.abspath(__file__), "--cuda-hold", "1"],
+                      stdout=open(path, "w"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            holders.append((p, path))
+            batch.append((p, path))
+        while time.monotonic() - t0 < timeout:
+            states = [holder_state(p, path)[0] for p, path in batch]
+            if "starting" not in states:
+                failed_wave = all(s == "error" for s in states)
+                break
+            time.sleep(0.2)
     while time.monotonic() - t0 < timeout:
-        ready = errors = 0
-        for p, path in holders:
-            try:
-                s = open(path).read()
-            except OSError:
-                s = ""
-            ready += '"ready"' in s
-            errors += '"error"' in s or (p.poll() is not None and '"ready"' not in s)
-        if ready + errors >= n:
+        if all(holder_state(p, path)[0] != "starting" for p, path in holders):
             break
         time.sleep(0.5)
+    states = [holder_state(p, path) for p, path in holders]
+    ready = sum(1 for st, _ in states if st == "ready")
+    errors = sum(1 for st, _ in states if st == "error")
+    retried = 0
+    for st, text in states:
+        if st == "ready":
+            try:
+                retried += json.loads(text.strip().splitlines()[-1]).get("attempts", 1) > 1
+            except (ValueError, IndexError):
+                pass
     listed = gpu_process_count()
-    rep.say(f"CUDA holders: {ready} ready, {errors} failed of {n} started; the GPU lists {listed} processes "
-            f"({time.monotonic() - t0:.1f} s)")
+    took = time.monotonic() - t0
+    rep.say(f"CUDA holders: {ready} ready ({retried} after a retry), {errors} failed, of {len(holders)} started "
+            f"for {n}; the GPU lists {listed} processes ({took:.1f} s; waves of {wave})")
+    limits = crowd_limits(holders)
+    rep.put("crowded_holders", str(n), {"asked": n, "started": len(holders), "ready": ready, "errors": errors,
+                                        "ready_after_retry": retried, "listed": listed, "seconds": round(took, 1),
+                                        "limits": limits})
+    rep.say("holder limits: " + ", ".join(f"{k} {v}" for k, v in limits.items()))
     if errors:
-        bad = next((path for p, path in holders if '"ready"' not in open(path).read()), None)
-        if bad:
-            rep.note(f"a holder failed: {tail(bad, 3).strip()}")
+        bad = next((text for st, text in states if st == "error"), "")
+        rep.note(f"a holder failed: {bad.strip()[-300:]}")
     rep.say()
     return listed
 
@@ -1748,28 +1893,31 @@ def peers_plan(rep, a):
         rep.say()
         t0 = time.monotonic()
         procs = {}
+        ports_b = {}
         agent = Proc(f"gpu-warden {tag}", agent_argv(a, ports["gpu-warden"], gpm_iv), env=env, logdir=logdir)
         fargs = ["--cadence", "--seconds", str(a.peer_seconds + 40), "--gpm-interval-s", str(gpm_s)]
         floor_x = Proc(f"nvml_floor {tag} +xid", [a.floor] + fargs + ["--xid"], env=env, logdir=logdir)
         floor_n = Proc(f"nvml_floor {tag}", [a.floor] + fargs, env=env, logdir=logdir)
         wait_http(ports["gpu-warden"], "/readyz", 30, agent)
         procs["gpu-warden"] = agent
-        base = None
-        if a.agent_baseline:
+        bases = []
+        for k, (bpath, blabel, benv_extra) in enumerate(a.baselines):
             bport = free_port()
-            base = Proc(f"gpu-warden baseline {tag}", [a.agent_baseline] + agent_argv(a, bport, gpm_iv)[1:], env=env,
+            benv = dict(env, **benv_extra)
+            base = Proc(f"gpu-warden baseline{k or ''} {tag}", [bpath] + agent_argv(a, bport, gpm_iv)[1:], env=benv,
                         logdir=logdir)
+            bases.append(base)
             try:
                 wait_http(bport, "/readyz", 30, base)
-                procs[BASELINE] = base
+                procs[blabel] = base
+                ports_b[blabel] = bport
             except RuntimeError as e:
-                rep.note(f"baseline agent: {e}")
+                rep.note(f"baseline agent {blabel}: {e}")
         procs["nvml_floor +xid (same calls, same cadence)"] = floor_x
         procs["nvml_floor, no XID wait"] = floor_n
         procs.update(peers)
         targets = dict(ports)
-        if BASELINE in procs:
-            targets[BASELINE] = bport
+        targets.update(ports_b)
         scraper = Scraper(targets)
         scraper.start()
         time.sleep(3)  # a few polls and GPM windows before the window opens
@@ -1799,7 +1947,7 @@ def peers_plan(rep, a):
             rep.table(["exporter", "clients × requests", "p50, ms", "p90, ms", "p99, ms", "max, ms", "errors",
                        "bytes"], lrows)
         agent.stop(rep)
-        if base is not None:
+        for base in bases:
             base.stop(rep)
         floor_x.stop(rep)
         floor_n.stop(rep)
@@ -1808,14 +1956,21 @@ def peers_plan(rep, a):
         rep.save()
     for p in peers.values():
         p.stop(rep)
-    # The crowded GPU.
+    crowded_phases(rep, a, holders, env, logdir)
+    holders_kill(holders)
+
+
+
+def crowded_phases(rep, a, holders, env, logdir):
+    """The crowded GPU: for each count in `--crowded`, that many CUDA processes, the agent
+    beside the floor at its cadence, then `nvml_floor --per-call`."""
     for n in a.crowded:
         if rep.elapsed() > a.deadline_seconds - 60:
             rep.note(f"skipped the {n}-process phase: {rep.elapsed():.0f} s elapsed")
             break
         rep.say(f"## Crowded GPU, {n} CUDA processes")
         rep.say()
-        listed = holders_grow(rep, a, holders, n, timeout=150)
+        listed = holders_grow(rep, a, holders, n, timeout=a.holder_timeout)
         port = free_port()
         agent = Proc(f"gpu-warden crowded {n}", agent_argv(a, port, None), env=env, logdir=logdir)
         floor = Proc(f"nvml_floor crowded {n}", [a.floor, "--cadence", "--seconds", str(a.crowded_seconds + 60),
@@ -1856,8 +2011,15 @@ def peers_plan(rep, a):
         agent.stop(rep)
         floor.stop(rep)
         rep.save()
-    holders_kill(holders)
 
+
+def crowded_plan(rep, a):
+    """`--plan crowded`: only the crowded-GPU phases."""
+    holders = []
+    try:
+        crowded_phases(rep, a, holders, clean_env(), a.workdir)
+    finally:
+        holders_kill(holders)
 
 
 def scrape_modes_plan(rep, a):
@@ -1960,7 +2122,7 @@ def main():
                     help="sim: smoke test without a GPU (agent plays --scenario; load/NVML/nvidia-smi sections skipped)")
     ap.add_argument("--scenario", default=os.path.join(REPO, "examples", "a10g-timesliced.yaml"))
     ap.add_argument("--out", default=os.environ.get("OUT") or None, help="output folder (default $OUT, else a temp dir)")
-    ap.add_argument("--plan", choices=["issue7", "peers", "scrape-modes"], default="issue7",
+    ap.add_argument("--plan", choices=["issue7", "peers", "scrape-modes", "crowded"], default="issue7",
                     help="issue7: the per-poll run above; peers: issue 20's side-by-side run (nvitop-exporter, "
                          "the pynvml exporter, nvidia-smi, the floor at the agent's cadence, GPM off and 10 s, "
                          "64 scrapers, the crowded GPU)")
@@ -1968,24 +2130,48 @@ def main():
     ap.add_argument("--peer-seconds", type=int, default=75, help="window of each side-by-side phase")
     ap.add_argument("--crowded", default="64,256", help="CUDA processes of the crowded phases")
     ap.add_argument("--crowded-seconds", type=int, default=20)
+    ap.add_argument("--holder-wave", type=int, default=16,
+                    help="CUDA holders started at once in the crowded phases; each wave is waited for (default 16)")
+    ap.add_argument("--holder-timeout", type=float, default=240,
+                    help="longest wait for the crowded phase's holders (default 240 s)")
     ap.add_argument("--per-call-iterations", type=int, default=100)
     ap.add_argument("--nvitop-site", default=None, help="folder holding nvitop and nvitop_exporter (PYTHONPATH of "
                     "nvitop-exporter alone)")
-    ap.add_argument("--agent-baseline", default=None, help="a second gpu-warden build run beside --agent in the "
+    ap.add_argument("--agent-baseline", action="append", default=[], help="(repeatable) ""a second gpu-warden build run beside --agent in the "
                     "side-by-side phases (e.g. main's release profile)")
+    ap.add_argument("--baseline-env", action="append", default=[], metavar="N:NAME=VALUE",
+                    help="environment of the Nth --agent-baseline only (0-based; repeatable), e.g. "
+                         "0:GPU_WARDEN_RUNTIME_WORKERS=2 with the same binary as --agent: the old two-worker runtime")
+    ap.add_argument("--baseline-label", action="append", default=[],
+                    help="the Nth baseline's name in the tables (repeatable, in --agent-baseline order)")
     ap.add_argument("--serve-pynvml", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cuda-hold", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--cuda-hold-seconds", type=float, default=900, help=argparse.SUPPRESS)
+    if "--cuda-hold" in sys.argv:
+        # A holder process: nothing else of the harness (no --agent needed).
+        i = sys.argv.index("--cuda-hold")
+        sys.exit(cuda_hold(int(sys.argv[i + 1]), 900))
     a = ap.parse_args()
     if a.serve_pynvml is not None:
         serve_pynvml(a.serve_pynvml)
         return
     a.crowded = [int(x) for x in a.crowded.split(",") if x.strip()]
+    a.baselines = []
+    for k, path in enumerate(a.agent_baseline):
+        label = a.baseline_label[k] if k < len(a.baseline_label) else (BASELINE if k == 0 else f"{BASELINE} {k}")
+        extra = {}
+        for item in a.baseline_env:
+            n, _, kv = item.partition(":")
+            if n.isdigit() and int(n) == k and "=" in kv:
+                extra.update([kv.split("=", 1)])
+        a.baselines.append((os.path.abspath(path), label, extra))
     if a.procs_list is None:
         a.procs_list = f"0,{a.procs}" if a.procs is not None else "0,8,64"
     procs_list = sorted({int(x) for x in a.procs_list.split(",") if x.strip()})
     a.out = a.out or tempfile.mkdtemp(prefix="perf-h200-")
     os.makedirs(a.out, exist_ok=True)
     a.workdir = tempfile.mkdtemp(prefix="perf-h200-work-")
-    for name in ("agent", "scrape_load", "double", "floor", "agent_baseline", "nvitop_site"):
+    for name in ("agent", "scrape_load", "double", "floor", "nvitop_site"):
         v = getattr(a, name)
         if v:
             setattr(a, name, os.path.abspath(v))
@@ -2003,6 +2189,12 @@ def main():
             rep.say()
             section(rep, "info", "Setup", info_section, rep, a)
             section(rep, "peers", "Peers, floor, scrapers, crowded GPU", peers_plan, rep, a)
+            return
+        if a.plan == "crowded":
+            rep.say("# gpu-warden on a crowded GPU (issue 20)")
+            rep.say()
+            section(rep, "info", "Setup", info_section, rep, a)
+            section(rep, "crowded_plan", f"Crowded GPU: {a.crowded} CUDA processes", crowded_plan, rep, a)
             return
         if a.plan == "scrape-modes":
             rep.say("# gpu-warden: what the HTTP side costs (issue 20)")

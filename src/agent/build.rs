@@ -230,6 +230,20 @@ fn guard_parts(
     }
 }
 
+/// Worker threads of the async runtime: 1 unless `GPU_WARDEN_RUNTIME_WORKERS` says otherwise
+/// (for measuring the difference). The event loop runs on the main thread (`block_on`) and
+/// the sampler and XID watcher on threads of their own, so the workers only carry the HTTP
+/// server, the pod watch, the annotator and eviction tasks: short awaits, a few a second. A
+/// second worker only added a thread and the wake-ups of one worker unparking the other to
+/// steal work there is none of.
+fn runtime_workers() -> usize {
+    std::env::var("GPU_WARDEN_RUNTIME_WORKERS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n: &usize| (1..=64).contains(n))
+        .unwrap_or(1)
+}
+
 fn print_sim_pods(cli: &Cli, node: &str) -> Result<(), StartError> {
     let scenario = load_scenario(cli)?;
     let fixtures = serde_json::json!({
@@ -254,7 +268,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let metrics = SelfMetrics::new(env!("CARGO_PKG_VERSION")).map_err(StartError::Metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(runtime_workers())
         .enable_all()
         .build()
         .map_err(StartError::Runtime)?;

@@ -14,7 +14,7 @@ use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
-use crate::publish::metrics::{self, MetricsConfig};
+use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
@@ -75,6 +75,10 @@ pub struct Core {
     attributor: Option<Box<dyn Attributor>>,
     replicas: Option<ReplicaReceiver>,
     guard: Option<GuardCore>,
+    /// The exposition is rendered here and copied out once per poll: after the first polls
+    /// it has the node's size, so rendering itself allocates nothing.
+    buf: Vec<u8>,
+    scratch: Scratch,
 }
 
 impl Core {
@@ -88,6 +92,8 @@ impl Core {
             attributor: None,
             replicas: None,
             guard: None,
+            buf: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -150,31 +156,25 @@ impl Core {
     /// Renders the exposition of `snap` (plus guard pressure and self metrics) and wraps
     /// it into a publication.
     pub fn publish(
-        &self,
+        &mut self,
         snap: Arc<Snapshot>,
         pressure: BTreeMap<u32, Pressure>,
         guard: serde_json::Value,
     ) -> Published {
-        let mut families = metrics::device_families(&snap, &self.cfg);
-        families.extend(metrics::container_families(&snap, &self.cfg));
-        families.extend(metrics::pressure_family(&snap, |i| {
-            pressure.get(&i).map(|p| p.as_metric())
-        }));
         // A clone of the Arc under the watch's lock, held for nanoseconds.
         let replicas = self.replicas.as_ref().and_then(|rx| rx.borrow().clone());
-        families.extend(replica_metrics::replica_families(
-            &snap,
-            replicas.as_deref(),
-        ));
-        families.extend(self.self_metrics.gather());
-        let mut out = Vec::with_capacity(16 * 1024);
-        if let Err(e) = metrics::encode(&families, &mut out) {
-            // Only a malformed family can fail; keep serving what was encoded before it.
-            tracing::error!(error = %e, "encoding metrics failed");
-        }
+        let out = &mut self.buf;
+        out.clear();
+        metrics::write_device_families(out, &mut self.scratch, &snap, &self.cfg);
+        metrics::write_container_families(out, &mut self.scratch, &snap, &self.cfg);
+        metrics::write_pressure_family(out, &snap, |i| pressure.get(&i).map(|p| p.as_metric()));
+        replica_metrics::write_replica_families(out, &snap, replicas.as_deref());
+        self.self_metrics.write(out);
         Published {
             snapshot: snap,
-            metrics: Bytes::from(out),
+            // One allocation of exactly the exposition's size: readers keep it for as long
+            // as a scrape takes, while the next poll renders into `buf` again.
+            metrics: Bytes::copy_from_slice(out),
             published_at: self.clock.mono(),
             guard,
             pressure,

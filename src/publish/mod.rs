@@ -12,4 +12,5 @@ pub mod process_reader;
 pub mod replica_metrics;
 pub mod self_metrics;
 pub mod state;
+pub mod text;
 pub mod tls;

@@ -3,29 +3,18 @@
 //! the kubelet has not answered for too long) no family is emitted at all: absent, not zero,
 //! so a dashboard can tell "no replica allocated" from "not known".
 
-use super::metrics::{family, label, push};
+use super::text::{Family, Kind};
 use crate::model::replicas::{PodKey, ReplicaView};
 use crate::model::snapshot::{Owner, Snapshot};
-use prometheus::proto::{MetricFamily, MetricType};
 
 /// `gpu_warden_gpu_replicas{gpu,UUID,state="allocated"|"allocatable"}` and
-/// `gpu_warden_processes_without_replica{gpu,UUID}` for every GPU of `snap`; nothing when
-/// `view` is None. GPUs the kubelet names but NVML does not see have no series (no index
-/// to label them with).
-pub fn replica_families(snap: &Snapshot, view: Option<&ReplicaView>) -> Vec<MetricFamily> {
+/// `gpu_warden_processes_without_replica{gpu,UUID}` for every GPU of `snap`, appended to
+/// `out`; nothing when `view` is None. GPUs the kubelet names but NVML does not see have no
+/// series (no index to label them with).
+pub fn write_replica_families(out: &mut Vec<u8>, snap: &Snapshot, view: Option<&ReplicaView>) {
     let Some(view) = view else {
-        return Vec::new();
+        return;
     };
-    let mut replicas = family(
-        "gpu_warden_gpu_replicas",
-        "Replicas of the GPU (time-slicing replicas, or 1 for a whole GPU) as the kubelet's pod-resources API reports them: state=allocatable can be handed out, state=allocated are held by pods not in a terminal phase.",
-        MetricType::GAUGE,
-    );
-    let mut without = family(
-        "gpu_warden_processes_without_replica",
-        "Processes running on the GPU whose pod holds no replica of it (e.g. a container that set NVIDIA_VISIBLE_DEVICES=all and bypasses the device plugin).",
-        MetricType::GAUGE,
-    );
     // Host processes have no pod and so no replica to hold: they are not counted.
     let pod_processes: Vec<(PodKey, &str)> = snap
         .processes
@@ -41,26 +30,47 @@ pub fn replica_families(snap: &Snapshot, view: Option<&ReplicaView>) -> Vec<Metr
     let counts = view
         .allocations
         .processes_without_replica(pod_processes.iter().map(|(k, u)| (k, *u)));
+    let mut f = Family::open(
+        out,
+        "gpu_warden_gpu_replicas",
+        "Replicas of the GPU (time-slicing replicas, or 1 for a whole GPU) as the kubelet's pod-resources API reports them: state=allocatable can be handed out, state=allocated are held by pods not in a terminal phase.",
+        Kind::Gauge,
+    );
     for g in &snap.gpus {
         let (allocated, allocatable, _) = view.gpu(&g.id.uuid);
-        let base = || {
-            vec![
-                label("gpu", &g.id.index.to_string()),
-                label("UUID", &g.id.uuid),
-            ]
-        };
         for (state, n) in [("allocated", allocated), ("allocatable", allocatable)] {
-            let mut l = base();
-            l.push(label("state", state));
-            push(&mut replicas, l, f64::from(n));
+            f.sample_with(
+                None,
+                b"",
+                |t| {
+                    t.label_u64("gpu", u64::from(g.id.index));
+                    t.label("UUID", &g.id.uuid);
+                    t.label("state", state);
+                },
+                f64::from(n),
+            );
         }
-        let n = counts.get(&g.id.uuid).copied().unwrap_or(0);
-        push(&mut without, base(), f64::from(n));
     }
-    [replicas, without]
-        .into_iter()
-        .filter(|mf| !mf.get_metric().is_empty())
-        .collect()
+    f.close();
+    let mut f = Family::open(
+        out,
+        "gpu_warden_processes_without_replica",
+        "Processes running on the GPU whose pod holds no replica of it (e.g. a container that set NVIDIA_VISIBLE_DEVICES=all and bypasses the device plugin).",
+        Kind::Gauge,
+    );
+    for g in &snap.gpus {
+        let n = counts.get(&g.id.uuid).copied().unwrap_or(0);
+        f.sample_with(
+            None,
+            b"",
+            |t| {
+                t.label_u64("gpu", u64::from(g.id.index));
+                t.label("UUID", &g.id.uuid);
+            },
+            f64::from(n),
+        );
+    }
+    f.close();
 }
 
 #[cfg(test)]
@@ -118,7 +128,7 @@ mod tests {
             allocations: a,
             declared_mib: Default::default(),
         };
-        let t = text(&replica_families(&snap, Some(&view)));
+        let t = text(|out| write_replica_families(out, &snap, Some(&view)));
         for line in [
             "gpu_warden_gpu_replicas{gpu=\"0\",UUID=\"GPU-0\",state=\"allocated\"} 1\n",
             "gpu_warden_gpu_replicas{gpu=\"0\",UUID=\"GPU-0\",state=\"allocatable\"} 4\n",
@@ -134,6 +144,6 @@ mod tests {
     #[test]
     fn absent_without_data() {
         let snap = snap(vec![gpu(0)], vec![proc(1, 0, in_pod("x"))]);
-        assert!(replica_families(&snap, None).is_empty());
+        assert!(text(|out| write_replica_families(out, &snap, None)).is_empty());
     }
 }

@@ -10,8 +10,14 @@
 mod kubelet;
 mod support;
 
+// Counts allocations per thread (for `alloc_budget`); every request goes on to the system
+// allocator unchanged.
+#[global_allocator]
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
+
 mod agent_binary;
 mod agent_kube_e2e;
+mod alloc_budget;
 mod annotations_e2e;
 mod architecture;
 mod attribution_e2e;

@@ -241,7 +241,9 @@ impl NvmlSource {
             })
         };
         let prof = read_gpm(nvml, dev, &mut d.gpm, &mut r, d.id.index, at, gpm_interval);
-        let mut procs: Vec<(u32, Option<u64>)> = Vec::new();
+        let mut procs = std::mem::take(&mut d.procs);
+        procs.clear();
+        d.slot.clear();
         let listed = r.read(Field::Processes, || {
             let compute = dev.running_compute_processes()?;
             // Graphics contexts are rare on compute nodes; a failure there is not fatal.
@@ -254,15 +256,19 @@ impl NvmlSource {
                     UsedGpuMemory::Used(b) => Some(b),
                     UsedGpuMemory::Unavailable => None,
                 };
-                match procs.iter_mut().find(|(pid, _)| *pid == p.pid) {
+                match d.slot.get(&p.pid) {
                     // A process with compute and graphics contexts is one process.
-                    Some(existing) => {
+                    Some(&i) => {
+                        let existing = &mut procs[i];
                         existing.1 = match (existing.1, used) {
                             (Some(a), Some(b)) => Some(a.max(b)),
                             (a, b) => a.or(b),
                         }
                     }
-                    None => procs.push((p.pid, used)),
+                    None => {
+                        d.slot.insert(p.pid, procs.len());
+                        procs.push((p.pid, used));
+                    }
                 }
             }
         }
@@ -290,8 +296,10 @@ impl NvmlSource {
         let lost = r.lost;
         d.last_energy = energy;
         d.last_replays = replays;
-        d.names.retain(|pid, _| procs.iter().any(|(p, _)| p == pid));
-        for (pid, used) in procs {
+        let slot = &d.slot;
+        d.names.retain(|pid, _| slot.contains_key(pid));
+        out.processes.reserve(procs.len());
+        for &(pid, used) in &procs {
             let name = d
                 .names
                 .entry(pid)
@@ -310,6 +318,7 @@ impl NvmlSource {
                 owner: Owner::Unknown,
             });
         }
+        d.procs = procs;
         if lost {
             d.lost = true;
             tracing::error!(gpu = d.id.index, uuid = %d.id.uuid, "GPU fell off the bus (GpuIsLost); it stays reported as lost");

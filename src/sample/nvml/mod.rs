@@ -77,6 +77,10 @@ struct DeviceState {
     last_util_ts: u64,
     lost: bool,
     names: HashMap<u32, String>,
+    /// This poll's processes (pid, memory) and where each pid sits in that list: kept
+    /// between polls so a crowded GPU's lists cost no allocation and no quadratic search.
+    procs: Vec<(u32, Option<u64>)>,
+    slot: HashMap<u32, usize>,
     /// Last slow-counter readings, reported between their (less frequent) reads.
     last_energy: Option<u64>,
     last_replays: Option<u64>,
@@ -192,6 +196,8 @@ impl NvmlSource {
             last_util_ts: 0,
             lost: false,
             names: HashMap::new(),
+            procs: Vec::new(),
+            slot: HashMap::new(),
             last_energy: None,
             last_replays: None,
             gpm: GpmState::default(),
@@ -275,10 +281,11 @@ fn normalize_bus_id(id: &str) -> String {
 
 impl Drop for NvmlSource {
     fn drop(&mut self) {
+        // The watcher sees the flag when its current wait ends (up to `XID_WAIT_MS`). It is
+        // not joined: NVML is never shut down (the handle is 'static), so the thread may
+        // finish on its own, and the agent's shutdown does not wait out an XID wait.
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.xid_thread.take() {
-            let _ = t.join();
-        }
+        drop(self.xid_thread.take());
     }
 }
 
@@ -292,11 +299,17 @@ impl GpuSource for NvmlSource {
             driver_version: self.driver_version.clone(),
             ..RawPoll::default()
         };
-        let xids = self.xids.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let nvml = self.nvml;
         let gpm_interval = self.gpm_interval;
+        out.gpus.reserve(self.devices.len());
         for d in &mut self.devices {
-            let xid = xids.get(&d.id.index).copied();
+            // Looked up under the lock per GPU: no copy of the map per poll.
+            let xid = self
+                .xids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&d.id.index)
+                .copied();
             let s = Self::sample_device(nvml, d, xid, req, now, gpm_interval, &mut out);
             out.gpus.push(s);
         }
