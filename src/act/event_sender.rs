@@ -53,7 +53,9 @@ impl EventSender {
                 // A 2xx whose body does not parse is still a created Event.
                 Ok(_) | Err(kube::Error::SerdeError(_)) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    tracing::info!("events.k8s.io/v1 not served (404); sending a core/v1 Event instead");
+                    tracing::info!(
+                        "events.k8s.io/v1 not served (404); sending a core/v1 Event instead"
+                    );
                     fell_back = true;
                 }
                 Err(source) => {

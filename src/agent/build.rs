@@ -6,6 +6,7 @@
 use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
+use crate::act::event_sender::EventSender;
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::podresources::feed::{self, FeedConfig};
@@ -21,6 +22,7 @@ use crate::model::clock::{Clock, SystemClock};
 use crate::publish::annotations::AnnotationConfig;
 use crate::publish::auth::Auth;
 use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
+use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::MetricsConfig;
 use crate::publish::process_metrics::ProcessSource;
 use crate::publish::process_reader::SelfProcess;
@@ -230,20 +232,6 @@ fn guard_parts(
     }
 }
 
-/// Worker threads of the async runtime: 1 unless `GPU_WARDEN_RUNTIME_WORKERS` says otherwise
-/// (for measuring the difference). The event loop runs on the main thread (`block_on`) and
-/// the sampler and XID watcher on threads of their own, so the workers only carry the HTTP
-/// server, the pod watch, the annotator and eviction tasks: short awaits, a few a second. A
-/// second worker only added a thread and the wake-ups of one worker unparking the other to
-/// steal work there is none of.
-fn runtime_workers() -> usize {
-    std::env::var("GPU_WARDEN_RUNTIME_WORKERS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|n: &usize| (1..=64).contains(n))
-        .unwrap_or(1)
-}
-
 fn print_sim_pods(cli: &Cli, node: &str) -> Result<(), StartError> {
     let scenario = load_scenario(cli)?;
     let fixtures = serde_json::json!({
@@ -268,7 +256,7 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     tracing::info!(backend = opened.source.name(), node = %node, listen = %cli.listen, poll_interval = ?cli.poll_interval, proc_root = %opened.proc_root.display(), "starting gpu-warden {}", env!("CARGO_PKG_VERSION"));
     let metrics = SelfMetrics::new(env!("CARGO_PKG_VERSION")).map_err(StartError::Metrics)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runtime_workers())
+        .worker_threads(usize::from(cli.runtime_workers))
         .enable_all()
         .build()
         .map_err(StartError::Runtime)?;
@@ -331,9 +319,18 @@ impl Wiring {
         )
         .with_attributor(Box::new(attributor))
         .with_guard(guard);
+        if self.cli.job_peaks == Switch::On {
+            core = core.with_job_peaks(JobPeaks::new(
+                request_key.clone(),
+                self.cli.job_peaks_max_series,
+            ));
+        }
         if let Some(rx) = self.replicas(pods.clone(), request_key).await {
             core = core.with_replicas(rx);
         }
+        let events = clients
+            .as_ref()
+            .map(|c| Arc::new(EventSender::new(c.main.clone(), self.node.clone())));
         let companions = self.companions(clients.as_ref());
         let security = self.http_security()?;
         let listener = tokio::net::TcpListener::bind(self.cli.listen)
@@ -358,6 +355,7 @@ impl Wiring {
                 ..HttpLimits::default()
             },
             process: SelfProcess::new().map(|p| Arc::new(p) as Arc<dyn ProcessSource>),
+            events,
             companions,
         };
         super::run(parts, shutdown_signal()).await?;

@@ -6,6 +6,7 @@
 use crate::attribute::podresources::feed::ReplicaReceiver;
 use crate::attribute::ports::{Attributor, PodSource};
 use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::notes::{EventDraft, EventType, Regarding};
 use crate::guard::policy::Mode;
 use crate::guard::ports::{DecisionExecutor, Outcomes};
 use crate::guard::state::Guard;
@@ -14,6 +15,7 @@ use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
+use crate::publish::job_peaks::{JobPeak, JobPeaks};
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
 use crate::publish::self_metrics::SelfMetrics;
@@ -79,7 +81,13 @@ pub struct Core {
     /// it has the node's size, so rendering itself allocates nothing.
     buf: Vec<u8>,
     scratch: Scratch,
+    /// Each CI job's VRAM peak (`--job-peaks`), and the Events on pods it asks for.
+    job_peaks: Option<JobPeaks>,
+    notices: Vec<EventDraft>,
 }
+
+/// The Event reason of a pod's recorded VRAM peak.
+pub const PEAK_REASON: &str = "GPUMemoryPeak";
 
 impl Core {
     /// A core rendering with `cfg` and recording into `self_metrics`, without an attributor
@@ -94,7 +102,21 @@ impl Core {
             guard: None,
             buf: Vec::new(),
             scratch: Scratch::default(),
+            job_peaks: None,
+            notices: Vec::new(),
         }
+    }
+
+    /// Records each pod's VRAM peak per GPU from now on (docs/sizing.md).
+    pub fn with_job_peaks(mut self, peaks: JobPeaks) -> Self {
+        self.job_peaks = Some(peaks);
+        self
+    }
+
+    /// The Events the last polls asked for (a recorded peak on a pod that still exists),
+    /// oldest first; the caller sends them, best effort.
+    pub fn take_notices(&mut self) -> Vec<EventDraft> {
+        std::mem::take(&mut self.notices)
     }
 
     /// Runs the guard on every full poll from now on.
@@ -169,6 +191,9 @@ impl Core {
         metrics::write_container_families(out, &mut self.scratch, &snap, &self.cfg);
         metrics::write_pressure_family(out, &snap, |i| pressure.get(&i).map(|p| p.as_metric()));
         replica_metrics::write_replica_families(out, &snap, replicas.as_deref());
+        if let Some(jp) = &self.job_peaks {
+            jp.render(out);
+        }
         self.self_metrics.write(out);
         Published {
             snapshot: snap,
@@ -207,6 +232,20 @@ impl Core {
             }
             None => (Default::default(), serde_json::Value::Null),
         };
+        if let Some(jp) = &mut self.job_peaks {
+            let pods = self
+                .guard
+                .as_ref()
+                .map(|g| g.parts.pods.pods())
+                .unwrap_or_default();
+            let ended = jp.observe(&snap, &pods);
+            self.notices.extend(
+                ended
+                    .iter()
+                    .filter(|p| p.pod_exists)
+                    .map(|p| peak_notice(p, jp.request_annotation())),
+            );
+        }
         (self.publish(snap, pressure, guard_json), out)
     }
 
@@ -393,6 +432,22 @@ struct RecentView<'a> {
 }
 
 /// The planned victims and every other pod tried, in rank order, with what became of each.
+/// The Normal Event on a pod whose peak was recorded.
+fn peak_notice(p: &JobPeak, annotation: &str) -> EventDraft {
+    EventDraft {
+        namespace: p.namespace.clone(),
+        regarding: Regarding::Pod {
+            namespace: p.namespace.clone(),
+            name: p.pod.clone(),
+            uid: p.uid.clone(),
+        },
+        type_: EventType::Normal,
+        reason: PEAK_REASON,
+        action: "Observe",
+        note: p.note(annotation),
+    }
+}
+
 fn recent_victims(r: &Recent) -> Vec<RecentVictim<'_>> {
     let d = &r.decision;
     let walked = !r.outcomes.is_empty();

@@ -6,6 +6,8 @@ pub mod build;
 pub mod core;
 
 pub use self::core::{Core, Dispatch, GuardParts};
+use crate::act::event_sender::EventSender;
+use crate::guard::notes::EventDraft;
 use crate::guard::ports::Outcomes;
 use crate::model::clock::Clock;
 use crate::publish::http::{self, HttpLimits, HttpState};
@@ -39,6 +41,9 @@ pub struct AgentParts {
     pub http_limits: HttpLimits,
     /// The agent's own process, read at each scrape for the `process_*` families.
     pub process: Option<Arc<dyn ProcessSource>>,
+    /// Sends the Events the core asks for beside decisions (a job's VRAM peak); None
+    /// without a cluster.
+    pub events: Option<Arc<EventSender>>,
     pub companions: Vec<Companion>,
 }
 
@@ -47,6 +52,23 @@ pub struct AgentParts {
 pub enum AgentError {
     #[error("cannot start the sampler thread: {0}")]
     Sampler(std::io::Error),
+}
+
+/// Sends the core's Events beside decisions (a job's VRAM peak), each on its own task:
+/// best effort, a failure is logged and nothing else changes.
+fn notify(events: Option<&Arc<EventSender>>, clock: &dyn Clock, drafts: Vec<EventDraft>) {
+    let Some(sender) = events else {
+        return;
+    };
+    let at = clock.wall();
+    for draft in drafts {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            if let Err(e) = sender.send(&draft, at).await {
+                tracing::warn!(reason = draft.reason, namespace = %draft.namespace, error = %e, "cannot create Event (best effort)");
+            }
+        });
+    }
 }
 
 /// Runs until `shutdown` resolves; then stops the sampler, the companions and lets HTTP
@@ -60,6 +82,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         listener,
         http_limits,
         process,
+        events,
         companions,
     } = parts;
     let (tx, mut rx) = mpsc::channel::<Sampled>(16);
@@ -104,6 +127,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                 Some(Sampled::Full(snap, took)) => {
                     let (published, dispatches) = core.on_full(*snap, took);
                     execute(dispatches);
+                    notify(events.as_ref(), clock.as_ref(), core.take_notices());
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");
                         first = false;

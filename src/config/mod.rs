@@ -154,6 +154,23 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off", env = "GPU_WARDEN_GPM")]
     pub gpm: Switch,
 
+    /// Worker threads of the async runtime (HTTP, the pod watch, the annotator, evictions).
+    /// The event loop, the sampler and the XID watch have threads of their own, so one
+    /// worker carries that light load with the fewest wake-ups (docs/performance.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64), value_name = "N", env = "GPU_WARDEN_RUNTIME_WORKERS")]
+    pub runtime_workers: u16,
+
+    /// Whether each pod's peak GPU memory per GPU is recorded when its processes end: the
+    /// histogram gpu_warden_ci_job_gpu_memory_peak_bytes{namespace,project} and a Normal
+    /// Event on the pod if it still exists (docs/sizing.md).
+    #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off", env = "GPU_WARDEN_JOB_PEAKS")]
+    pub job_peaks: Switch,
+
+    /// Most (namespace, project) series of the job-peak histogram; peaks of further pairs
+    /// are counted under namespace="_other", project="_other".
+    #[arg(long, default_value_t = crate::publish::job_peaks::DEFAULT_MAX_SERIES, value_parser = clap::value_parser!(usize), value_name = "N", env = "GPU_WARDEN_JOB_PEAKS_MAX_SERIES")]
+    pub job_peaks_max_series: usize,
+
     /// Name of the hostname label on DCGM families.
     #[arg(
         long,

@@ -9,7 +9,7 @@
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{Owner, Snapshot, MIB};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 /// The pod label GitLab Runner's Kubernetes executor sets to the CI project's ID.
@@ -25,8 +25,8 @@ pub const LINGER: Duration = Duration::from_secs(10);
 /// Bucket bounds in bytes: powers of two from 256 MiB to 256 GiB, with the sizes between
 /// that GPUs and replica shares come in (A10G 24 GiB, A100 40/80 GiB, H100 80, H200 141).
 pub const BUCKETS_MIB: [u64; 17] = [
-    256, 512, 1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 40960, 49152, 81920,
-    98304, 147456, 262144,
+    256, 512, 1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 40960, 49152, 81920, 98304,
+    147456, 262144,
 ];
 
 const NAME: &str = "gpu_warden_ci_job_gpu_memory_peak_bytes";
@@ -123,6 +123,11 @@ impl JobPeaks {
         }
     }
 
+    /// The annotation declared needs are read from.
+    pub fn request_annotation(&self) -> &str {
+        &self.request_annotation
+    }
+
     /// Folds in a full poll and returns the peaks that ended with it: a pod whose
     /// processes left a GPU is recorded at once when the pod is gone from the view,
     /// terminating or finished, and after [`LINGER`] otherwise. GPUs the poll could not
@@ -131,9 +136,11 @@ impl JobPeaks {
         let mut now_used: HashMap<(&str, u32), (u64, &str, &str)> = HashMap::new();
         for p in &snap.processes {
             if let (Owner::Pod(r), Some(b)) = (&p.owner, p.used_bytes) {
-                let e = now_used
-                    .entry((r.uid.as_str(), p.gpu))
-                    .or_insert((0, r.namespace.as_str(), r.pod.as_str()));
+                let e = now_used.entry((r.uid.as_str(), p.gpu)).or_insert((
+                    0,
+                    r.namespace.as_str(),
+                    r.pod.as_str(),
+                ));
                 e.0 = e.0.saturating_add(b);
             }
         }
@@ -228,7 +235,8 @@ impl JobPeaks {
     }
 
     /// Appends the histogram in the text exposition format (nothing before the first peak).
-    pub fn render(&self, out: &mut String) {
+    /// Writing into a `Vec` cannot fail; the results are ignored for that reason.
+    pub fn render(&self, out: &mut Vec<u8>) {
         if self.series.is_empty() {
             return;
         }
@@ -290,10 +298,21 @@ mod tests {
         let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
         // Two processes of the pod; their sum is the pod's use.
         assert!(jp
-            .observe(&at(0, 5000, vec![proc_pid(7, "job", 0, 3000), proc_pid(8, "job", 0, 1000)]), &view)
+            .observe(
+                &at(
+                    0,
+                    5000,
+                    vec![proc_pid(7, "job", 0, 3000), proc_pid(8, "job", 0, 1000)]
+                ),
+                &view
+            )
             .is_empty());
-        assert!(jp.observe(&at(1, 9000, vec![proc_in("job", 0, 9523)]), &view).is_empty());
-        assert!(jp.observe(&at(2, 4000, vec![proc_in("job", 0, 4000)]), &view).is_empty());
+        assert!(jp
+            .observe(&at(1, 9000, vec![proc_in("job", 0, 9523)]), &view)
+            .is_empty());
+        assert!(jp
+            .observe(&at(2, 4000, vec![proc_in("job", 0, 4000)]), &view)
+            .is_empty());
         // Gone, but the pod still runs: not before LINGER.
         assert!(jp.observe(&at(3, 0, vec![]), &view).is_empty());
         let done = jp.observe(&at(12, 0, vec![]), &view);
@@ -309,15 +328,18 @@ mod tests {
         );
         // Once only.
         assert!(jp.observe(&at(30, 0, vec![]), &view).is_empty());
-        let mut text = String::new();
+        let mut text = Vec::new();
         jp.render(&mut text);
+        let text = String::from_utf8(text).unwrap();
         assert!(text.contains(
             "gpu_warden_ci_job_gpu_memory_peak_bytes_bucket{namespace=\"ci\",project=\"4711\",le=\"8589934592\"} 0\n"
         ), "{text}");
         assert!(text.contains(
             "gpu_warden_ci_job_gpu_memory_peak_bytes_bucket{namespace=\"ci\",project=\"4711\",le=\"12884901888\"} 1\n"
         ), "{text}");
-        assert!(text.contains("gpu_warden_ci_job_gpu_memory_peak_bytes_count{namespace=\"ci\",project=\"4711\"} 1\n"));
+        assert!(text.contains(
+            "gpu_warden_ci_job_gpu_memory_peak_bytes_count{namespace=\"ci\",project=\"4711\"} 1\n"
+        ));
         assert!(text.contains(&format!(
             "gpu_warden_ci_job_gpu_memory_peak_bytes_sum{{namespace=\"ci\",project=\"4711\"}} {}\n",
             9523 * MIB
@@ -376,14 +398,18 @@ mod tests {
             jp.observe(&at(0, 100, vec![proc_in(&name, 0, 100)]), &view);
             assert_eq!(jp.observe(&at(1, 0, vec![]), &PodMap::new()).len(), 1);
         }
-        let mut text = String::new();
+        let mut text = Vec::new();
         jp.render(&mut text);
+        let text = String::from_utf8(text).unwrap();
         let counts: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("gpu_warden_ci_job_gpu_memory_peak_bytes_count"))
             .collect();
         assert_eq!(counts.len(), 3, "{counts:?}");
         assert!(text.contains("project=\"a\\\"b\""), "{text}");
-        assert!(text.contains("_count{namespace=\"_other\",project=\"_other\"} 2"), "{text}");
+        assert!(
+            text.contains("_count{namespace=\"_other\",project=\"_other\"} 2"),
+            "{text}"
+        );
     }
 }

@@ -13,6 +13,7 @@ use crate::guard::ports::DecisionExecutor;
 use crate::guard::state::Guard;
 use crate::model::clock::{Clock, ManualClock};
 use crate::model::snapshot::Snapshot;
+use crate::publish::job_peaks::{JobPeaks, DEFAULT_MAX_SERIES};
 use crate::publish::metrics::MetricsConfig;
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
@@ -47,6 +48,8 @@ pub struct RigOptions {
     /// Where the simulated `/proc` is made (a directory of its own inside); default: the
     /// system's temporary directory. A soak puts it on tmpfs, as the real `/proc` is.
     pub proc_parent: Option<PathBuf>,
+    /// Record each pod's VRAM peak (`--job-peaks on`); default off.
+    pub job_peaks: bool,
 }
 
 impl Default for RigOptions {
@@ -61,6 +64,7 @@ impl Default for RigOptions {
             wall_origin: UNIX_EPOCH + Duration::from_secs(1_790_000_000),
             clock: None,
             proc_parent: None,
+            job_peaks: false,
         }
     }
 }
@@ -147,6 +151,16 @@ impl Rig {
             pods.clone(),
             None,
         )));
+        let core = if options.job_peaks {
+            let key = options
+                .policy
+                .as_ref()
+                .map(Policy::vram_request_annotation)
+                .unwrap_or_else(|| Policy::default().vram_request_annotation());
+            core.with_job_peaks(JobPeaks::new(key, DEFAULT_MAX_SERIES))
+        } else {
+            core
+        };
         let core = match options.policy {
             Some(policy) => core.with_guard(GuardParts {
                 guard: Guard::new(policy),

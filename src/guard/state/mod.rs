@@ -661,6 +661,20 @@ mod tests {
         assert_eq!(uids(d.planned_victims()), ["greedy"]);
         assert!(!d.done(&[]), "{d:#?}");
         assert!(d.done(&["greedy"]));
+
+        // Growth faster than everyone's memory within actBudget: still the grower alone.
+        // Evicting it stops the growth; adding the growth to come to the reclaim target made
+        // the plan take the neighbours too (seen on the H200 at 250 GiB/s).
+        let mut w = World::new(
+            enforce(),
+            [pod("greedy"), pod("steady")],
+            vec![proc_in("greedy", 0, 1100), proc_in("steady", 0, 1000)],
+        );
+        assert!(w.poll(0.0, 3000).is_empty());
+        let ds = feed(&mut w, 5, (5, 80), |t| 3000 + 80 * t);
+        let (_, d) = ds.first().expect("a decision before hard");
+        assert_eq!(d.trigger, Trigger::EarlyTrend);
+        assert_eq!(uids(d.planned_victims()), ["greedy"], "{d:#?}");
         assert!(d.time_to_full.is_some());
         let ttf = d.time_to_full.unwrap_or_default();
         assert!(ttf < Duration::from_millis(200), "{ttf:?}");

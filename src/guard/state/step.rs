@@ -151,18 +151,12 @@ impl Guard {
             .collect();
         let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
         let ranking = rank::rank(&self.policy, index, processes, &self.pods, &refused);
-        // An early decision comes while free may still be above the target: reclaim what
-        // the growth will have taken by the time the victims' memory is back (actBudget),
-        // and always at least one victim, or the plan would be done before it began.
+        // An early decision may come while free is still above the target: the plan then
+        // takes the first-ranked pod alone (at least one byte to reclaim), or it would be
+        // done before it began. It does not add the growth still to come: evicting the
+        // grower stops it, and counting it made the H200 plan take the neighbours too.
         let reclaim = match trigger {
-            Trigger::EarlyTrend => {
-                let rate = st.trend.sustained_growth(now).unwrap_or(0.0);
-                let grown = (rate * self.policy.act_budget.as_secs_f64()) as u64;
-                levels
-                    .target
-                    .saturating_sub(memory.free.saturating_sub(grown))
-                    .max(1)
-            }
+            Trigger::EarlyTrend => levels.target.saturating_sub(memory.free).max(1),
             _ => levels.target.saturating_sub(memory.free),
         };
         let mut covered = 0u64;
