@@ -104,6 +104,10 @@ GPU by its total), and a percentage soft plus reclaimMargin must stay below 100%
 {{- if and .Values.serviceMonitor.enabled .Values.web.auth.basicAuthSecret.name (not .Values.serviceMonitor.basicAuth) -}}
 {{- fail "serviceMonitor.basicAuth: required when web.auth.basicAuthSecret is set and serviceMonitor.enabled (Prometheus needs the plain user and password; the agent's Secret only holds their hashes)" -}}
 {{- end -}}
+{{- $np := .Values.nodeAnnotations.prefix | default "gpu-warden.io" -}}
+{{- if and (hasKey $p "annotationPrefix") (ne (get $p "annotationPrefix") $np) -}}
+{{- fail (printf "guard.policy.annotationPrefix (%v) must equal nodeAnnotations.prefix (%v): one prefix names the Node keys the agent writes and the pod keys the guard and the extender read; set nodeAnnotations.prefix alone" (get $p "annotationPrefix") $np) -}}
+{{- end -}}
 {{- if and .Values.namespace.create (or (not .Values.namespaceOverride) (eq .Values.namespaceOverride .Release.Namespace)) -}}
 {{- fail "namespace.create: true needs namespaceOverride naming another namespace than the release's (Helm stores the release in its namespace before creating objects; use --create-namespace instead)" -}}
 {{- end -}}
