@@ -4,7 +4,7 @@
 //!
 //! Unlike the per-poll families they are read when `/metrics` is scraped: the bytes rendered
 //! once per poll are copied and these few lines appended. The reading is behind
-//! [`ProcessSource`]; `publish::process_reader` is the shell that reads `/proc` (sysinfo),
+//! [`ProcessSource`]; `publish::process_reader` is the shell that reads `/proc/self`,
 //! tests inject fixed facts.
 
 use bytes::Bytes;

@@ -1,4 +1,4 @@
-//! The agent's own `process_*` families: plausible values from the sysinfo reader, and the
+//! The agent's own `process_*` families: plausible values from the `/proc/self` reader, and the
 //! real binary serving them, read afresh on each scrape.
 
 use crate::support::*;
@@ -105,7 +105,7 @@ fn the_agent_serves_its_process_families_read_at_scrape_time() {
     }
 }
 
-/// What one scrape-time read costs (one refresh of this process through sysinfo, then the
+/// What one scrape-time read costs (one read of `/proc/self`, then the
 /// descriptor count and limit), and the whole scrape-time addition to a `/metrics` body of
 /// the H100 ×8 demo's size. Timing only, so not part of the suite:
 /// `cargo test --test e2e process_metrics::read_cost -- --ignored --nocapture`
