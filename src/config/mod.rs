@@ -155,9 +155,9 @@ pub struct Cli {
     pub gpm: Switch,
 
     /// Worker threads of the async runtime (HTTP, the pod watch, the annotator, evictions).
-    /// The event loop, the sampler and the XID watch have threads of their own, so one
-    /// worker carries that light load with the fewest wake-ups (docs/performance.md).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64), value_name = "N", env = "GPU_WARDEN_RUNTIME_WORKERS")]
+    /// The event loop, the sampler and the XID watch have threads of their own. Two, because
+    /// one was measured dearer on the H200, not cheaper (docs/performance.md).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), value_name = "N", env = "GPU_WARDEN_RUNTIME_WORKERS")]
     pub runtime_workers: u16,
 
     /// Whether each pod's peak GPU memory per GPU is recorded when its processes end: the
