@@ -264,7 +264,7 @@ impl JobPeaks {
 }
 
 fn is_running(p: &crate::model::pod::PodInfo) -> bool {
-    !p.terminating && !matches!(p.phase.as_deref(), Some("Succeeded" | "Failed"))
+    !p.terminating && !p.is_terminal()
 }
 
 /// Label-value escaping of the text format: backslash, double quote, newline.
