@@ -1,16 +1,19 @@
 //! The attribution shell: reads `/proc/<pid>` for each GPU process, parses its cgroup once
 //! per process lifetime (cached by pid and start time, so a reused pid is read afresh),
-//! and resolves the owner against the current pod view.
+//! and resolves the owner against the current pod view. A known process costs one `stat`
+//! of its `/proc/<pid>` directory per poll ([`EntryId`]); the start time is read only when
+//! that entry changes.
 
 use super::cgroup::{parse_proc_cgroup, CgroupIdentity};
 use super::ports::{Attributor, PodSource};
-use super::procfs::{ProcError, ProcFs};
+use super::procfs::{EntryId, ProcError, ProcFs};
 use super::resolve::owner_of;
 use crate::model::snapshot::{Owner, Snapshot};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 struct Cached {
+    entry: EntryId,
     start_time: u64,
     identity: Option<CgroupIdentity>,
 }
@@ -42,9 +45,17 @@ impl ProcAttributor {
     }
 
     fn identity(&mut self, pid: u32) -> Result<Option<CgroupIdentity>, ProcError> {
-        let start = self.proc.start_time(pid)?;
+        let entry = self.proc.entry(pid)?;
         if let Some(c) = self.cache.get(&pid) {
+            if c.entry == entry {
+                return Ok(c.identity.clone());
+            }
+        }
+        let start = self.proc.start_time(pid)?;
+        if let Some(c) = self.cache.get_mut(&pid) {
             if c.start_time == start {
+                // The kernel remade the inode of the same process.
+                c.entry = entry;
                 return Ok(c.identity.clone());
             }
         }
@@ -53,6 +64,7 @@ impl ProcAttributor {
         self.cache.insert(
             pid,
             Cached {
+                entry,
                 start_time: start,
                 identity: identity.clone(),
             },
@@ -116,8 +128,10 @@ mod tests {
     const UID: &str = "0b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d";
     const CID: &str = "5f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8";
 
+    /// Writes `/proc/<pid>` for a new process: as procfs does, a new directory (made beside
+    /// any old one, then moved into its place, so it cannot reuse the old inode).
     fn write_proc(root: &Path, pid: u32, start: u64, cgroup: &str) {
-        let d = root.join(pid.to_string());
+        let d = root.join(format!("{pid}.new"));
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(
             d.join("stat"),
@@ -125,6 +139,8 @@ mod tests {
         )
         .unwrap();
         std::fs::write(d.join("cgroup"), cgroup).unwrap();
+        let _ = std::fs::remove_dir_all(root.join(pid.to_string()));
+        std::fs::rename(&d, root.join(pid.to_string())).unwrap();
     }
 
     fn pod_cgroup(uid: &str, cid: &str) -> String {
@@ -221,6 +237,33 @@ mod tests {
         let mut s = snap(&[10]);
         a.attribute(&mut s);
         assert_eq!(s.processes[0].owner, Owner::Host);
+    }
+
+    #[test]
+    fn a_remade_entry_of_the_same_process_is_not_a_new_process() {
+        let dir = tempfile::tempdir().unwrap();
+        write_proc(dir.path(), 10, 100, &pod_cgroup(UID, CID));
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), pods(), None);
+        a.attribute(&mut snap(&[10]));
+        // Same start time, new inode, and a cgroup file that would no longer parse: the
+        // start time vouches for the process, so the cgroup is not read again.
+        write_proc(dir.path(), 10, 100, "garbage");
+        let mut s = snap(&[10]);
+        a.attribute(&mut s);
+        assert!(matches!(s.processes[0].owner, Owner::Pod(_)));
+    }
+
+    #[test]
+    fn a_known_process_costs_no_stat_file_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write_proc(dir.path(), 10, 100, &pod_cgroup(UID, CID));
+        let mut a = ProcAttributor::new(ProcFs::new(dir.path()), pods(), None);
+        a.attribute(&mut snap(&[10]));
+        // A stat file that no longer parses is not read while the entry is the same.
+        std::fs::write(dir.path().join("10/stat"), "garbage").unwrap();
+        let mut s = snap(&[10]);
+        a.attribute(&mut s);
+        assert!(matches!(s.processes[0].owner, Owner::Pod(_)));
     }
 
     #[test]

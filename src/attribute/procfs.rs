@@ -48,6 +48,20 @@ pub fn parse_start_time(stat: &str) -> Result<u64, String> {
         .map_err(|_| format!("starttime {field:?} is not a number"))
 }
 
+/// Which `/proc/<pid>` directory this is: its inode number and change time.
+///
+/// procfs makes a new inode, with a new number and the current time, for each process it
+/// shows, so a reused pid has a new entry; the same entry is the same process, and one
+/// `stat` of the directory answers that without opening and rendering `/proc/<pid>/stat`
+/// (which walks every thread of a CUDA process). The converse does not hold: the kernel may
+/// drop and remake an idle process's inode, so a changed entry is checked against the start
+/// time before it is believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryId {
+    ino: u64,
+    ctime: (i64, i64),
+}
+
 /// Reads files of `/proc/<pid>` under a root.
 #[derive(Debug, Clone)]
 pub struct ProcFs {
@@ -88,6 +102,26 @@ impl ProcFs {
                 message: e.to_string(),
             })?;
         Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The identity of the `/proc/<pid>` directory, see [`EntryId`].
+    pub fn entry(&self, pid: u32) -> Result<EntryId, ProcError> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(self.root.join(pid.to_string())).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ProcError::Missing(pid)
+            } else {
+                ProcError::Unreadable {
+                    pid,
+                    file: ".",
+                    message: e.to_string(),
+                }
+            }
+        })?;
+        Ok(EntryId {
+            ino: m.ino(),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
     }
 
     /// The process start time, see [`parse_start_time`].
@@ -142,6 +176,44 @@ mod tests {
         assert_eq!(fs.start_time(77), Ok(987654));
         assert_eq!(fs.cgroup(77).unwrap(), "0::/init.scope\n");
         assert_eq!(fs.start_time(78), Err(ProcError::Missing(78)));
+        assert_eq!(fs.entry(78), Err(ProcError::Missing(78)));
+    }
+
+    #[test]
+    fn an_entry_is_its_directory_not_its_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("77")).unwrap();
+        std::fs::write(dir.path().join("77/stat"), STAT).unwrap();
+        let fs = ProcFs::new(dir.path());
+        let first = fs.entry(77).unwrap();
+        std::fs::write(dir.path().join("77/stat"), "changed").unwrap();
+        assert_eq!(
+            fs.entry(77),
+            Ok(first),
+            "a file rewritten inside does not change it"
+        );
+        // A new directory made while the old one exists, then put in its place: as procfs
+        // does for a reused pid, a new inode.
+        std::fs::create_dir(dir.path().join("77.new")).unwrap();
+        std::fs::remove_dir_all(dir.path().join("77")).unwrap();
+        std::fs::rename(dir.path().join("77.new"), dir.path().join("77")).unwrap();
+        assert_ne!(fs.entry(77).unwrap(), first);
+    }
+
+    /// The property the attributor relies on, on the real procfs: the same process keeps its
+    /// entry, a different process has another (here: this process and its parent).
+    #[test]
+    fn procfs_entries_are_stable_and_distinct() {
+        let fs = ProcFs::new("/proc");
+        let me = std::process::id();
+        let Ok(first) = fs.entry(me) else {
+            return; // no procfs on this platform
+        };
+        assert_eq!(fs.entry(me), Ok(first));
+        let parent = std::os::unix::process::parent_id();
+        if let Ok(other) = fs.entry(parent) {
+            assert_ne!(other, first);
+        }
     }
 
     #[test]
