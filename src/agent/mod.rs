@@ -11,7 +11,7 @@ use crate::guard::notes::EventDraft;
 use crate::guard::ports::Outcomes;
 use crate::model::clock::Clock;
 use crate::publish::http::{self, HttpLimits, HttpState};
-use crate::publish::process_metrics::ProcessSource;
+use crate::publish::process_metrics::{ProcessSource, ScrapeBodies};
 use crate::publish::state::Published;
 use crate::sample::sampler::{Cadence, Sampled, Sampler};
 use crate::sample::GpuSource;
@@ -94,7 +94,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         published: pub_rx.clone(),
         clock: clock.clone(),
         poll_interval: cadence.poll,
-        process,
+        bodies: Arc::new(ScrapeBodies::new(process, cadence.poll)),
     };
     let http_task = tokio::spawn(http::serve(listener, http_state, http_limits, async move {
         let _ = stop_http_rx.wait_for(|stop| *stop).await;

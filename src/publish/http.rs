@@ -1,10 +1,10 @@
-//! The HTTP shell: `/metrics`, `/healthz`, `/readyz`, `/state`. A scrape copies bytes
-//! rendered once per poll and appends the agent's own process families read then; it never
-//! calls NVML. Connections are bounded in number, header
+//! The HTTP shell: `/metrics`, `/healthz`, `/readyz`, `/state`. A scrape serves bytes
+//! rendered once per poll with the agent's own process families appended by the first
+//! scrape of that poll (`process_metrics::ScrapeBodies`); it never calls NVML. Connections are bounded in number, header
 //! size and time, so a slow or hostile client cannot starve Prometheus.
 
 use super::auth::{Auth, FlagFileError};
-use super::process_metrics::{self, ProcessSource};
+use super::process_metrics::ScrapeBodies;
 use super::state::Published;
 use crate::model::clock::Clock;
 use bytes::Bytes;
@@ -105,8 +105,8 @@ pub struct HttpState {
     pub clock: Arc<dyn Clock>,
     /// The full poll interval: `/healthz` fails after three without a new snapshot.
     pub poll_interval: Duration,
-    /// The agent's own process, read on each `/metrics` scrape (None: not exported).
-    pub process: Option<Arc<dyn ProcessSource>>,
+    /// The `/metrics` bodies: each publication with the agent's own process families.
+    pub bodies: Arc<ScrapeBodies>,
 }
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -153,7 +153,11 @@ pub fn handle(state: &HttpState, method: &Method, path: &str) -> Response<Full<B
             Some(p) => reply(
                 StatusCode::OK,
                 TEXT_FORMAT,
-                process_metrics::metrics_body(&p.metrics, state.process.as_deref()),
+                state.bodies.body(
+                    &p.metrics,
+                    (p.snapshot.seq, p.published_at),
+                    state.clock.mono(),
+                ),
             ),
             None => plain(
                 StatusCode::SERVICE_UNAVAILABLE,

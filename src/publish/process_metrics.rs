@@ -2,13 +2,16 @@
 //! `process_open_fds`, …), named, typed and described exactly as Prometheus's Go client
 //! writes them, so dashboards and alerts written for any exporter work unchanged.
 //!
-//! Unlike the per-poll families they are read when `/metrics` is scraped: the bytes rendered
-//! once per poll are copied and these few lines appended. The reading is behind
-//! [`ProcessSource`]; `publish::process_reader` is the shell that reads `/proc/self`,
-//! tests inject fixed facts.
+//! They are read when `/metrics` is scraped, at most once per poll: the first scrape of a
+//! publication reads the process, appends these few lines to the bytes rendered with the
+//! poll and keeps the result ([`ScrapeBodies`]); later scrapes of the same publication share
+//! it. The reading is behind [`ProcessSource`]; `publish::process_reader` is the shell that
+//! reads `/proc/self`, tests inject fixed facts.
 
 use bytes::Bytes;
 use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 /// What one read of the agent's own process found. A field the platform does not report
 /// is `None` and its family is left out (absent, not zero).
@@ -28,7 +31,7 @@ pub struct ProcessFacts {
     pub virtual_bytes: u64,
 }
 
-/// Reads the agent's process facts at scrape time. `None` when the read fails; the scrape
+/// Reads the agent's process facts when a poll is first scraped. `None` when the read fails; the scrape
 /// then carries the per-poll families alone, as Go's collector does without `ReportErrors`.
 pub trait ProcessSource: Send + Sync {
     /// One fresh read.
@@ -109,9 +112,68 @@ pub fn metrics_body(rendered: &Bytes, source: Option<&dyn ProcessSource>) -> Byt
     Bytes::from(out)
 }
 
+/// The `/metrics` bodies served: the latest publication's bytes with the process families
+/// appended, built by the first scrape of each publication and shared by the scrapes after it.
+///
+/// Why not a read per scrape: one read of `/proc/self` is several files and a directory
+/// listing, which made a scrape several times dearer than the copy it serves, and under 64
+/// concurrent scrapers it took `/metrics` p99 on the H200 to 5 ms (docs/performance.md).
+/// Prometheus scrapes every 15–60 s, far slower than the poll, so it always sees a read of
+/// its own; the figures are at most one poll interval (`max_age`) old.
+pub struct ScrapeBodies {
+    source: Option<Arc<dyn ProcessSource>>,
+    max_age: Duration,
+    last: Mutex<Option<Kept>>,
+}
+
+/// The body built for one publication.
+struct Kept {
+    /// The publication: its poll sequence number and when it was published.
+    poll: (u64, Duration),
+    /// When the process was read (monotonic).
+    read_at: Duration,
+    body: Bytes,
+}
+
+impl ScrapeBodies {
+    /// Bodies with the families of `source` (none: the poll's bytes are served as they are),
+    /// each read at most `max_age` before it is served.
+    pub fn new(source: Option<Arc<dyn ProcessSource>>, max_age: Duration) -> ScrapeBodies {
+        ScrapeBodies {
+            source,
+            max_age,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The body for the publication `poll` (sequence number, publication time) whose
+    /// exposition is `rendered`, scraped at monotonic time `now`.
+    pub fn body(&self, rendered: &Bytes, poll: (u64, Duration), now: Duration) -> Bytes {
+        let Some(source) = self.source.as_deref() else {
+            return rendered.clone();
+        };
+        // Held across the read on purpose: concurrent scrapes of a new publication wait for
+        // the one read instead of each making their own.
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(kept) = last.as_ref() {
+            if kept.poll == poll && now.saturating_sub(kept.read_at) < self.max_age {
+                return kept.body.clone();
+            }
+        }
+        let body = metrics_body(rendered, Some(source));
+        *last = Some(Kept {
+            poll,
+            read_at: now,
+            body: body.clone(),
+        });
+        body
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn facts() -> ProcessFacts {
         ProcessFacts {
@@ -186,5 +248,68 @@ mod tests {
         let text = std::str::from_utf8(&body).unwrap();
         assert!(text.starts_with("# TYPE a gauge\na 1\n# HELP process_cpu_seconds_total"));
         assert!(text.ends_with("process_virtual_memory_bytes 987654321\n"));
+    }
+
+    /// Counts its reads; each read reports one more CPU second.
+    struct Counting(AtomicU32);
+    impl ProcessSource for Counting {
+        fn read(&self) -> Option<ProcessFacts> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+            Some(ProcessFacts {
+                cpu_seconds: f64::from(n),
+                ..facts()
+            })
+        }
+    }
+
+    #[test]
+    fn one_read_per_publication_shared_by_its_scrapes() {
+        let source = Arc::new(Counting(AtomicU32::new(0)));
+        let bodies = ScrapeBodies::new(Some(source.clone()), Duration::from_secs(1));
+        let poll1 = Bytes::from_static(b"a 1\n");
+        let at = Duration::from_secs(10);
+        let first = bodies.body(&poll1, (1, at), at);
+        let again = bodies.body(&poll1, (1, at), at + Duration::from_millis(900));
+        assert_eq!(
+            source.0.load(Ordering::SeqCst),
+            1,
+            "the second scrape reads nothing"
+        );
+        assert_eq!(first.as_ptr(), again.as_ptr(), "and copies nothing");
+        assert!(std::str::from_utf8(&first)
+            .unwrap()
+            .contains("process_cpu_seconds_total 1\n"));
+
+        // A new publication is read afresh and carries its own bytes.
+        let poll2 = Bytes::from_static(b"a 2\n");
+        let later = at + Duration::from_secs(1);
+        let next = bodies.body(&poll2, (2, later), later);
+        assert_eq!(source.0.load(Ordering::SeqCst), 2);
+        let text = std::str::from_utf8(&next).unwrap();
+        assert!(text.starts_with("a 2\n"), "{text}");
+        assert!(text.contains("process_cpu_seconds_total 2\n"), "{text}");
+    }
+
+    #[test]
+    fn a_publication_older_than_max_age_is_read_again() {
+        // The sampler is stuck: the publication does not change, the process figures do.
+        let source = Arc::new(Counting(AtomicU32::new(0)));
+        let bodies = ScrapeBodies::new(Some(source.clone()), Duration::from_secs(1));
+        let poll = Bytes::from_static(b"a 1\n");
+        let at = Duration::from_secs(10);
+        bodies.body(&poll, (1, at), at);
+        let body = bodies.body(&poll, (1, at), at + Duration::from_secs(1));
+        assert_eq!(source.0.load(Ordering::SeqCst), 2);
+        assert!(std::str::from_utf8(&body)
+            .unwrap()
+            .contains("process_cpu_seconds_total 2\n"));
+    }
+
+    #[test]
+    fn without_a_source_the_poll_bytes_are_served_uncopied() {
+        let bodies = ScrapeBodies::new(None, Duration::from_secs(1));
+        let poll = Bytes::from_static(b"a 1\n");
+        let body = bodies.body(&poll, (1, Duration::ZERO), Duration::ZERO);
+        assert_eq!(body.as_ptr(), poll.as_ptr());
     }
 }

@@ -1,25 +1,47 @@
-//! The shell behind [`ProcessSource`]: reads the agent's own process from `/proc/self`, the
-//! way Prometheus's Go client does — `stat` for CPU times and the start, `status` for memory,
-//! the `fd` directory for open descriptors, `limits` for their limit, and `/proc/stat` once
-//! for the boot time.
+//! The shell behind [`ProcessSource`]: reads the agent's own process from `/proc/self`, with
+//! the values Prometheus's Go client reports — `stat` for CPU times, the start, virtual and
+//! resident memory; the `fd` directory for open descriptors; `limits` for their limit; and
+//! `/proc/stat` once for the boot time.
 //!
 //! Not sysinfo: its refresh of one process still lists `/proc` to find it, which cost about
 //! 0.5 ms per scrape on the H200 and, serialised across 64 concurrent scrapers, took the
-//! `/metrics` p99 from 0.6 ms to 11 ms (docs/performance.md). These reads are a handful of
-//! small files of this process alone.
+//! `/metrics` p99 from 0.6 ms to 11 ms (docs/performance.md). And fewer reads than the Go
+//! client: a read is one small file and one `stat`, because
+//! - `stat` already holds the memory figures (the Go client takes them from there too), so
+//!   `status`, a larger text, is not read;
+//! - the kernel (6.2 and later) gives the number of open descriptors as the size of the `fd`
+//!   directory, so it is not listed (where the size does not agree with a listing made at
+//!   start, as on older kernels, it is listed each time);
+//! - the descriptor limit is read once, at start: the agent never changes its own limit.
 
 use super::process_metrics::{ProcessFacts, ProcessSource};
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s times: the kernel's fixed `USER_HZ`, 100
 /// on every Linux architecture (the Go client assumes the same).
 const USER_HZ: f64 = 100.0;
 
+/// The page size where `auxv` does not say (the x86-64 and most arm64 kernels' size).
+const DEFAULT_PAGE_SIZE: u64 = 4096;
+
+/// `AT_PAGESZ`, the auxiliary vector's page-size entry.
+const AT_PAGESZ: u64 = 6;
+
+/// Largest `stat` read; a real one is well under 1 KiB.
+const MAX_STAT: u64 = 4096;
+
 /// Reads the current process.
 pub struct SelfProcess {
-    proc_self: PathBuf,
+    stat: PathBuf,
+    fd_dir: PathBuf,
     /// Boot time, seconds since the Unix epoch (`btime` of `/proc/stat`).
     boot_time: u64,
+    page_size: u64,
+    /// The soft limit on open files, read at start.
+    max_fds: Option<u64>,
+    /// Whether the `fd` directory's size is the descriptor count (checked at start).
+    fd_count_is_size: bool,
 }
 
 impl SelfProcess {
@@ -35,12 +57,59 @@ impl SelfProcess {
             .lines()
             .find_map(|l| l.strip_prefix("btime "))
             .and_then(|v| v.trim().parse().ok())?;
+        let me = proc_root.join("self");
+        let fd_dir = me.join("fd");
         let reader = SelfProcess {
-            proc_self: proc_root.join("self"),
+            stat: me.join("stat"),
             boot_time,
+            page_size: std::fs::read(me.join("auxv"))
+                .ok()
+                .and_then(|a| page_size(&a))
+                .unwrap_or(DEFAULT_PAGE_SIZE),
+            max_fds: std::fs::read_to_string(me.join("limits"))
+                .ok()
+                .and_then(|l| max_open_files(&l)),
+            fd_count_is_size: fd_count_is_size(&fd_dir),
+            fd_dir,
         };
         reader.read().map(|_| reader)
     }
+
+    fn open_fds(&self) -> Option<u64> {
+        if self.fd_count_is_size {
+            return std::fs::metadata(&self.fd_dir).ok().map(|m| m.len());
+        }
+        std::fs::read_dir(&self.fd_dir)
+            .ok()
+            .map(|d| d.count() as u64)
+    }
+}
+
+/// Whether the size of `fd_dir` is the number of entries in it, as procfs reports it since
+/// Linux 6.2. The listing holds one descriptor more than a `stat` sees: its own.
+fn fd_count_is_size(fd_dir: &Path) -> bool {
+    let Ok(size) = std::fs::metadata(fd_dir).map(|m| m.len()) else {
+        return false;
+    };
+    let Ok(listed) = std::fs::read_dir(fd_dir).map(|d| d.count() as u64) else {
+        return false;
+    };
+    size > 0 && (size == listed || size + 1 == listed)
+}
+
+/// The page size in an auxiliary vector (`/proc/<pid>/auxv`: native-endian word pairs).
+fn page_size(auxv: &[u8]) -> Option<u64> {
+    const W: usize = std::mem::size_of::<usize>();
+    auxv.chunks_exact(2 * W).find_map(|pair| {
+        let word = |b: &[u8]| -> Option<u64> {
+            let mut a = [0u8; W];
+            a.copy_from_slice(b.get(..W)?);
+            u64::try_from(usize::from_ne_bytes(a)).ok()
+        };
+        (word(&pair[..W])? == AT_PAGESZ)
+            .then(|| word(&pair[W..]))
+            .flatten()
+    })
 }
 
 /// Fields after the command name of `/proc/<pid>/stat` (which may hold spaces and
@@ -48,18 +117,6 @@ impl SelfProcess {
 fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().collect())
-}
-
-/// A `kB` line of `/proc/<pid>/status`, in bytes.
-fn status_bytes(status: &str, key: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    let kib: u64 = line[key.len()..]
-        .trim_start_matches(':')
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
 }
 
 /// The soft limit of "Max open files" in `/proc/<pid>/limits` (`None` when unlimited).
@@ -74,26 +131,24 @@ fn max_open_files(limits: &str) -> Option<u64> {
 
 impl ProcessSource for SelfProcess {
     fn read(&self) -> Option<ProcessFacts> {
-        let stat = std::fs::read_to_string(self.proc_self.join("stat")).ok()?;
-        let f = stat_fields(&stat)?;
+        let mut buf = String::with_capacity(512);
+        std::fs::File::open(&self.stat)
+            .ok()?
+            .take(MAX_STAT)
+            .read_to_string(&mut buf)
+            .ok()?;
+        let f = stat_fields(&buf)?;
         // After the name: state is field 3 of the man page, so field n is f[n - 3].
-        let ticks = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-        let cpu_seconds = (ticks(14)? + ticks(15)?) as f64 / USER_HZ;
-        let start_ticks = ticks(22)?;
-        let status = std::fs::read_to_string(self.proc_self.join("status")).ok()?;
-        let open_fds = std::fs::read_dir(self.proc_self.join("fd"))
-            .ok()
-            .map(|d| d.count() as u64);
-        let max_fds = std::fs::read_to_string(self.proc_self.join("limits"))
-            .ok()
-            .and_then(|l| max_open_files(&l));
+        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        let cpu_seconds = (field(14)? + field(15)?) as f64 / USER_HZ;
+        let start_ticks = field(22)?;
         Some(ProcessFacts {
             cpu_seconds,
-            open_fds,
-            max_fds,
-            resident_bytes: status_bytes(&status, "VmRSS")?,
+            open_fds: self.open_fds(),
+            max_fds: self.max_fds,
+            resident_bytes: field(24)?.checked_mul(self.page_size)?,
             start_time_seconds: self.boot_time + (start_ticks as f64 / USER_HZ) as u64,
-            virtual_bytes: status_bytes(&status, "VmSize")?,
+            virtual_bytes: field(23)?,
         })
     }
 }
@@ -111,15 +166,11 @@ mod tests {
             std::fs::write(me.join("fd").join(i.to_string()), "").unwrap();
         }
         std::fs::write(root.join("stat"), "cpu  1 2 3\nbtime 1790000000\n").unwrap();
-        // A command name with a space and a parenthesis; utime 250, stime 50, start 1000.
+        // A command name with a space and a parenthesis; utime 250, stime 50, start 1000,
+        // vsize 204800000 bytes, rss 7000 pages.
         std::fs::write(
             me.join("stat"),
-            "42 (gpu warden) x) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0 1000 123 456",
-        )
-        .unwrap();
-        std::fs::write(
-            me.join("status"),
-            "Name:\tgpu-warden\nVmSize:\t  200000 kB\nVmRSS:\t   28000 kB\n",
+            "42 (gpu warden) x) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 5 0 1000 204800000 7000 18446744073709551615",
         )
         .unwrap();
         std::fs::write(
@@ -131,9 +182,13 @@ mod tests {
         let f = r.read().unwrap();
         assert_eq!(f.cpu_seconds, 3.0);
         assert_eq!(f.start_time_seconds, 1_790_000_010);
-        assert_eq!(f.resident_bytes, 28_000 * 1024);
-        assert_eq!(f.virtual_bytes, 200_000 * 1024);
+        // No auxv in the made-up tree: 4 KiB pages.
+        assert_eq!(f.resident_bytes, 7000 * 4096);
+        assert_eq!(f.virtual_bytes, 204_800_000);
+        // A directory on a disk has a block size, not its entry count: it is listed.
         assert_eq!(f.open_fds, Some(3));
+        std::fs::write(me.join("fd").join("3"), "").unwrap();
+        assert_eq!(r.read().unwrap().open_fds, Some(4));
         assert_eq!(f.max_fds, Some(20_000));
         // Malformed content is no reading, not a panic.
         std::fs::write(me.join("stat"), "42 (x").unwrap();
@@ -141,5 +196,56 @@ mod tests {
         std::fs::write(me.join("stat"), "garbage").unwrap();
         assert!(r.read().is_none());
         let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn the_page_size_comes_from_the_auxiliary_vector() {
+        const W: usize = std::mem::size_of::<usize>();
+        let mut auxv = Vec::new();
+        for (k, v) in [(33usize, 0x7fff_0000usize), (6, 16384), (0, 0)] {
+            auxv.extend_from_slice(&k.to_ne_bytes());
+            auxv.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(page_size(&auxv), Some(16384));
+        assert_eq!(page_size(&auxv[..2 * W]), None);
+        assert_eq!(
+            page_size(&auxv[..3]),
+            None,
+            "a short file is no answer, not a panic"
+        );
+    }
+
+    /// On this machine's procfs the cheap reads agree with the ones they replace: `status`'s
+    /// memory figures and a listing of `fd`.
+    #[test]
+    fn the_real_process_agrees_with_status_and_a_listing() {
+        let Some(r) = SelfProcess::new() else {
+            return; // no procfs on this platform
+        };
+        let f = r.read().unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kib = |key: &str| -> u64 {
+            let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+            line[key.len() + 1..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        // The reads are moments apart and other tests' threads map and touch memory
+        // meanwhile, so they agree within a tenth; a unit slip would be a factor of 1024.
+        let near = |a: u64, b: u64| a.abs_diff(b) <= b / 10 + (1 << 20);
+        let (vsize, rss) = (kib("VmSize") * 1024, kib("VmRSS") * 1024);
+        assert!(
+            near(f.virtual_bytes, vsize),
+            "{} vs {vsize}",
+            f.virtual_bytes
+        );
+        assert!(near(f.resident_bytes, rss), "{} vs {rss}", f.resident_bytes);
+        let listed = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+        let open = f.open_fds.unwrap();
+        // Other tests' threads open and close files meanwhile.
+        assert!(open.abs_diff(listed) <= 8, "{open} vs {listed}");
     }
 }
