@@ -427,6 +427,39 @@ def smaps_breakdown(pid):
     return {"exe": exe, "total_rss_kib": total, "groups": groups, "top": top}
 
 
+def clear_refs(pid):
+    """Clears the pages' referenced bits, so `binary_pages` can tell which were used after."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("1")
+        return True
+    except OSError:
+        return False
+
+
+def binary_pages(pid):
+    """Rss and Referenced (KiB) of the process's own executable's mappings."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+    out = {"rss_kib": 0, "referenced_kib": 0}
+    mine = False
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if SMAP_HEADER.match(line):
+                    parts = line.split(None, 5)
+                    mine = len(parts) > 5 and parts[5].strip().removesuffix(" (deleted)") == exe
+                elif mine and line.startswith("Rss:"):
+                    out["rss_kib"] += int(line.split()[1])
+                elif mine and line.startswith("Referenced:"):
+                    out["referenced_kib"] += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
 def print_breakdown(rep, title, bd, compare=None, compare_title=None):
     rep.say(f"Rss by mapping, {title} (total {bd['total_rss_kib'] / 1024:.1f} MiB):")
     rep.say()
@@ -1409,6 +1442,7 @@ class Proc:
     def begin(self):
         self.t0, self.s0, self.th0 = time.monotonic(), cpu_snapshot(self.p.pid), thread_snapshot(self.p.pid)
         self.rss = []
+        self.refs_cleared = clear_refs(self.p.pid)
 
     def sample_rss(self):
         st = proc_status(self.p.pid)
@@ -1424,6 +1458,8 @@ class Proc:
                 "cpu_ms_per_s": d / wall * 1e3 if d is not None else None,
                 "rss_mib_end": st.get("VmRSS_MiB"), "rss_mib_max": max(self.rss) if self.rss else None,
                 "hwm_mib": st.get("VmHWM_MiB"), "threads": st.get("Threads"),
+                "rss_anon_mib": st.get("RssAnon_MiB"), "rss_file_mib": st.get("RssFile_MiB"),
+                "binary": binary_pages(self.p.pid) if self.refs_cleared else None,
                 "per_thread": threads_delta(self.th0, th1, wall),
                 "switches_per_s": sum(v["switches_per_s"] for v in threads_delta(self.th0, th1, wall).values())}
 
@@ -1586,6 +1622,19 @@ def peers_report(rep, tag, res, smi, lat, rounds, floor_name, nvml_only):
                      "—", "—", "—", f"{smi['wall_s'] / smi['runs'] * 1e3:.1f} (wall per run)"])
     rep.table(["process", "CPU, % of one core", "CPU, ms/s", f"÷ {floor_name}", "RSS end / max, MiB",
                f"RSS max − {nvml_only}, MiB", "threads", "wake-ups/s (ctx switches)", "scrape p50 / p99, ms (1/s)"], rows)
+    # What the resident memory is: anonymous, file-backed, and of the file-backed the
+    # process's own executable, split by whether a page was used during the window.
+    mrows = []
+    for n, r in res.items():
+        b = r.get("binary")
+        mrows.append([n, f3(r.get("rss_anon_mib"), 1), f3(r.get("rss_file_mib"), 1),
+                      f3(b["rss_kib"] / 1024, 2) if b else "—",
+                      f3(b["referenced_kib"] / 1024, 2) if b else "—",
+                      f3((b["rss_kib"] - b["referenced_kib"]) / 1024, 2) if b else "—"])
+    rep.say("Resident memory at the end of the window, by kind (the executable's pages: resident, and"
+            " of those used during the window — referenced bits cleared at its start — and not):")
+    rep.table(["process", "anonymous, MiB", "file-backed, MiB", "its executable, MiB",
+               "executable pages used in the window, MiB", "executable pages not used, MiB"], mrows)
     # Per-thread breakdown of the agent and the floors.
     for n, r in res.items():
         if n.startswith(("gpu-warden", "nvml_floor", "nvitop")):
