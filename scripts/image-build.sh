@@ -32,7 +32,7 @@ NAME=${IMAGE_NAME:-ghcr.io/gpu-warden/gpu-warden}
 TAG=${IMAGE_TAG:-$VERSION}
 # The last change to what goes into the image, so a commit that touches only docs or tests
 # rebuilds the same image (same binary and .debs: same digest).
-inputs=(src examples Cargo.toml Cargo.lock Dockerfile scripts/image-rootfs.sh scripts/image-build.sh)
+inputs=(src examples build.rs link Cargo.toml Cargo.lock Dockerfile scripts/image-rootfs.sh scripts/image-build.sh)
 # Not exported to cargo: the cc crate's build scripts (ring) read it, and a changed value
 # rebuilds every dependency.
 EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct -- "${inputs[@]}" 2>/dev/null || true)}
@@ -52,6 +52,10 @@ if [ -z "$BIN" ]; then
   echo "== cargo build --release --locked -p gpu-warden"
   cargo build -q --release --locked -p gpu-warden
   BIN=target/release/gpu-warden
+  # The release binary this toolchain links must be laid out by link/hot-symbols.txt
+  # (build.rs): the agent's resident memory depends on it (docs/performance.md).
+  echo "== link order (scripts/link_order.py check)"
+  python3 scripts/link_order.py check "$BIN"
 fi
 
 # The image configuration, from the Dockerfile's final stage (one source for both builds).

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""The link order of the agent's code: which functions a running agent executes, laid out
+together by the linker so that the pages it touches are few (docs/performance.md,
+"Resident memory").
+
+Why: a release binary holds about 11 MiB of code, and the ~1.4 MiB a running agent executes
+is spread over it. The kernel maps file pages 64 KiB at a time around each first touch
+(fault-around), so the scattered functions kept about 6 MiB of the binary resident; packed
+together they fit in well under 2 MiB. `build.rs` hands `link/hot-symbols.txt` to lld
+(`--symbol-ordering-file`) for release builds of the `gpu-warden` binary.
+
+    # record what runs (valgrind's callgrind; about 2 minutes), write link/hot-symbols.txt:
+    python3 scripts/link_order.py record --agent target/release/gpu-warden \\
+        --double target/release/apiserver-double
+    # check that a release binary was laid out by the list (CI, scripts/image-build.sh):
+    python3 scripts/link_order.py check target/release/gpu-warden
+
+`record` runs the agent twice under callgrind with the simulated backend: standalone
+(`--kube off`), and against the API server double with the guard in dry-run and node
+annotations on, each scraped a few times. The NVML backend cannot run here, so every
+function of `nvml_wrapper`, `libloading` and `gpu_warden::sample::nvml` in the binary is
+added. Symbols are mangled names, which change with the compiler and with dependency
+versions; a name the binary no longer has is ignored by lld, and `check` fails when too
+many are missing, so the list is re-recorded rather than left to rot.
+"""
+
+import argparse
+import http.client
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LIST = os.path.join(ROOT, "link", "hot-symbols.txt")
+SCENARIO = os.path.join(ROOT, "examples", "a10g-timesliced.yaml")
+# Mangled path pieces of the code the NVML backend runs, which a machine without a GPU
+# cannot execute.
+NVML_PATTERNS = [r"11nvml_wrapper", r"10libloading", r"10gpu_warden6sample4nvml"]
+# `check`: the share of listed symbols the binary must still have, and how tightly the
+# ones it has must be packed (their total size over the address span they occupy).
+MIN_PRESENT = 0.80
+MIN_PACKING = 0.85
+
+
+def symbols(binary):
+    """{mangled name: (address, size)} of the binary's functions."""
+    out = subprocess.run(["nm", "-S", "--defined-only", binary], capture_output=True, text=True, check=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tTwW":
+            syms[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+    return syms
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port, n, gap):
+    for _ in range(n):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+            c.request("GET", "/metrics")
+            c.getresponse().read()
+            c.close()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+            c.request("GET", "/state")
+            c.getresponse().read()
+            c.close()
+        except OSError:
+            pass
+        time.sleep(gap)
+
+
+def callgrind(argv, env, port, seconds, out):
+    """Runs `argv` under callgrind for `seconds`, scraping it; returns the functions run."""
+    p = subprocess.Popen(["valgrind", "--tool=callgrind", "--demangle=no", "--dump-instr=no",
+                          f"--callgrind-out-file={out}"] + argv, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds / 2)
+    scrape(port, 4, seconds / 8)
+    p.send_signal(2)
+    p.wait(timeout=60)
+    names, ids = set(), {}
+    with open(out) as f:
+        for line in f:
+            m = re.match(r"^c?fn=\((\d+)\)(?: (.*))?$", line.strip())
+            if m:
+                if m.group(2):
+                    ids[m.group(1)] = m.group(2)
+                names.add(ids.get(m.group(1)))
+    return names
+
+
+def record(a):
+    syms = symbols(a.agent)
+    work = tempfile.mkdtemp(prefix="link-order-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_WARDEN_") and k != "KUBECONFIG"}
+    port = free_port()
+    standalone = callgrind([a.agent, "--scenario", SCENARIO, "--kube", "off", "--listen", f"127.0.0.1:{port}",
+                      "--poll-interval", "1s"], env, port, a.seconds, os.path.join(work, "standalone.out"))
+    # Against the API server double: the pod watch, the node annotator, the guard (dry-run).
+    fixtures = os.path.join(work, "fixtures.yaml")
+    with open(fixtures, "w") as f:
+        f.write(subprocess.run([a.agent, "--scenario", SCENARIO, "--node-name", "gpu-node-1", "--print-sim-pods"],
+                               capture_output=True, text=True, check=True).stdout)
+    kc, dport = os.path.join(work, "kubeconfig"), free_port()
+    double = subprocess.Popen([a.double, "--listen", f"127.0.0.1:{dport}", "--fixtures", fixtures,
+                               "--kubeconfig-out", kc], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not os.path.exists(kc) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        port = free_port()
+        cluster = callgrind([a.agent, "--scenario", SCENARIO, "--node-name", "gpu-node-1", "--guard-mode", "dry-run",
+                          "--listen", f"127.0.0.1:{port}", "--poll-interval", "1s"], dict(env, KUBECONFIG=kc),
+                         port, a.seconds, os.path.join(work, "cluster.out"))
+    finally:
+        double.terminate()
+        double.wait(timeout=10)
+    # What every agent runs first, then the NVML backend, then what only an agent in a
+    # cluster runs (the kube client, TLS, the watch, the annotator); within each group in
+    # the binary's present order, so the code of one crate stays together.
+    order = lambda names: sorted(names, key=lambda n: syms[n][0])  # noqa: E731
+    first = {n for n in standalone if n in syms}
+    nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)} - first
+    rest = {n for n in cluster if n in syms} - first - nvml
+    listed = order(first) + order(nvml) + order(rest)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        f.write("\n".join(listed) + "\n")
+    kib = lambda names: sum(syms[n][1] for n in names) / 1024  # noqa: E731
+    print(f"{len(listed)} symbols -> {a.out}: {len(first)} run by a standalone agent ({kib(first):.0f} KiB), "
+          f"{len(nvml)} of the NVML backend ({kib(nvml):.0f} KiB), {len(rest)} more in a cluster ({kib(rest):.0f} KiB)")
+
+
+def check(a):
+    syms = symbols(a.binary)
+    with open(a.list) as f:
+        listed = [line.strip() for line in f if line.strip()]
+    present = [n for n in listed if n in syms]
+    share = len(present) / len(listed) if listed else 0.0
+    if share < MIN_PRESENT:
+        sys.exit(f"link order: only {len(present)} of {len(listed)} symbols of {a.list} are in {a.binary} "
+                 f"({share:.0%}, at least {MIN_PRESENT:.0%} wanted): the compiler or a dependency changed; "
+                 f"re-record it (python3 scripts/link_order.py record ...)")
+    lo = min(syms[n][0] for n in present)
+    hi = max(syms[n][0] + syms[n][1] for n in present)
+    size = sum(syms[n][1] for n in present)
+    packing = size / (hi - lo) if hi > lo else 0.0
+    if packing < MIN_PACKING:
+        sys.exit(f"link order: the {len(present)} listed functions of {a.binary} ({size / 1024:.0f} KiB) are spread "
+                 f"over {(hi - lo) / 1024:.0f} KiB (packing {packing:.2f}, at least {MIN_PACKING} wanted): the "
+                 f"release build did not use {a.list} (build.rs, lld's --symbol-ordering-file)")
+    print(f"link order: {len(present)} of {len(listed)} listed functions present ({share:.0%}), "
+          f"{size / 1024:.0f} KiB packed in {(hi - lo) / 1024:.0f} KiB ({packing:.2f})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="record the functions a running agent executes")
+    r.add_argument("--agent", required=True)
+    r.add_argument("--double", required=True)
+    r.add_argument("--seconds", type=float, default=40)
+    r.add_argument("--out", default=LIST)
+    c = sub.add_parser("check", help="check a release binary was laid out by the list")
+    c.add_argument("binary")
+    c.add_argument("--list", default=LIST)
+    a = ap.parse_args()
+    record(a) if a.cmd == "record" else check(a)
+
+
+if __name__ == "__main__":
+    main()
