@@ -49,6 +49,10 @@ minimal context, `--cuda-hold`), the agent beside `nvml_floor --cadence --xid`, 
 `--baseline-env 0:NAME=VALUE` (with `--agent-baseline`, repeatable) runs a baseline agent with extra
 environment, e.g. the same binary with `GPU_WARDEN_RUNTIME_WORKERS=2` (the old runtime).
 
+`--baseline-pageout N` (repeatable) runs the Nth baseline from a private copy of its binary and,
+once it is ready, pages its executable's pages out (`process_madvise(MADV_PAGEOUT)`, from this
+script): what the agent's resident memory would be if it dropped its start-up code pages.
+
 `--plan scrape-modes` (issue 20, about 90 s): three agents with GPM off beside
 `nvml_floor --cadence --xid` for `--peer-seconds`, one scraped once a second on a new connection
 each time, one on a kept-alive connection, one not scraped: the HTTP side's share per thread.
@@ -458,6 +462,38 @@ def binary_pages(pid):
     except (OSError, ValueError, IndexError):
         return None
     return out
+
+
+def pageout_executable(pid):
+    """Asks the kernel to page out every resident page of `pid`'s executable's mappings
+    (process_madvise, MADV_PAGEOUT; Linux 5.10+, root). Returns the bytes advised, or an
+    error string."""
+    import ctypes
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        ranges = []
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) > 5 and parts[5].strip() == exe and "w" not in parts[1]:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    ranges.append((lo, hi - lo))
+
+        class Iovec(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+        iov = (Iovec * len(ranges))(*[Iovec(lo, n) for lo, n in ranges])
+        libc = ctypes.CDLL(None, use_errno=True)
+        pidfd = os.pidfd_open(pid)
+        try:
+            r = libc.syscall(440, pidfd, iov, len(ranges), 21, 0)  # SYS_process_madvise, MADV_PAGEOUT
+        finally:
+            os.close(pidfd)
+        if r < 0:
+            return f"process_madvise failed: {os.strerror(ctypes.get_errno())}"
+        return int(r)
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        return f"{type(e).__name__}: {e}"
 
 
 def print_breakdown(rep, title, bd, compare=None, compare_title=None):
@@ -1962,6 +1998,14 @@ def peers_plan(rep, a):
                 ports_b[blabel] = bport
             except RuntimeError as e:
                 rep.note(f"baseline agent {blabel}: {e}")
+                continue
+            if k in a.baseline_pageout:
+                time.sleep(2)  # past start-up: a few polls and a scrape
+                before = proc_status(base.p.pid).get("VmRSS_MiB")
+                r = pageout_executable(base.p.pid)
+                after = proc_status(base.p.pid).get("VmRSS_MiB")
+                rep.say(f"{blabel}: executable paged out ({r} bytes advised): RSS {f3(before, 1)} → {f3(after, 1)} MiB")
+                rep.say()
         procs["nvml_floor +xid (same calls, same cadence)"] = floor_x
         procs["nvml_floor, no XID wait"] = floor_n
         procs.update(peers)
@@ -2193,6 +2237,9 @@ def main():
                          "0:GPU_WARDEN_RUNTIME_WORKERS=2 with the same binary as --agent: the old two-worker runtime")
     ap.add_argument("--baseline-label", action="append", default=[],
                     help="the Nth baseline's name in the tables (repeatable, in --agent-baseline order)")
+    ap.add_argument("--baseline-pageout", action="append", type=int, default=[], metavar="N",
+                    help="run the Nth --agent-baseline from a private copy and page its executable out once "
+                         "it is ready (process_madvise MADV_PAGEOUT; repeatable)")
     ap.add_argument("--serve-pynvml", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cuda-hold", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--cuda-hold-seconds", type=float, default=900, help=argparse.SUPPRESS)
@@ -2220,6 +2267,13 @@ def main():
     a.out = a.out or tempfile.mkdtemp(prefix="perf-h200-")
     os.makedirs(a.out, exist_ok=True)
     a.workdir = tempfile.mkdtemp(prefix="perf-h200-work-")
+    for k in a.baseline_pageout:
+        # A private copy: pages shared with another running copy are not paged out.
+        if 0 <= k < len(a.baselines):
+            path, label, extra = a.baselines[k]
+            copy = os.path.join(a.workdir, f"gpu-warden-pageout{k}")
+            shutil.copy2(path, copy)
+            a.baselines[k] = (copy, label, extra)
     for name in ("agent", "scrape_load", "double", "floor", "nvitop_site"):
         v = getattr(a, name)
         if v:
