@@ -11,15 +11,20 @@ together they fit in well under 2 MiB. `build.rs` hands `link/hot-symbols.txt` t
 
     # record what runs (valgrind's callgrind; about 2 minutes), write link/hot-symbols.txt:
     python3 scripts/link_order.py record --agent target/release/gpu-warden \\
-        --double target/release/apiserver-double
+        --double target/release/apiserver-double --ran-on-gpu link/h200-functions.txt
     # check that a release binary was laid out by the list (CI, scripts/image-build.sh):
     python3 scripts/link_order.py check target/release/gpu-warden
 
 `record` runs the agent twice under callgrind with the simulated backend: standalone
 (`--kube off`), and against the API server double with the guard in dry-run and node
-annotations on, each scraped a few times. The NVML backend cannot run here, so every
-function of `nvml_wrapper`, `libloading` and `gpu_warden::sample::nvml` in the binary is
-added. Symbols are mangled names, which change with the compiler and with dependency
+annotations on, each scraped a few times. The NVML backend cannot run here: what it runs
+comes from `--ran-on-gpu` (the functions `hw/record_link_order_h200.sh` recorded on the H200,
+kept in `link/h200-functions.txt`, or that script's callgrind file), and every function of
+`nvml_wrapper`, `libloading` and `gpu_warden::sample::nvml` is added besides. The list is
+laid out in groups, each in the binary's present order (the code of one crate stays
+together): what both the GPU agent and the simulated one ran; what only the GPU agent ran;
+the rest of the NVML backend; what only the simulated agent ran (the scenario, its pods);
+what only an agent in a cluster ran (the kube client, TLS, the watch, the annotator). Symbols are mangled names, which change with the compiler and with dependency
 versions; a name the binary no longer has is ignored by lld, and `check` fails when too
 many are missing, so the list is re-recorded rather than left to rot.
 """
@@ -80,6 +85,23 @@ def scrape(port, n, gap):
         time.sleep(gap)
 
 
+def functions_in(path):
+    """The functions of a callgrind output file, or the lines of a plain list."""
+    names, ids = set(), {}
+    with open(path) as f:
+        text = f.read()
+    if not text.startswith(("# callgrind", "version:")):
+        return {line.strip() for line in text.splitlines() if line.strip()}
+    for line in text.splitlines():
+        m = re.match(r"^c?fn=\((\d+)\)(?: (.*))?$", line.strip())
+        if m:
+            if m.group(2):
+                ids[m.group(1)] = m.group(2)
+            names.add(ids.get(m.group(1)))
+    names.discard(None)
+    return names
+
+
 def callgrind(argv, env, port, seconds, out):
     """Runs `argv` under callgrind for `seconds`, scraping it; returns the functions run."""
     p = subprocess.Popen(["valgrind", "--tool=callgrind", "--demangle=no", "--dump-instr=no",
@@ -89,15 +111,7 @@ def callgrind(argv, env, port, seconds, out):
     scrape(port, 4, seconds / 8)
     p.send_signal(2)
     p.wait(timeout=60)
-    names, ids = set(), {}
-    with open(out) as f:
-        for line in f:
-            m = re.match(r"^c?fn=\((\d+)\)(?: (.*))?$", line.strip())
-            if m:
-                if m.group(2):
-                    ids[m.group(1)] = m.group(2)
-                names.add(ids.get(m.group(1)))
-    return names
+    return functions_in(out)
 
 
 def record(a):
@@ -126,20 +140,26 @@ def record(a):
     finally:
         double.terminate()
         double.wait(timeout=10)
-    # What every agent runs first, then the NVML backend, then what only an agent in a
-    # cluster runs (the kube client, TLS, the watch, the annotator); within each group in
-    # the binary's present order, so the code of one crate stays together.
     order = lambda names: sorted(names, key=lambda n: syms[n][0])  # noqa: E731
-    first = {n for n in standalone if n in syms}
-    nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)} - first
-    rest = {n for n in cluster if n in syms} - first - nvml
-    listed = order(first) + order(nvml) + order(rest)
+    kib = lambda names: sum(syms[n][1] for n in names) / 1024  # noqa: E731
+    sim = {n for n in standalone if n in syms}
+    gpu = set()
+    for path in a.ran_on_gpu:
+        gpu |= {n for n in functions_in(path) if n in syms}
+    nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)}
+    groups = [("run by both the GPU and the simulated agent", sim & gpu),
+              ("run by the GPU agent alone", gpu - sim),
+              ("the rest of the NVML backend", nvml - gpu - sim),
+              ("run by the simulated agent alone", sim - gpu - nvml),
+              ("run only in a cluster", {n for n in cluster if n in syms} - sim - gpu - nvml)]
+    listed = [n for _, g in groups for n in order(g)]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         f.write("\n".join(listed) + "\n")
-    kib = lambda names: sum(syms[n][1] for n in names) / 1024  # noqa: E731
-    print(f"{len(listed)} symbols -> {a.out}: {len(first)} run by a standalone agent ({kib(first):.0f} KiB), "
-          f"{len(nvml)} of the NVML backend ({kib(nvml):.0f} KiB), {len(rest)} more in a cluster ({kib(rest):.0f} KiB)")
+    print(f"{len(listed)} symbols -> {a.out}: " + "; ".join(f"{len(g)} {what} ({kib(g):.0f} KiB)" for what, g in groups))
+    if a.save_gpu and gpu:
+        with open(a.save_gpu, "w") as f:
+            f.write("\n".join(order(gpu)) + "\n")
 
 
 def check(a):
@@ -171,6 +191,11 @@ def main():
     r.add_argument("--agent", required=True)
     r.add_argument("--double", required=True)
     r.add_argument("--seconds", type=float, default=40)
+    r.add_argument("--ran-on-gpu", action="append", default=[], metavar="FILE",
+                   help="functions a GPU agent ran: a callgrind file of hw/record_link_order_h200.sh or a list "
+                        "(repeatable)")
+    r.add_argument("--save-gpu", metavar="FILE", help="write the GPU functions found in the binary to FILE "
+                   "(link/h200-functions.txt), so the list can be recorded again without a GPU")
     r.add_argument("--out", default=LIST)
     c = sub.add_parser("check", help="check a release binary was laid out by the list")
     c.add_argument("binary")
