@@ -6,10 +6,10 @@
 //! peaks that ended, keeps the histogram `gpu_warden_ci_job_gpu_memory_peak_bytes` and
 //! renders it.
 
+use super::text::{Family, Kind, LabelTail};
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{Owner, Snapshot, MIB};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write as _;
 use std::time::Duration;
 
 /// The pod label GitLab Runner's Kubernetes executor sets to the CI project's ID.
@@ -234,44 +234,44 @@ impl JobPeaks {
         s.sum = s.sum.saturating_add(peak.peak);
     }
 
-    /// Appends the histogram in the text exposition format (nothing before the first peak).
-    /// Writing into a `Vec` cannot fail; the results are ignored for that reason.
+    /// Appends the histogram in the text exposition format (nothing before the first peak),
+    /// through the same writer as every other family (`publish::text`).
     pub fn render(&self, out: &mut Vec<u8>) {
-        if self.series.is_empty() {
-            return;
-        }
-        let _ = writeln!(out, "# HELP {NAME} {HELP}");
-        let _ = writeln!(out, "# TYPE {NAME} histogram");
+        let mut family = Family::open(out, NAME, HELP, Kind::Histogram);
         for ((ns, project), s) in &self.series {
-            let labels = format!(
-                "namespace=\"{}\",project=\"{}\"",
-                escape(ns),
-                escape(project)
-            );
+            let labels = |t: &mut LabelTail<'_>| {
+                t.label("namespace", ns);
+                t.label("project", project);
+            };
             for (i, bound) in BUCKETS_MIB.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "{NAME}_bucket{{{labels},le=\"{}\"}} {}",
-                    bound * MIB,
-                    s.buckets[i]
+                family.sample_with(
+                    Some("_bucket"),
+                    b"",
+                    |t| {
+                        labels(t);
+                        t.label_u64("le", bound * MIB);
+                    },
+                    s.buckets[i] as f64,
                 );
             }
-            let _ = writeln!(out, "{NAME}_bucket{{{labels},le=\"+Inf\"}} {}", s.count);
-            let _ = writeln!(out, "{NAME}_sum{{{labels}}} {}", s.sum);
-            let _ = writeln!(out, "{NAME}_count{{{labels}}} {}", s.count);
+            family.sample_with(
+                Some("_bucket"),
+                b"",
+                |t| {
+                    labels(t);
+                    t.label("le", "+Inf");
+                },
+                s.count as f64,
+            );
+            family.sample_with(Some("_sum"), b"", labels, s.sum as f64);
+            family.sample_with(Some("_count"), b"", labels, s.count as f64);
         }
+        family.close();
     }
 }
 
 fn is_running(p: &crate::model::pod::PodInfo) -> bool {
     !p.terminating && !p.is_terminal()
-}
-
-/// Label-value escaping of the text format: backslash, double quote, newline.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
