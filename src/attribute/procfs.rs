@@ -2,6 +2,7 @@
 //! mounted elsewhere). The parsing is pure and tested on its own; the reads are a thin
 //! shell that turns "cannot read" into [`ProcError`] instead of failing the poll.
 
+use crate::model::proc_stat::fields_after_name;
 use std::path::{Path, PathBuf};
 
 /// Why a process's entry could not be used.
@@ -33,14 +34,8 @@ const MAX_PROC_FILE: u64 = 64 * 1024;
 /// The process start time (`starttime`, field 22 of `/proc/<pid>/stat`, clock ticks since
 /// boot). With the pid it identifies a process across pid reuse.
 pub fn parse_start_time(stat: &str) -> Result<u64, String> {
-    // The command name (field 2) is in parentheses and may itself hold spaces and ')':
-    // everything after the LAST ')' is fields 3..
-    let rest = stat
-        .rfind(')')
-        .map(|i| &stat[i + 1..])
-        .ok_or_else(|| "no ')' after the command name".to_string())?;
-    let field = rest
-        .split_ascii_whitespace()
+    let field = fields_after_name(stat)
+        .ok_or_else(|| "no ')' after the command name".to_string())?
         .nth(19)
         .ok_or_else(|| "fewer than 22 fields".to_string())?;
     field

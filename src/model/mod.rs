@@ -7,6 +7,7 @@ pub mod clock;
 pub mod ids;
 pub mod pod;
 pub mod pressure;
+pub mod proc_stat;
 pub mod replicas;
 pub mod snapshot;
 pub mod units;

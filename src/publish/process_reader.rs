@@ -15,6 +15,7 @@
 //! - the descriptor limit is read once, at start: the agent never changes its own limit.
 
 use super::process_metrics::{ProcessFacts, ProcessSource};
+use crate::model::proc_stat::fields_after_name;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -112,13 +113,6 @@ fn page_size(auxv: &[u8]) -> Option<u64> {
     })
 }
 
-/// Fields after the command name of `/proc/<pid>/stat` (which may hold spaces and
-/// parentheses itself, so the split is at the last `)`).
-fn stat_fields(stat: &str) -> Option<Vec<&str>> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().collect())
-}
-
 /// The soft limit of "Max open files" in `/proc/<pid>/limits` (`None` when unlimited).
 fn max_open_files(limits: &str) -> Option<u64> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
@@ -137,8 +131,8 @@ impl ProcessSource for SelfProcess {
             .take(MAX_STAT)
             .read_to_string(&mut buf)
             .ok()?;
-        let f = stat_fields(&buf)?;
-        // After the name: state is field 3 of the man page, so field n is f[n - 3].
+        let f: Vec<&str> = fields_after_name(&buf)?.collect();
+        // Field n of proc(5) is f[n - 3].
         let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
         let cpu_seconds = (field(14)? + field(15)?) as f64 / USER_HZ;
         let start_ticks = field(22)?;
