@@ -57,8 +57,16 @@ fn glibc_at_least(major: u32, minor: u32) -> bool {
     let Some(version) = text.trim().strip_prefix("glibc ") else {
         return false;
     };
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+    major_minor(version) >= (major, minor)
+}
+
+/// The first two numbers of a version such as `2.36`, `1.95.0` or `1.96.0-nightly`; a part
+/// that is not a number counts as 0.
+fn major_minor(version: &str) -> (u32, u32) {
+    let mut parts = version
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// Whether `rustc` is 1.90 or later, whose default linker on x86_64 Linux is its own lld.
@@ -73,9 +81,5 @@ fn rustc_links_with_lld(rustc: &str) -> bool {
     let Some(release) = text.lines().find_map(|l| l.strip_prefix("release: ")) else {
         return false;
     };
-    let mut parts = release
-        .split(['.', '-'])
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (1, 90)
+    major_minor(release) >= (1, 90)
 }
