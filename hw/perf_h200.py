@@ -381,13 +381,17 @@ GROUPS = ["the binary", "libnvidia-ml*", "other .so", "[heap]", "anonymous", "[s
           "other"]
 
 
+def exe_path(pid):
+    """The path of `pid`'s executable as its mappings name it, or None."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
 def smaps_breakdown(pid):
     """Rss and Pss (KiB) of a process by mapping group, and its largest mappings by Rss."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = ""
-    exe = exe.removesuffix(" (deleted)")
+    exe = exe_path(pid) or ""
     groups = {g: {"rss_kib": 0, "pss_kib": 0, "mappings": 0} for g in GROUPS}
     by_name = {}
     cur = None
@@ -443,9 +447,8 @@ def clear_refs(pid):
 
 def binary_pages(pid):
     """Rss and Referenced (KiB) of the process's own executable's mappings."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
-    except OSError:
+    exe = exe_path(pid)
+    if exe is None:
         return None
     out = {"rss_kib": 0, "referenced_kib": 0}
     mine = False
@@ -470,7 +473,9 @@ def pageout_executable(pid):
     error string."""
     import ctypes
     try:
-        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        exe = exe_path(pid)
+        if exe is None:
+            return "no /proc/<pid>/exe"
         ranges = []
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
