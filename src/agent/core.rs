@@ -431,7 +431,6 @@ struct RecentView<'a> {
     victims: Vec<RecentVictim<'a>>,
 }
 
-/// The planned victims and every other pod tried, in rank order, with what became of each.
 /// The Normal Event on a pod whose peak was recorded.
 fn peak_notice(p: &JobPeak, annotation: &str) -> EventDraft {
     EventDraft {
@@ -448,6 +447,7 @@ fn peak_notice(p: &JobPeak, annotation: &str) -> EventDraft {
     }
 }
 
+/// The planned victims and every other pod tried, in rank order, with what became of each.
 fn recent_victims(r: &Recent) -> Vec<RecentVictim<'_>> {
     let d = &r.decision;
     let walked = !r.outcomes.is_empty();

@@ -39,7 +39,8 @@ pub struct AgentParts {
     pub core: Core,
     pub listener: TcpListener,
     pub http_limits: HttpLimits,
-    /// The agent's own process, read at each scrape for the `process_*` families.
+    /// The agent's own process, read by the first scrape of each poll for the `process_*`
+    /// families.
     pub process: Option<Arc<dyn ProcessSource>>,
     /// Sends the Events the core asks for beside decisions (a job's VRAM peak); None
     /// without a cluster.

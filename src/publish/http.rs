@@ -1,7 +1,8 @@
 //! The HTTP shell: `/metrics`, `/healthz`, `/readyz`, `/state`. A scrape serves bytes
 //! rendered once per poll with the agent's own process families appended by the first
-//! scrape of that poll (`process_metrics::ScrapeBodies`); it never calls NVML. Connections are bounded in number, header
-//! size and time, so a slow or hostile client cannot starve Prometheus.
+//! scrape of that poll (`process_metrics::ScrapeBodies`); it never calls NVML. Connections
+//! are bounded in number, header size and time, so a slow or hostile client cannot starve
+//! Prometheus.
 
 use super::auth::{Auth, FlagFileError};
 use super::process_metrics::ScrapeBodies;

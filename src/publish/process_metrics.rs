@@ -31,8 +31,9 @@ pub struct ProcessFacts {
     pub virtual_bytes: u64,
 }
 
-/// Reads the agent's process facts when a poll is first scraped. `None` when the read fails; the scrape
-/// then carries the per-poll families alone, as Go's collector does without `ReportErrors`.
+/// Reads the agent's process facts when a poll is first scraped. `None` when the read fails;
+/// the scrape then carries the per-poll families alone, as Go's collector does without
+/// `ReportErrors`.
 pub trait ProcessSource: Send + Sync {
     /// One fresh read.
     fn read(&self) -> Option<ProcessFacts>;
