@@ -9,5 +9,6 @@ pub mod rank;
 pub mod selector;
 pub mod state;
 pub mod status;
+pub mod stop;
 pub mod trend;
 pub mod watch;
