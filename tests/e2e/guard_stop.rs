@@ -8,6 +8,11 @@
 //!
 //! The state at the moment the double answers the fresh read or the eviction is taken by a
 //! request hook, before the agent receives the answer.
+//!
+//! The agent binary itself never signals through a proc tree that is not its own `/proc`
+//! (`ProcSignals::new`): the simulator's tree names made-up pids that may be real processes
+//! here. These tests hand the enforcer a tree of copies of their own children's entries and
+//! say so (`trusting_proc_root`).
 
 use apiserver_double::{ApiServer, Fault, FaultAction, Method};
 use gpu_warden::act::enforce::Enforcer;
@@ -122,7 +127,7 @@ impl World {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let stopper = Stopper::new(
             action,
-            Arc::new(ProcSignals::new(ProcFs::new(proc.path()))),
+            Arc::new(ProcSignals::new(ProcFs::new(proc.path())).trusting_proc_root()),
             metrics.clone(),
             clock.clone(),
         );
