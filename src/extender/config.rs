@@ -66,6 +66,15 @@ pub struct ExtenderCli {
     )]
     pub node_selector: Option<String>,
 
+    /// Namespace of the agents' Leases (their liveness and current figures; docs/annotations.md).
+    /// Without it liveness comes from the Nodes' `vram-observed-at` alone.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "GPU_WARDEN_EXTENDER_LEASE_NAMESPACE"
+    )]
+    pub lease_namespace: Option<String>,
+
     /// Largest request body accepted, bytes; larger ones get a 413.
     #[arg(
         long,

@@ -20,6 +20,8 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::{Kind, Shared};
 use crate::{status, util, watch};
 
+mod leases;
+
 pub(crate) type RespBody = BoxBody<Bytes, std::io::Error>;
 
 /// Request bodies above this answer 413.
@@ -289,6 +291,7 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx) -> Response<RespBody> {
         ["api", "v1"] => only!(get, ok(&core_resources())),
         ["apis", "events.k8s.io", "v1"] => only!(get, ok(&events_resources())),
         ["apis", "policy", "v1"] => only!(get, ok(&policy_resources())),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => leases::route(shared, ctx, rest),
         ["api", "v1", "pods"] => only!(get, list_or_watch(shared, ctx, Kind::Pod, None)),
         ["api", "v1", "namespaces", ns, "pods"] => {
             only!(get, list_or_watch(shared, ctx, Kind::Pod, Some(ns)))
@@ -353,7 +356,7 @@ fn api_groups() -> Value {
         let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
         json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
     };
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("events.k8s.io"), group("policy")]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("events.k8s.io"), group("policy"), group("coordination.k8s.io")]})
 }
 
 fn resource(name: &str, singular: &str, kind: &str, verbs: &[&str]) -> Value {
@@ -500,7 +503,7 @@ fn list_or_watch(
             meta["continue"] = json!(util::hex_encode(format!("{}\0{}", k.1, k.2).as_bytes()));
             meta["remainingItemCount"] = json!(remaining);
         }
-        Ok(json!({"kind": kind.list_kind(), "apiVersion": "v1", "metadata": meta, "items": items}))
+        Ok(json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": meta, "items": items}))
     });
     match result {
         Ok(list) => ok(&list),
