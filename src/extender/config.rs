@@ -6,7 +6,7 @@
 //! ```yaml
 //! annotationPrefix: gpu-warden.io
 //! marginMiB: 512            # kept free beyond the pod's need
-//! staleAfter: 120s          # 2 x the agent's heartbeat
+//! staleAfter: 120s          # 8 x the agents' Lease renewal; 2 x the Node heartbeat of agents without one
 //! unknownNode: pass         # stale, missing or unreadable figures: pass (fail-open) | fail
 //! score: pack               # pack (best fit) | spread
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
