@@ -286,7 +286,7 @@ impl Core {
     }
 
     /// How often the sampler should read memory alone now, if at all: while the guard can
-    /// act, at the interval its risk rule wants (`guard::watch`: `fastInterval` when calm,
+    /// act, at the interval its risk rule wants (`guard::read_cadence`: `fastInterval` when calm,
     /// down to `fastIntervalMin` near hard, under pressure or while memory grows); otherwise
     /// only while a GPU is below soft, for the pressure metric.
     ///

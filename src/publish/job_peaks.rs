@@ -161,9 +161,7 @@ impl JobPeaks {
             if let Some(info) = pods.get(*uid) {
                 live.project = info.labels.get(PROJECT_LABEL).cloned();
                 live.declared = info
-                    .annotations
-                    .get(&self.request_annotation)
-                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .vram_request_mib(&self.request_annotation)
                     .map(|mib| mib.saturating_mul(MIB));
             }
         }
