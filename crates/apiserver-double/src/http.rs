@@ -18,6 +18,8 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::{Kind, Shared};
 use crate::{discovery, events_api, evict, patch_request, status, util, watch};
 
+mod leases;
+
 pub(crate) type RespBody = BoxBody<Bytes, std::io::Error>;
 
 /// Request bodies above this answer 413.
@@ -287,6 +289,7 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx) -> Response<RespBody> {
         ["api", "v1"] => only!(get, ok(&discovery::core_resources())),
         ["apis", "events.k8s.io", "v1"] => only!(get, ok(&discovery::events_resources())),
         ["apis", "policy", "v1"] => only!(get, ok(&discovery::policy_resources())),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => leases::route(shared, ctx, rest),
         ["api", "v1", "pods"] => only!(get, list_or_watch(shared, ctx, Kind::Pod, None)),
         ["api", "v1", "namespaces", ns, "pods"] => {
             only!(get, list_or_watch(shared, ctx, Kind::Pod, Some(ns)))
@@ -433,7 +436,7 @@ fn list_or_watch(
             meta["continue"] = json!(util::hex_encode(format!("{}\0{}", k.1, k.2).as_bytes()));
             meta["remainingItemCount"] = json!(remaining);
         }
-        Ok(json!({"kind": kind.list_kind(), "apiVersion": "v1", "metadata": meta, "items": items}))
+        Ok(json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": meta, "items": items}))
     });
     match result {
         Ok(list) => ok(&list),
