@@ -86,15 +86,26 @@ pub enum LogFormat {
     Json,
 }
 
+/// An interval flag that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IntervalError {
+    #[error(transparent)]
+    Duration(#[from] crate::model::units::DurationError),
+    #[error("must be at least 1ms")]
+    TooShort,
+    #[error("must be at most 1h")]
+    TooLong,
+}
+
 /// Parses a duration flag: `1s`, `250ms`, `2m`. Zero and sub-millisecond values are
 /// refused because every interval here paces a loop.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::model::units::parse_duration(s).map_err(|e| e.to_string())?;
+pub fn parse_interval(s: &str) -> Result<Duration, IntervalError> {
+    let d = crate::model::units::parse_duration(s)?;
     if d < Duration::from_millis(1) {
-        return Err("must be at least 1ms".into());
+        return Err(IntervalError::TooShort);
     }
     if d > Duration::from_secs(3600) {
-        return Err("must be at most 1h".into());
+        return Err(IntervalError::TooLong);
     }
     Ok(d)
 }
