@@ -11,7 +11,8 @@
 //! - `uid` and `creationTimestamp` are the server's, whatever the body says;
 //! - `spec.leaseDurationSeconds`, when set, must be positive (422, as `ValidateLeaseSpec`).
 
-use super::{apply_patch, error, json_response, list_or_watch, ok, ApiError, Ctx, RespBody};
+use super::{error, json_response, list_or_watch, ok, ApiError, Ctx, RespBody};
+use crate::patch_request::apply_patch;
 use crate::server::ApiServer;
 use crate::state::{Kind, Shared, State};
 use crate::{status, Error, Result};
