@@ -43,6 +43,25 @@ pub(crate) fn error(code: u16, message: &str) -> Response<RespBody> {
     json_response(code, &status::failure_code(code, message))
 }
 
+/// API Priority and Fairness's rejection ([`FaultAction::ApfReject`]).
+fn apf_reject(retry_after_seconds: u32) -> Response<RespBody> {
+    let mut resp = Response::new(full(status::APF_REJECT_BODY));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        h.insert(RETRY_AFTER, v);
+    }
+    resp
+}
+
 pub(crate) fn ok(v: &Value) -> Response<RespBody> {
     json_response(200, v)
 }
@@ -191,6 +210,7 @@ async fn handle_inner(
     let mut drop_after = None;
     let mut stall = false;
     let mut drop_connection = None;
+    let mut etcd_timeout = None;
     match fault {
         Some(FaultAction::Status(code)) => {
             let mut resp = error(code, &format!("injected fault: HTTP {code}"));
@@ -209,7 +229,27 @@ async fn handle_inner(
         Some(FaultAction::DropWatchAfter(n)) => drop_after = Some(n),
         Some(FaultAction::StallWatch) => stall = true,
         Some(FaultAction::DropAfterBody { apply }) => drop_connection = Some(apply),
+        Some(FaultAction::ApfReject {
+            retry_after_seconds,
+        }) => return Ok(finish(&shared, id, apf_reject(retry_after_seconds))),
+        Some(FaultAction::Forbidden) => {
+            let verb = if method == Method::POST {
+                "create"
+            } else {
+                "get"
+            };
+            let body = status::rbac_forbidden(verb, &path);
+            return Ok(finish(&shared, id, json_response(403, &body)));
+        }
+        Some(FaultAction::EtcdTimeout { apply }) => etcd_timeout = Some(apply),
         None => {}
+    }
+    if etcd_timeout == Some(false) {
+        return Ok(finish(
+            &shared,
+            id,
+            json_response(500, &status::etcd_timeout()),
+        ));
     }
     if drop_connection == Some(false) {
         notify(&shared, id);
@@ -225,6 +265,11 @@ async fn handle_inner(
         stall,
     };
     let resp = route(&shared, &ctx);
+    let resp = match etcd_timeout {
+        // Carried out, then answered as if etcd had timed out.
+        Some(true) => json_response(500, &status::etcd_timeout()),
+        _ => resp,
+    };
     let resp = finish(&shared, id, resp);
     if drop_connection.is_some() {
         return Err(DropConnection);
