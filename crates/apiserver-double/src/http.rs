@@ -97,8 +97,8 @@ pub(crate) struct Ctx {
     pub(crate) content_type: Option<String>,
     pub(crate) body: Bytes,
     pub(crate) drop_after: Option<usize>,
-    /// Serve a watch's headers, then nothing ([`FaultAction::StallWatch`]).
-    pub(crate) stall: bool,
+    /// How a watch misbehaves ([`FaultAction::StallWatch`] and the like).
+    pub(crate) watch_fault: Option<watch::WatchFault>,
 }
 
 impl Ctx {
@@ -208,7 +208,7 @@ async fn handle_inner(
         return Ok(finish(&shared, id, error(413, "request body too large")));
     }
     let mut drop_after = None;
-    let mut stall = false;
+    let mut watch_fault = None;
     let mut drop_connection = None;
     let mut etcd_timeout = None;
     match fault {
@@ -220,14 +220,16 @@ async fn handle_inner(
             }
             return Ok(finish(&shared, id, resp));
         }
-        Some(FaultAction::Delay(d)) => tokio::time::sleep(d).await,
+        Some(FaultAction::Delay(d) | FaultAction::SlowList(d)) => tokio::time::sleep(d).await,
         Some(FaultAction::Hang) => {
             notify(&shared, id);
             // never answer; the connection task drops us on shutdown or set_down
             return std::future::pending().await;
         }
         Some(FaultAction::DropWatchAfter(n)) => drop_after = Some(n),
-        Some(FaultAction::StallWatch) => stall = true,
+        Some(FaultAction::StallWatch) => watch_fault = Some(watch::WatchFault::Stall),
+        Some(FaultAction::ExpireWatch) => watch_fault = Some(watch::WatchFault::Expire),
+        Some(FaultAction::DropWatchEvents) => watch_fault = Some(watch::WatchFault::DropEvents),
         Some(FaultAction::DropAfterBody { apply }) => drop_connection = Some(apply),
         Some(FaultAction::ApfReject {
             retry_after_seconds,
@@ -262,7 +264,7 @@ async fn handle_inner(
         content_type,
         body: bytes,
         drop_after,
-        stall,
+        watch_fault,
     };
     let resp = route(&shared, &ctx);
     let resp = match etcd_timeout {
@@ -434,7 +436,7 @@ fn list_or_watch(
             bookmarks: ctx.flag("allowWatchBookmarks"),
             timeout,
             drop_after: ctx.drop_after,
-            stall: ctx.stall,
+            fault: ctx.watch_fault,
         };
         let body = watch::start(shared.clone(), req);
         let mut resp = Response::new(body.boxed());
