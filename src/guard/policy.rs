@@ -120,6 +120,17 @@ pub enum Threshold {
     Bytes(u64),
 }
 
+/// A threshold that does not parse; the message says which spellings are accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("invalid threshold {0:?}: expected a percentage like \"5%\", a size like \"2048Mi\" or \"2Gi\", or a bare integer of MiB")]
+    Invalid(String),
+    #[error("invalid threshold {input:?}: decimal suffix `{unit}` is ambiguous next to NVML's binary units; write `{unit}i` (e.g. \"2Gi\")")]
+    Decimal { input: String, unit: String },
+    #[error("invalid threshold {0:?}: too large")]
+    TooLarge(String),
+}
+
 impl Threshold {
     /// A threshold of `mib` MiB.
     pub const fn mib(mib: u64) -> Threshold {
@@ -127,10 +138,9 @@ impl Threshold {
     }
 
     /// Parses the configuration spelling; the error says which spellings are accepted.
-    pub fn parse(input: &str) -> Result<Threshold, String> {
+    pub fn parse(input: &str) -> Result<Threshold, ThresholdError> {
         let s = input.trim();
-        let expected = "expected a percentage like \"5%\", a size like \"2048Mi\" or \"2Gi\", or a bare integer of MiB";
-        let bad = || format!("invalid threshold {input:?}: {expected}");
+        let bad = || ThresholdError::Invalid(input.to_string());
         if let Some(num) = s.strip_suffix('%') {
             let p: f64 = num.trim().parse().map_err(|_| bad())?;
             if !p.is_finite() {
@@ -142,7 +152,7 @@ impl Threshold {
             return mib
                 .checked_mul(MIB)
                 .map(Threshold::Bytes)
-                .ok_or_else(|| format!("invalid threshold {input:?}: too large"));
+                .ok_or_else(|| ThresholdError::TooLarge(input.to_string()));
         }
         let split = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -160,16 +170,17 @@ impl Threshold {
             "Gi" => GIB,
             "Ti" => TIB,
             "K" | "k" | "M" | "G" | "T" => {
-                return Err(format!(
-                    "invalid threshold {input:?}: decimal suffix `{unit}` is ambiguous next to NVML's binary units; write `{unit}i` (e.g. \"2Gi\")"
-                ))
+                return Err(ThresholdError::Decimal {
+                    input: input.to_string(),
+                    unit: unit.to_string(),
+                })
             }
             _ => return Err(bad()),
         };
         let n: f64 = num.parse().map_err(|_| bad())?;
         let bytes = (n * scale as f64).round();
         if !bytes.is_finite() || bytes > u64::MAX as f64 {
-            return Err(format!("invalid threshold {input:?}: too large"));
+            return Err(ThresholdError::TooLarge(input.to_string()));
         }
         Ok(Threshold::Bytes(bytes as u64))
     }
@@ -606,7 +617,7 @@ impl Policy {
 
     /// The annotation declaring a pod's expected VRAM use in MiB.
     pub fn vram_request_annotation(&self) -> String {
-        format!("{}/vram-request-mib", self.annotation_prefix())
+        crate::model::vram_request::key(self.annotation_prefix())
     }
 }
 
@@ -661,7 +672,10 @@ mod tests {
             let r = Threshold::parse(bad);
             assert!(r.is_err(), "{bad:?} parsed as {r:?}");
         }
-        assert!(Threshold::parse("2G").unwrap_err().contains("`Gi`"));
+        assert!(Threshold::parse("2G")
+            .unwrap_err()
+            .to_string()
+            .contains("`Gi`"));
         // "-5%" parses so that validation can refuse it naming the field.
         assert_eq!(Threshold::parse("-5%"), Ok(Threshold::Percent(-5.0)));
     }

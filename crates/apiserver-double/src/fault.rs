@@ -59,9 +59,15 @@ impl Fault {
     pub(crate) fn matches(&self, method: &Method, path: &str, is_watch: bool) -> bool {
         if matches!(
             self.action,
-            FaultAction::DropWatchAfter(_) | FaultAction::StallWatch
+            FaultAction::DropWatchAfter(_)
+                | FaultAction::StallWatch
+                | FaultAction::ExpireWatch
+                | FaultAction::DropWatchEvents
         ) && !is_watch
         {
+            return false;
+        }
+        if matches!(self.action, FaultAction::SlowList(_)) && is_watch {
             return false;
         }
         if self.times == Some(0) {
@@ -110,6 +116,18 @@ pub enum FaultAction {
     /// (`responsewriters.Forbidden`): `<resource> "<name>" is forbidden: User "…" cannot
     /// <verb> resource "<resource>" …`, with `details.kind` the resource.
     Forbidden,
+    /// For watch requests only: answer `200`, then one `ERROR` event carrying `410 Expired`,
+    /// then end the watch — as kube-apiserver answers a watch from a resourceVersion its
+    /// watch cache no longer holds (`cacher.Watch` returns `newErrWatcher` with the
+    /// `ResourceExpired` error), whatever LISTs answer meanwhile.
+    ExpireWatch,
+    /// For watch requests only: serve the watch, but never send its `ADDED`/`MODIFIED`/
+    /// `DELETED` events; bookmarks still flow and carry the resourceVersion past the lost
+    /// events (a server that shows life but loses changes; only a relist sees them).
+    DropWatchEvents,
+    /// For requests other than watches (a LIST, a GET): wait this long, then serve the
+    /// request normally, while watches on the same path answer at once.
+    SlowList(Duration),
     /// Read the whole request body, then break the connection without an answer. With
     /// `apply: true` the request is carried out first (the client cannot know it was);
     /// with `apply: false` it is not.
