@@ -223,7 +223,7 @@ impl Core {
         let mut out = Vec::new();
         let (pressure, guard_json) = match &mut self.guard {
             Some(g) => {
-                g.refresh_hold();
+                g.refresh_hold(now);
                 let pods = g.parts.pods.pods();
                 let decisions = g.parts.guard.observe(&snap, &pods, now);
                 g.note_resolutions();
@@ -319,8 +319,11 @@ impl Core {
 }
 
 impl GuardCore {
-    fn refresh_hold(&mut self) {
+    fn refresh_hold(&mut self, now: Duration) {
         let st = self.parts.pods.status();
+        // Only time the server answered counts toward an eviction in doubt's timeout.
+        let proven_at = st.proven_ago.map(|ago| now.saturating_sub(ago));
+        self.parts.guard.note_view_proof(proven_at);
         let reason = if !st.synced {
             Some("the pod view has not synced yet".to_string())
         } else if !st.healthy {
