@@ -32,14 +32,39 @@ pub fn recheck(
         )));
     }
     let evict_key = policy.evict_annotation();
-    exclusion(
+    if let Some(e) = exclusion(
         policy,
         &evict_key,
         fresh,
         victim.use_bytes.max(1),
         &HashMap::new(),
-    )
-    .map(|e| EvictionOutcome::Skipped(format!("changed since the plan: {e}")))
+    ) {
+        return Some(EvictionOutcome::Skipped(format!(
+            "changed since the plan: {e}"
+        )));
+    }
+    // What the ranking used, read fresh: a raised priority or a new declared need may put
+    // another pod first, so this one is not evicted on the stale view's word (the skip
+    // relists the view, and the next decision ranks on it).
+    if fresh.priority != victim.priority {
+        return Some(EvictionOutcome::Skipped(format!(
+            "changed since the plan: priority {} → {}",
+            victim.priority, fresh.priority
+        )));
+    }
+    let request = fresh
+        .annotations
+        .get(&policy.vram_request_annotation())
+        .and_then(|v| crate::model::vram_request::parse_mib(v))
+        .map_or(0, |mib| mib.saturating_mul(crate::model::snapshot::MIB));
+    if request != victim.request_bytes {
+        return Some(EvictionOutcome::Skipped(format!(
+            "changed since the plan: declared VRAM request {} MiB → {} MiB",
+            victim.request_bytes / crate::model::snapshot::MIB,
+            request / crate::model::snapshot::MIB
+        )));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -124,6 +149,20 @@ mod tests {
                 Some("n1"),
                 None,
                 Some(("skipped", "ceiling")),
+            ),
+            (
+                "priority raised below the ceiling (re-ranked)",
+                info(base().priority(1_000_000)),
+                Some("n1"),
+                None,
+                Some(("skipped", "priority 0 → 1000000")),
+            ),
+            (
+                "declared a VRAM request since (re-ranked)",
+                info(base().request_mib(4096)),
+                Some("n1"),
+                None,
+                Some(("skipped", "request 0 MiB → 4096 MiB")),
             ),
             (
                 "label removed",
