@@ -326,7 +326,8 @@ impl Wiring {
             ));
         }
         if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            core = core.with_replicas(rx);
+            // A clone of the Arc under the watch's lock, held for nanoseconds.
+            core = core.with_replicas(move || rx.borrow().clone());
         }
         let events = clients
             .as_ref()

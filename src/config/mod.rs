@@ -2,6 +2,8 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
+pub mod check;
+
 use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
 use crate::publish::metrics::HostnameLabel;

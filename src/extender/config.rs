@@ -172,7 +172,7 @@ impl PolicyFile {
         }
         Ok(ExtenderPolicy {
             needs: NeedRules {
-                annotation: format!("{prefix}/vram-request-mib"),
+                annotation: crate::model::vram_request::key(&prefix),
                 defaults: self.defaults.clone(),
                 unknown: self.unknown_need.unwrap_or(UnknownNeed::Pass),
             },
