@@ -364,6 +364,9 @@ impl GuardCore {
                 ),
             }
             self.record(r.decision_id, &r.uid, &r.outcome);
+            if let Some(exec) = &self.parts.executor {
+                exec.resolved(&r.uid, &r.outcome);
+            }
         }
     }
 
@@ -397,6 +400,11 @@ impl GuardCore {
         let view = GuardView {
             status: self.parts.guard.status(),
             held: self.parts.guard.held(),
+            on_decision: self
+                .parts
+                .executor
+                .as_ref()
+                .map_or(serde_json::Value::Null, |e| e.status()),
             recent_decisions: self
                 .recent
                 .iter()
@@ -422,6 +430,8 @@ impl GuardCore {
 struct GuardView<'a> {
     status: GuardStatus,
     held: Option<&'a str>,
+    /// What stop-at-decision did and holds (`act::stop`), when the executor stops.
+    on_decision: serde_json::Value,
     recent_decisions: Vec<RecentView<'a>>,
 }
 

@@ -28,6 +28,10 @@
 //! This loop is written out rather than kube's `watcher`, which hides bookmarks and watch
 //! restarts from its consumer: nothing would tell a quiet healthy node from a stalled one.
 
+// Its deadlines bound real network I/O on tokio's timers: the API server's time, not a
+// decision's (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 use super::pods::pod_info;
 use super::ports::PodSource;
 use super::view_bounds::{self, ApiLatency, RequestBounds};

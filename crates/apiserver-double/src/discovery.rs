@@ -31,7 +31,7 @@ pub(crate) fn api_groups() -> Value {
         let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
         json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
     };
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("events.k8s.io"), group("policy")]})
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("events.k8s.io"), group("policy"), group("coordination.k8s.io")]})
 }
 
 fn resource(name: &str, singular: &str, kind: &str, verbs: &[&str]) -> Value {

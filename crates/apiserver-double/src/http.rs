@@ -18,6 +18,8 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::{Kind, Shared};
 use crate::{discovery, events_api, evict, patch_request, status, util, watch};
 
+mod leases;
+
 pub(crate) type RespBody = BoxBody<Bytes, std::io::Error>;
 
 /// Request bodies above this answer 413.
@@ -39,6 +41,25 @@ pub(crate) fn json_response(code: u16, v: &Value) -> Response<RespBody> {
 
 pub(crate) fn error(code: u16, message: &str) -> Response<RespBody> {
     json_response(code, &status::failure_code(code, message))
+}
+
+/// API Priority and Fairness's rejection ([`FaultAction::ApfReject`]).
+fn apf_reject(retry_after_seconds: u32) -> Response<RespBody> {
+    let mut resp = Response::new(full(status::APF_REJECT_BODY));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        h.insert(RETRY_AFTER, v);
+    }
+    resp
 }
 
 pub(crate) fn ok(v: &Value) -> Response<RespBody> {
@@ -189,6 +210,7 @@ async fn handle_inner(
     let mut drop_after = None;
     let mut watch_fault = None;
     let mut drop_connection = None;
+    let mut etcd_timeout = None;
     match fault {
         Some(FaultAction::Status(code)) => {
             let mut resp = error(code, &format!("injected fault: HTTP {code}"));
@@ -209,7 +231,27 @@ async fn handle_inner(
         Some(FaultAction::ExpireWatch) => watch_fault = Some(watch::WatchFault::Expire),
         Some(FaultAction::DropWatchEvents) => watch_fault = Some(watch::WatchFault::DropEvents),
         Some(FaultAction::DropAfterBody { apply }) => drop_connection = Some(apply),
+        Some(FaultAction::ApfReject {
+            retry_after_seconds,
+        }) => return Ok(finish(&shared, id, apf_reject(retry_after_seconds))),
+        Some(FaultAction::Forbidden) => {
+            let verb = if method == Method::POST {
+                "create"
+            } else {
+                "get"
+            };
+            let body = status::rbac_forbidden(verb, &path);
+            return Ok(finish(&shared, id, json_response(403, &body)));
+        }
+        Some(FaultAction::EtcdTimeout { apply }) => etcd_timeout = Some(apply),
         None => {}
+    }
+    if etcd_timeout == Some(false) {
+        return Ok(finish(
+            &shared,
+            id,
+            json_response(500, &status::etcd_timeout()),
+        ));
     }
     if drop_connection == Some(false) {
         notify(&shared, id);
@@ -225,6 +267,11 @@ async fn handle_inner(
         watch_fault,
     };
     let resp = route(&shared, &ctx);
+    let resp = match etcd_timeout {
+        // Carried out, then answered as if etcd had timed out.
+        Some(true) => json_response(500, &status::etcd_timeout()),
+        _ => resp,
+    };
     let resp = finish(&shared, id, resp);
     if drop_connection.is_some() {
         return Err(DropConnection);
@@ -289,6 +336,7 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx) -> Response<RespBody> {
         ["api", "v1"] => only!(get, ok(&discovery::core_resources())),
         ["apis", "events.k8s.io", "v1"] => only!(get, ok(&discovery::events_resources())),
         ["apis", "policy", "v1"] => only!(get, ok(&discovery::policy_resources())),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => leases::route(shared, ctx, rest),
         ["api", "v1", "pods"] => only!(get, list_or_watch(shared, ctx, Kind::Pod, None)),
         ["api", "v1", "namespaces", ns, "pods"] => {
             only!(get, list_or_watch(shared, ctx, Kind::Pod, Some(ns)))
@@ -435,7 +483,7 @@ fn list_or_watch(
             meta["continue"] = json!(util::hex_encode(format!("{}\0{}", k.1, k.2).as_bytes()));
             meta["remainingItemCount"] = json!(remaining);
         }
-        Ok(json!({"kind": kind.list_kind(), "apiVersion": "v1", "metadata": meta, "items": items}))
+        Ok(json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": meta, "items": items}))
     });
     match result {
         Ok(list) => ok(&list),

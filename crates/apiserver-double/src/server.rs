@@ -136,7 +136,7 @@ impl Drop for Guard {
 /// [`shutdown`](ApiServer::shutdown) is called or the last handle is dropped.
 #[derive(Clone)]
 pub struct ApiServer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     #[allow(dead_code)] // held for its Drop
     guard: Arc<Guard>,
 }

@@ -19,6 +19,7 @@ use crate::util;
 pub(crate) enum Kind {
     Pod,
     Node,
+    Lease,
 }
 
 impl Kind {
@@ -26,6 +27,7 @@ impl Kind {
         match self {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
+            Kind::Lease => "Lease",
         }
     }
 
@@ -33,6 +35,7 @@ impl Kind {
         match self {
             Kind::Pod => "PodList",
             Kind::Node => "NodeList",
+            Kind::Lease => "LeaseList",
         }
     }
 
@@ -40,11 +43,19 @@ impl Kind {
         match self {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
+            Kind::Lease => "leases",
         }
     }
 
     pub(crate) fn namespaced(self) -> bool {
-        matches!(self, Kind::Pod)
+        matches!(self, Kind::Pod | Kind::Lease)
+    }
+
+    pub(crate) fn api_version(self) -> &'static str {
+        match self {
+            Kind::Lease => "coordination.k8s.io/v1",
+            Kind::Pod | Kind::Node => "v1",
+        }
     }
 }
 
@@ -188,7 +199,7 @@ impl State {
         let rv = self.bump();
         meta.insert("resourceVersion".into(), json!(rv.to_string()));
         if let Some(o) = obj.as_object_mut() {
-            o.entry("apiVersion").or_insert(json!("v1"));
+            o.entry("apiVersion").or_insert(json!(kind.api_version()));
             o.entry("kind").or_insert(json!(kind.kind()));
         }
         self.objects.insert(key, obj.clone());
