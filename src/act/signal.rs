@@ -19,6 +19,7 @@ use crate::attribute::procfs::{ProcError, ProcFs};
 use crate::guard::stop::Seen;
 use rustix::io::Errno;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
+use std::path::Path;
 use std::time::Duration;
 
 /// CAP_KILL's bit in the capability sets (linux/capability.h).
@@ -28,12 +29,34 @@ const CAP_KILL: u32 = 5;
 #[derive(Debug, Clone)]
 pub struct ProcSignals {
     proc: ProcFs,
+    /// Whether `proc` describes the processes of the agent's own PID namespace.
+    own: bool,
 }
 
 impl ProcSignals {
-    /// Reads identities under `proc` (normally the host's `/proc`, `--proc-root`).
+    /// Reads identities under `proc`. A signal goes to a pid of the agent's own PID
+    /// namespace, so unless `proc` is that namespace's `/proc` (with `hostPID: true`, the
+    /// host's) the identities it reads say nothing about the process a signal would reach:
+    /// a host `/proc` mounted elsewhere, or the simulator's proc tree of made-up pids. Then
+    /// nothing is signalled ([`ProcessSignals::permitted`] says why).
     pub fn new(proc: ProcFs) -> Self {
-        ProcSignals { proc }
+        let own = same_dir(proc.root(), Path::new("/proc"));
+        ProcSignals { proc, own }
+    }
+
+    /// Trusts `proc` to describe the processes of this PID namespace although it is not
+    /// `/proc`: for tests whose proc tree holds copies of real processes' entries.
+    #[must_use]
+    pub fn trusting_proc_root(mut self) -> Self {
+        self.own = true;
+        self
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 
@@ -83,6 +106,12 @@ impl ProcessSignals for ProcSignals {
     }
 
     fn permitted(&self) -> Result<(), String> {
+        if !self.own {
+            return Err(format!(
+                "the proc root {} is not this PID namespace's /proc (stop at decision signals by pid; it needs hostPID: true and --proc-root /proc); evicting only",
+                self.proc.root().display()
+            ));
+        }
         let status = std::fs::read_to_string("/proc/self/status")
             .map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
         match has_cap(&status, CAP_KILL) {
@@ -112,6 +141,17 @@ pub fn has_cap(status: &str, bit: u32) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_this_namespaces_proc_is_trusted() {
+        let dir = std::env::temp_dir();
+        let other = ProcSignals::new(ProcFs::new(&dir));
+        let err = other.permitted().unwrap_err();
+        assert!(err.contains("is not this PID namespace's /proc"), "{err}");
+        assert!(ProcSignals::new(ProcFs::new("/proc")).own);
+        assert!(ProcSignals::new(ProcFs::new("/proc/")).own);
+        assert!(ProcSignals::new(ProcFs::new(&dir)).trusting_proc_root().own);
+    }
 
     #[test]
     fn cap_kill_is_read_from_the_effective_set() {

@@ -8,8 +8,9 @@
 //!
 //! The GPU: 22.6 GiB usable; a trainer (priority 1000000, 8 GiB, rank 3 once the CI jobs are
 //! ranked first), two CI jobs (3 GiB each) and a greedy CI job growing 1 GiB/s from 1 s:
-//! soft pressure at ≈6 s, hard at ≈7.5 s. The plan takes one pod. Evicted pods are deleted at
-//! once (grace 0): these tests are about the answers, not the kubelet.
+//! soft pressure at ≈6 s, hard at ≈7.5 s. The plan takes one pod. The double's kubelet is the
+//! faithful one; with the policy's grace 0 the API server deletes an evicted pod's object in
+//! the same request (the generic store's `lastGraceful == 0`), so the view sees it gone at once.
 
 use crate::support::*;
 use apiserver_double::{ApiServer, EvictionOutcome, Fault, FaultAction, Method, RecordedRequest};
@@ -67,9 +68,7 @@ impl World {
     /// agent's first requests meet; `policy` is the guard policy file.
     fn start(policy: &str, before: impl FnOnce(&ApiServer)) -> World {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let server = rt
-            .block_on(ApiServer::builder().eviction_grace_scale(0.0).start())
-            .unwrap();
+        let server = rt.block_on(ApiServer::builder().start()).unwrap();
         let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "refusals").unwrap();
         server
             .add_node(serde_json::json!({"metadata": {"name": NODE}}))

@@ -6,8 +6,16 @@
 //! to the real process. What a test asserts is the process's real state, read from the real
 //! `/proc/<pid>/stat`: `T` while stopped, never left `T` when the pod was not evicted.
 //!
+//! The double's kubelet is the faithful one (its SIGKILL comes `max(grace, 2 s)` after the
+//! eviction, after each test has read what it needs).
+//!
 //! The state at the moment the double answers the fresh read or the eviction is taken by a
 //! request hook, before the agent receives the answer.
+//!
+//! The agent binary itself never signals through a proc tree that is not its own `/proc`
+//! (`ProcSignals::new`): the simulator's tree names made-up pids that may be real processes
+//! here. These tests hand the enforcer a tree of copies of their own children's entries and
+//! say so (`trusting_proc_root`).
 
 use apiserver_double::{ApiServer, Fault, FaultAction, Method};
 use gpu_warden::act::enforce::Enforcer;
@@ -89,10 +97,7 @@ impl World {
     /// Two CI pods in the API and the view, the victim first, each with one real process
     /// in its pod's cgroup; `action` at decision.
     async fn new(mode: Mode, action: OnDecision) -> Result<World> {
-        let server = ApiServer::builder()
-            .eviction_grace_scale(0.0)
-            .start()
-            .await?;
+        let server = ApiServer::builder().start().await?;
         server.add_node(json!({"metadata": {"name": NODE}}))?;
         for (name, uid, prio) in [("victim", VICTIM_UID, 0), ("spare", SPARE_UID, 5)] {
             server.add_pod(json!({
@@ -122,7 +127,7 @@ impl World {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let stopper = Stopper::new(
             action,
-            Arc::new(ProcSignals::new(ProcFs::new(proc.path()))),
+            Arc::new(ProcSignals::new(ProcFs::new(proc.path())).trusting_proc_root()),
             metrics.clone(),
             clock.clone(),
         );
