@@ -1,6 +1,6 @@
 //! Each CI job's VRAM peak: per pod and GPU, the most memory its processes held together
 //! at one full poll over the pod's life, recorded once the processes are gone. Operators
-//! size `replicas` and `vram-request-mib` from these (docs/metrics.md, "CI job peaks").
+//! size `replicas` and `vram-request-mib` from these (docs/sizing.md).
 //!
 //! Pure: the agent hands it every attributed full poll and the pod view; it returns the
 //! peaks that ended, keeps the histogram `gpu_warden_ci_job_gpu_memory_peak_bytes` and
