@@ -305,6 +305,9 @@ impl GuardCore {
                 ),
             }
             self.history.record(r.decision_id, &r.uid, &r.outcome);
+            if let Some(exec) = &self.parts.executor {
+                exec.resolved(&r.uid, &r.outcome);
+            }
         }
     }
 
@@ -329,8 +332,17 @@ impl GuardCore {
     }
 
     fn view(&self) -> GuardView {
-        self.history
-            .view(self.parts.guard.status(), self.parts.guard.held())
+        // What stop-at-decision did and holds (`act::stop`), when the executor stops.
+        let on_decision = self
+            .parts
+            .executor
+            .as_ref()
+            .map_or(serde_json::Value::Null, |e| e.status());
+        self.history.view(
+            self.parts.guard.status(),
+            self.parts.guard.held(),
+            on_decision,
+        )
     }
 }
 

@@ -43,12 +43,19 @@ impl History {
         }
     }
 
-    /// The guard's part of `/state`: its `status`, why it holds decisions (`held`), and the
-    /// recent decisions.
-    pub fn view(&self, status: GuardStatus, held: Option<&str>) -> GuardView {
+    /// The guard's part of `/state`: its `status`, why it holds decisions (`held`), what
+    /// the executor's stop at decision did and holds (`on_decision`, the executor's own
+    /// report), and the recent decisions.
+    pub fn view(
+        &self,
+        status: GuardStatus,
+        held: Option<&str>,
+        on_decision: serde_json::Value,
+    ) -> GuardView {
         GuardView {
             status,
             held: held.map(str::to_string),
+            on_decision,
             recent_decisions: self
                 .recent
                 .iter()
@@ -72,6 +79,8 @@ impl History {
 pub struct GuardView {
     status: GuardStatus,
     held: Option<String>,
+    /// What stop-at-decision did and holds (`act::stop`), when the executor stops.
+    on_decision: serde_json::Value,
     recent_decisions: Vec<RecentView>,
 }
 

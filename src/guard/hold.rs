@@ -28,6 +28,7 @@ mod tests {
             synced,
             healthy,
             last_error: err.map(str::to_string),
+            ..PodViewStatus::default()
         };
         assert_eq!(
             hold_reason(&st(false, false, None)).as_deref(),

@@ -15,4 +15,5 @@ pub mod recheck;
 pub mod selector;
 pub mod state;
 pub mod status;
+pub mod stop;
 pub mod trend;

@@ -69,6 +69,43 @@ impl fmt::Display for Mode {
     }
 }
 
+/// What the guard does to the victim's GPU processes when it decides (policy `onDecision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnDecision {
+    /// Evict only: the processes run (and grow) until the kubelet kills them.
+    Evict,
+    /// SIGSTOP them, then evict; SIGCONT whenever the eviction does not happen.
+    #[default]
+    Stop,
+    /// SIGKILL them once the fresh read agrees, then evict (for the Event, the pod's
+    /// status and the cleanup). Not undoable: a pod whose eviction is then refused (its
+    /// PodDisruptionBudget) has lost its processes all the same.
+    Kill,
+}
+
+impl OnDecision {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDecision::Evict => "evict",
+            OnDecision::Stop => "stop",
+            OnDecision::Kill => "kill",
+        }
+    }
+
+    /// Whether the action signals processes (and so needs CAP_KILL).
+    pub fn signals(self) -> bool {
+        self != OnDecision::Evict
+    }
+}
+
+impl fmt::Display for OnDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A free-memory level, either relative to the GPU's total or absolute, so one policy
 /// serves a node group that mixes 24 GiB and 141 GiB GPUs.
 ///
@@ -339,6 +376,10 @@ pub struct Policy {
     pub rate_limit: RateLimit,
     /// `deleteOptions.gracePeriodSeconds` sent with each eviction (default 5).
     pub eviction_grace_period_seconds: i64,
+    /// What is done to the victim's GPU processes when the guard decides, before the
+    /// eviction (default `stop`; docs/guard.md, "Stopping the growth at decision"). Only in
+    /// enforce mode; dry-run never signals.
+    pub on_decision: OnDecision,
     /// Prefix of the pod annotations the guard reads: `<prefix>/evict: "never"` and
     /// `<prefix>/vram-request-mib: "<int>"`. The agent has one prefix for node and pod
     /// annotations, `--annotation-prefix`: the agent's configuration fills this in from the
@@ -368,6 +409,7 @@ impl Default for Policy {
             in_doubt_timeout: Duration::from_secs(60),
             rate_limit: RateLimit::default(),
             eviction_grace_period_seconds: 5,
+            on_decision: OnDecision::Stop,
             annotation_prefix: None,
         }
     }
