@@ -239,12 +239,12 @@ pub struct Cli {
 
     /// Re-patch the Node's annotations at least this often (liveness itself is on the Lease;
     /// an extender without Leases judges staleness by it).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
     pub annotation_heartbeat: Duration,
 
     /// Never patch the Node more often than this, except for a pressure rise (the Lease
     /// carries changes within seconds).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
     pub annotation_min_interval: Duration,
 
     /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the
