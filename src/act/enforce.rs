@@ -19,6 +19,7 @@
 use crate::act::client::KubeClients;
 use crate::act::event_sender::EventSender;
 use crate::act::eviction_answer::{self, Answer, DETAIL_LIMIT};
+use crate::act::read_timeout::ReadTimeout;
 use crate::act::stop::{self, Stopper};
 use crate::attribute::pods::pod_info;
 use crate::guard::decision::{Decision, EvictionOutcome};
@@ -41,8 +42,12 @@ use std::time::{Duration, SystemTime};
 
 /// How long one eviction request may take before its outcome is in doubt.
 pub const DEFAULT_EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the fresh read of a victim may take before the walk stops, evicting nothing.
+/// How long the fresh read of a victim may take before the walk stops, evicting nothing,
+/// while the API answers fast; it grows with the server's measured latency
+/// ([`ReadTimeout`]) up to [`MAX_READ_TIMEOUT`].
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest the fresh read's limit grows to on a slow API server.
+pub const MAX_READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a decision's Events may take, all together (they are best effort).
 pub const DEFAULT_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one decision's walk through its candidates may take. The guard closes a
@@ -59,7 +64,7 @@ pub struct Enforcer {
     clock: Arc<dyn Clock>,
     policy: Policy,
     grace_period_seconds: i64,
-    read_timeout: Duration,
+    read_timeout: std::sync::Mutex<ReadTimeout>,
     eviction_timeout: Duration,
     event_timeout: Duration,
     walk_budget: Duration,
@@ -92,7 +97,10 @@ impl Enforcer {
             clock,
             policy: policy.clone(),
             grace_period_seconds: policy.eviction_grace_period_seconds,
-            read_timeout: DEFAULT_READ_TIMEOUT,
+            read_timeout: std::sync::Mutex::new(ReadTimeout::new(
+                DEFAULT_READ_TIMEOUT,
+                MAX_READ_TIMEOUT,
+            )),
             eviction_timeout: DEFAULT_EVICTION_TIMEOUT,
             event_timeout: DEFAULT_EVENT_TIMEOUT,
             walk_budget: DEFAULT_WALK_BUDGET,
@@ -120,7 +128,8 @@ impl Enforcer {
     /// Sets the timeout of the fresh read that precedes each eviction.
     #[must_use]
     pub fn with_read_timeout(mut self, read: Duration) -> Self {
-        self.read_timeout = read;
+        self.read_timeout =
+            std::sync::Mutex::new(ReadTimeout::new(read, MAX_READ_TIMEOUT.max(read)));
         self
     }
 
@@ -211,7 +220,7 @@ impl Enforcer {
             // growth stops one API round trip sooner. A kill waits for the read.
             let stopper = self.stopper.as_deref();
             act(&victim.uid, stopper.and_then(|s| s.stop(decision, victim)));
-            let outcome = match self.recheck(victim, self.read_timeout.min(left)).await {
+            let outcome = match self.recheck(victim, self.read_limit().min(left)).await {
                 Some(outcome) => outcome,
                 None => {
                     act(&victim.uid, stopper.and_then(|s| s.kill(decision, victim)));
@@ -264,7 +273,16 @@ impl Enforcer {
     /// in for the eviction (see [`recheck::recheck`]).
     async fn recheck(&self, victim: &Victim, timeout: Duration) -> Option<EvictionOutcome> {
         let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
-        let pod = match tokio::time::timeout(timeout, api.get(&victim.name)).await {
+        let t0 = self.clock.mono();
+        let read = tokio::time::timeout(timeout, api.get(&victim.name)).await;
+        {
+            let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
+            match &read {
+                Err(_) => bound.timed_out(timeout),
+                Ok(_) => bound.answered(self.clock.mono().saturating_sub(t0)),
+            }
+        }
+        let pod = match read {
             Err(_) => {
                 return Some(EvictionOutcome::Aborted(format!(
                     "fresh read of the pod: no answer within {} ms; evicting nothing",
@@ -290,6 +308,14 @@ impl Enforcer {
         let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         recheck::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
+    }
+
+    /// The fresh read's limit now: it follows the server's latency ([`ReadTimeout`]).
+    fn read_limit(&self) -> Duration {
+        self.read_timeout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .limit()
     }
 
     /// One Eviction, bounded by `timeout`. Sent as a raw request so the answer's status,

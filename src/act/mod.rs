@@ -9,5 +9,6 @@ pub mod events;
 pub mod eviction_answer;
 pub mod lease;
 pub mod node_annotations;
+pub mod read_timeout;
 pub mod signal;
 pub mod stop;

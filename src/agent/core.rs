@@ -181,7 +181,7 @@ impl Core {
         let mut out = Vec::new();
         let (pressure, guard_view) = match &mut self.guard {
             Some(g) => {
-                g.refresh_hold();
+                g.refresh_hold(now);
                 let pods = g.parts.pods.pods();
                 let decisions = g.parts.guard.observe(&snap, &pods, now);
                 g.note_resolutions();
@@ -277,8 +277,12 @@ impl Core {
 }
 
 impl GuardCore {
-    fn refresh_hold(&mut self) {
-        let reason = hold_reason(&self.parts.pods.status());
+    fn refresh_hold(&mut self, now: Duration) {
+        let st = self.parts.pods.status();
+        // Only time the server answered counts toward an eviction in doubt's timeout.
+        let proven_at = st.proven_ago.map(|ago| now.saturating_sub(ago));
+        self.parts.guard.note_view_proof(proven_at);
+        let reason = hold_reason(&st);
         if reason.as_deref() != self.parts.guard.held() {
             match &reason {
                 Some(r) => tracing::warn!(reason = %r, "guard decisions paused"),

@@ -38,7 +38,7 @@ pub enum GpuPhase {
     },
     /// An eviction's outcome is unknown: no decision on this GPU until every pod in doubt is
     /// seen gone (absent from the pod view, terminating, or its processes off the GPU) or,
-    /// on a pod view proven current, still running `inDoubtTimeout` after `since`.
+    /// on a pod view proven current, still running after `inDoubtTimeout` of `answered` time.
     InDoubt {
         /// The decision whose eviction is in doubt.
         decision_id: u64,
@@ -47,6 +47,12 @@ pub enum GpuPhase {
         /// When the doubt began.
         #[serde(serialize_with = "ser_secs")]
         since: Duration,
+        /// How long the API server has been answering since the doubt began: the time
+        /// between proofs of the pod view no more than `MAX_PROOF_GAP` apart. Only this
+        /// counts toward `inDoubtTimeout` — a frozen server that thaws may still carry the
+        /// eviction out, whatever the wall clock says.
+        #[serde(serialize_with = "ser_secs")]
+        answered: Duration,
     },
     /// The last decision was allowed no eviction; waits for rate-limit budget or for the
     /// pressure to end.

@@ -282,3 +282,38 @@ fn a_403_stops_the_walk_and_says_so() {
         "{log}"
     );
 }
+
+/// A slow but working API server: every fresh read of the victim answers after 3 s, over
+/// the read's 2 s floor. The first walk aborts (nothing evicted, the GPU pauses), the limit
+/// follows the measured latency (each timeout doubles it, up to 15 s), and the next read
+/// gets its answer: the greedy job is evicted. A slow API slows the guard, it does not
+/// switch it off (issue 30: aborted five times, the GPU full from 50 s, nothing evicted).
+#[test]
+fn a_slow_api_slows_the_guard_but_does_not_switch_it_off() {
+    let mut w = World::start(POLICY, |s| {
+        s.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/greedy",
+                FaultAction::Delay(Duration::from_secs(3)),
+            )
+            .method(Method::GET),
+        );
+    });
+    w.wait("the greedy job's eviction", Duration::from_secs(40), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    let reads = w
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::GET && r.path == "/api/v1/namespaces/ci/pods/greedy")
+        .count();
+    assert!((2..=3).contains(&reads), "{reads} fresh reads");
+    let log = w.stop();
+    assert!(
+        log.contains("cannot read the pod fresh"),
+        "the first read timed out: {log}"
+    );
+}

@@ -14,7 +14,7 @@
 mod outcomes;
 mod step;
 
-pub use outcomes::ABORT_PAUSE;
+pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 
 use super::decision::{Decision, EvictionOutcome};
 use super::levels::{Levels, Pressure};
@@ -158,6 +158,10 @@ pub struct Guard {
     resolutions: Vec<Resolution>,
     /// The last answer saying the agent may not evict (403), until an eviction succeeds.
     forbidden: Option<String>,
+    /// Pod UID → when the guard first saw it terminating (its memory is on its way back).
+    terminating_since: HashMap<String, Duration>,
+    /// When the API server last proved the pod view current (`note_view_proof`).
+    last_proof: Option<Duration>,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -186,6 +190,8 @@ impl Guard {
             refresh_wanted: false,
             resolutions: Vec::new(),
             forbidden: None,
+            terminating_since: HashMap::new(),
+            last_proof: None,
         }
     }
 
@@ -231,6 +237,7 @@ impl Guard {
         self.expire(now);
         self.snapshot = Some(snap.clone());
         self.pods = pods.clone();
+        self.track_terminating(pods, now);
         self.gpus
             .retain(|index, _| snap.gpus.iter().any(|g| g.id.index == *index));
         for g in &snap.gpus {
@@ -399,8 +406,12 @@ mod tests {
             }
         }
 
-        /// A full poll of GPU 0 at `t` seconds with `used` MiB in use.
+        /// A full poll of GPU 0 at `t` seconds with `used` MiB in use; unless decisions are
+        /// held, the pod view is proven current at `t` (as a healthy watch proves it).
         fn poll(&mut self, t: f64, used: u64) -> Vec<Decision> {
+            if self.guard.held().is_none() {
+                self.guard.note_view_proof(Some(secs(t)));
+            }
             let s = snap(vec![gpu(0, TOTAL, used)], self.procs.clone());
             self.guard
                 .observe(&Arc::new(s), &Arc::new(self.pods.clone()), secs(t))
@@ -1092,39 +1103,63 @@ mod tests {
         }
     }
 
-    /// A pod still running `inDoubtTimeout` after the doubt began was not evicted — but only
-    /// a view proven current may say so; then it is skipped for a while and the next
-    /// candidate can go.
+    /// A pod still running after `inDoubtTimeout` of the API server answering was not
+    /// evicted — but only a view proven current may say so, and only time the server
+    /// answered counts: a frozen server that thaws may still carry the eviction out (issue
+    /// 30: a 75 s freeze, then "not carried out … 65 s later", the next pod evicted, then the
+    /// held eviction landed). Then the pod is skipped for a while and the next can go.
     #[test]
-    fn a_doubt_ends_as_not_carried_out_only_on_a_current_view() {
-        let mut w = World::new(
-            enforce(),
-            [pod("a"), pod("b").priority(1)],
-            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
-        );
-        let d = one(w.poll(0.0, 9600));
-        w.guard.record_outcome(
-            d.id,
-            "a",
-            EvictionOutcome::InDoubt("no answer".into()),
-            secs(0.1),
-        );
-        w.guard.hold_decisions(Some("the pod watch stalled".into()));
-        assert!(w.poll(61.0, 9600).is_empty());
-        assert!(
-            matches!(w.phase(0), GpuPhase::InDoubt { .. }),
-            "an unproven view says nothing"
-        );
-        w.guard.hold_decisions(None);
-        assert!(w.poll(59.0, 9600).is_empty(), "inside the window");
-        assert!(matches!(w.phase(0), GpuPhase::InDoubt { .. }));
-        let d2 = one(w.poll(61.0, 9600));
-        let r = w.guard.take_resolutions();
-        assert!(
-            matches!(&r[..], [Resolution { outcome: EvictionOutcome::Failed(m), .. }] if m.contains("not carried out")),
-            "{r:?}"
-        );
-        assert_eq!(uids(&d2.candidates), vec!["b"], "a is skipped for a while");
+    fn a_doubt_ends_as_not_carried_out_only_after_the_server_answered_long_enough() {
+        // (what, frozen from, frozen until, still in doubt at, resolved at)
+        let rows = [
+            ("answering all along", None, 55.0, 60.5),
+            ("frozen 0.5–75 s", Some((0.5, 75.0)), 130.0, 136.0),
+        ];
+        for (name, frozen, doubt_at, resolved_at) in rows {
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("b").priority(1)],
+                vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+            );
+            let d = one(w.poll(0.0, 9600));
+            w.guard.record_outcome(
+                d.id,
+                "a",
+                EvictionOutcome::InDoubt("no answer".into()),
+                secs(0.1),
+            );
+            let mut t = 0.5;
+            let mut resolved = None;
+            while t <= resolved_at + 0.01 && resolved.is_none() {
+                let held = frozen.is_some_and(|(a, b)| t >= a && t < b);
+                w.guard
+                    .hold_decisions(held.then(|| "the pod watch stalled".to_string()));
+                let ds = w.poll(t, 9600);
+                if !w.guard.take_resolutions().is_empty() {
+                    resolved = Some((t, ds));
+                } else {
+                    assert!(ds.is_empty(), "{name} at {t}");
+                }
+                if (t - doubt_at).abs() < 0.01 {
+                    assert!(
+                        matches!(w.phase(0), GpuPhase::InDoubt { .. }),
+                        "{name}: still in doubt at {t}: {:?}",
+                        w.phase(0)
+                    );
+                }
+                t += 0.5;
+            }
+            let (at, ds) = resolved.unwrap_or_else(|| panic!("{name}: never resolved"));
+            assert!(at >= doubt_at, "{name}: resolved at {at}");
+            let d2 = one(ds);
+            assert_eq!(
+                uids(&d2.candidates),
+                vec!["b"],
+                "{name}: a is skipped for a while"
+            );
+            let why = w.guard.status().refused[0].detail.clone();
+            assert!(why.contains("of the API server answering"), "{why}");
+        }
     }
 
     /// The walk stops at the doubt even when earlier pods were evicted: the GPU waits for
@@ -1255,6 +1290,54 @@ mod tests {
         // And without that, the timeout ends the cooldown.
         assert!(w.poll(49.9, 9600).is_empty());
         assert_eq!(one(w.poll(50.0, 9600)).id, d2.id + 1);
+    }
+
+    /// Memory held by terminating pods is on its way back (issue 30: an agent restarted
+    /// 0.6 s after evicting ci-b saw it terminating, planned from free memory alone and
+    /// evicted ci-a): it counts as reclaimed-pending in the plan, whoever deleted the pod,
+    /// for at most `cooldownTimeout` after the guard first saw it terminating.
+    #[test]
+    fn terminating_pods_memory_counts_as_reclaim_pending() {
+        // Target 1200 MiB free. (used MiB, terminating MiB, want: planned victims)
+        let rows: Vec<(u64, u64, Vec<&str>)> = vec![
+            (9600, 900, vec![]),    // 400 free + 900 coming back ≥ 1200: nobody
+            (9600, 700, vec!["a"]), // 400 + 700 < 1200: the rest is evicted
+            (9600, 0, vec!["a"]),
+        ];
+        for (used, held, want) in rows {
+            let name = format!("used {used}, terminating {held}");
+            let mut procs = vec![proc_in("a", 0, 900), proc_in("c", 0, 900)];
+            if held > 0 {
+                procs.push(proc_in("b", 0, held));
+            }
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("b").terminating(), pod("c").priority(1)],
+                procs,
+            );
+            let ds = w.poll(0.0, used);
+            let got: Vec<Vec<&str>> = ds.iter().map(|d| uids(d.planned_victims())).collect();
+            if want.is_empty() {
+                assert!(ds.is_empty(), "{name}: {ds:#?}");
+                let reason = w.guard.status().gpus[0]
+                    .inactive_reason
+                    .clone()
+                    .unwrap_or_default();
+                assert!(reason.contains("terminating pods"), "{name}: {reason}");
+                // Still terminating after cooldownTimeout: no longer counted.
+                assert!(w.poll(29.9, used).is_empty(), "{name}");
+                let d = one(w.poll(30.0, used));
+                assert_eq!(uids(d.planned_victims()), ["a"], "{name}");
+            } else {
+                assert_eq!(got, vec![want.clone()], "{name}");
+                let d = &ds[0];
+                assert_eq!(
+                    d.reclaim_target_bytes,
+                    (1200 - 400 - held) * MIB,
+                    "{name}: the pending memory is not reclaimed twice"
+                );
+            }
+        }
     }
 
     #[test]

@@ -70,14 +70,17 @@ impl Guard {
                 .values()
                 .any(|o| matches!(o, EvictionOutcome::InDoubt(_)));
             let next = if doubt {
-                let since = match &st.phase {
-                    GpuPhase::InDoubt { since, .. } if in_doubt => *since,
-                    _ => now,
+                let (since, answered) = match &st.phase {
+                    GpuPhase::InDoubt {
+                        since, answered, ..
+                    } if in_doubt => (*since, *answered),
+                    _ => (now, Duration::ZERO),
                 };
                 GpuPhase::InDoubt {
                     decision_id,
                     outcomes,
                     since,
+                    answered,
                 }
             } else if let Some(pause) = pause_after(&outcome, timeout) {
                 // The answer was about the server, not the pod: pause this GPU so a frozen,
@@ -123,8 +126,8 @@ impl Guard {
 
     /// Resolves the evictions in doubt on `index` from the pod view and the GPU's process
     /// list: a pod absent from the view, terminating, or whose processes have all left the
-    /// GPU was evicted; one still running `inDoubtTimeout` after the doubt began, on a view
-    /// proven current (`fresh_view`), was not.
+    /// GPU was evicted; one still running after `inDoubtTimeout` of time the server
+    /// answered since the doubt began, on a view proven current (`fresh_view`), was not.
     pub(super) fn resolve_doubt(
         &mut self,
         index: u32,
@@ -141,7 +144,8 @@ impl Guard {
         let GpuPhase::InDoubt {
             decision_id,
             outcomes,
-            since,
+            answered,
+            ..
         } = &mut st.phase
         else {
             return;
@@ -150,7 +154,8 @@ impl Guard {
             st.set_phase(GpuPhase::Watching, now);
             return;
         };
-        let waited = now.saturating_sub(*since);
+        // Only time the server answered counts (see `Guard::note_view_proof`).
+        let waited = *answered;
         for (uid, outcome) in outcomes.iter_mut() {
             let EvictionOutcome::InDoubt(detail) = outcome else {
                 continue;
@@ -174,7 +179,7 @@ impl Guard {
                 });
             } else if fresh_view && waited >= window {
                 let why = format!(
-                    "eviction was in doubt ({detail}) and the pod was still running {} s later: not carried out",
+                    "eviction was in doubt ({detail}) and the pod was still running after {} s of the API server answering: not carried out",
                     waited.as_secs()
                 );
                 self.refused
@@ -193,6 +198,37 @@ impl Guard {
         {
             let next = settle(decision, outcomes, now, timeout);
             st.set_phase(next, now);
+        }
+    }
+}
+
+/// Longest gap between two proofs of the pod view that still counts as the API server
+/// answering: the pod view's own stall bound (docs/guard.md). A longer gap is a server
+/// that did not answer (frozen, down); it does not count toward `inDoubtTimeout`.
+pub const MAX_PROOF_GAP: Duration = Duration::from_secs(30);
+
+impl Guard {
+    /// Tells the guard when the API server last proved the pod view current (`None`: not
+    /// proven). The time between two proofs no more than [`MAX_PROOF_GAP`] apart is time the
+    /// server answered, and counts toward each eviction in doubt's `inDoubtTimeout`.
+    pub fn note_view_proof(&mut self, proven_at: Option<Duration>) {
+        let Some(p) = proven_at else {
+            return;
+        };
+        if let Some(last) = self.last_proof.filter(|l| p > *l) {
+            if p - last <= MAX_PROOF_GAP {
+                for st in self.gpus.values_mut() {
+                    if let GpuPhase::InDoubt {
+                        since, answered, ..
+                    } = &mut st.phase
+                    {
+                        *answered += p.saturating_sub(last.max(*since));
+                    }
+                }
+            }
+        }
+        if self.last_proof.is_none_or(|l| p > l) {
+            self.last_proof = Some(p);
         }
     }
 }

@@ -15,6 +15,31 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 impl Guard {
+    /// Memory on GPU `index` held by pods the view shows terminating, counted as on its way
+    /// back for at most `cooldownTimeout` after the guard first saw each terminating (a pod
+    /// stuck terminating does not hold the guard back for ever).
+    pub(super) fn terminating_pending(&self, excluded: &[rank::Excluded], now: Duration) -> u64 {
+        excluded
+            .iter()
+            .filter(|e| e.exclusion == rank::Exclusion::Terminating)
+            .filter(|e| {
+                self.terminating_since
+                    .get(&e.uid)
+                    .is_some_and(|since| now.saturating_sub(*since) < self.policy.cooldown_timeout)
+            })
+            .map(|e| e.use_bytes)
+            .sum()
+    }
+
+    /// Notes when each terminating pod of `pods` was first seen so.
+    pub(super) fn track_terminating(&mut self, pods: &crate::model::pod::PodMap, now: Duration) {
+        self.terminating_since
+            .retain(|uid, _| pods.get(uid).is_some_and(|p| p.terminating));
+        for p in pods.values().filter(|p| p.terminating) {
+            self.terminating_since.entry(p.uid.clone()).or_insert(now);
+        }
+    }
+
     pub(super) fn expire(&mut self, now: Duration) {
         let per = self.policy.rate_limit.per;
         while let Some(&t) = self.evictions.front() {
@@ -155,10 +180,28 @@ impl Guard {
         // takes the first-ranked pod alone (at least one byte to reclaim), or it would be
         // done before it began. It does not add the growth still to come: evicting the
         // grower stops it, and counting it made the H200 plan take the neighbours too.
+        //
+        // Memory that terminating pods still hold is coming back (the kubelet kills them
+        // within their grace): it counts as reclaimed-pending, whoever deleted them — this
+        // agent before a restart, or anyone else — so the plan does not evict a second pod
+        // for memory already on its way back. Not for the early trigger, which is about
+        // growth still under way, not about memory held.
+        let pending = self.terminating_pending(&ranking.excluded, now);
         let reclaim = match trigger {
             Trigger::EarlyTrend => levels.target.saturating_sub(memory.free).max(1),
-            _ => levels.target.saturating_sub(memory.free),
+            _ => levels
+                .target
+                .saturating_sub(memory.free.saturating_add(pending)),
         };
+        if reclaim == 0 {
+            if let Some(st) = self.gpus.get_mut(&index) {
+                st.inactive_reason = Some(format!(
+                    "{} held by terminating pods is on its way back: enough to reach the target",
+                    rank::fmt_bytes(pending)
+                ));
+            }
+            return None;
+        }
         let mut covered = 0u64;
         let needed = ranking
             .candidates
