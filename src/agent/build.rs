@@ -467,7 +467,7 @@ impl Wiring {
         node_cfg: &AnnotationConfig,
     ) -> Option<super::Companion> {
         let args = &self.cli.lease;
-        if args.lease == Switch::Off {
+        if args.lease == config::lease::Switch::Off {
             tracing::info!("--lease=off: no Lease; extenders judge this node by its Node's vram-observed-at, so keep --annotation-heartbeat below their staleAfter");
             return None;
         }
