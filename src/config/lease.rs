@@ -1,25 +1,8 @@
 //! The Lease flags (`--lease-*`): where the agent keeps its liveness Lease and how often it
 //! renews it (docs/annotations.md, "Liveness").
 
+use super::flag_values::{parse_interval, Switch};
 use std::time::Duration;
-
-/// `--lease on|off`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Switch {
-    /// Keep the Lease.
-    On,
-    /// No Lease.
-    Off,
-}
-
-/// A duration flag (`15s`, `1m`), at least a millisecond, as the other interval flags read.
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::model::units::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(1) {
-        return Err("must be at least 1ms".into());
-    }
-    Ok(d)
-}
 
 /// The agent's Lease.
 #[derive(Debug, Clone, clap::Args)]
