@@ -122,11 +122,7 @@ fn main() {
             "core: `Core::publish` (the exposition)",
             &shape,
             per_call(warm, n, || {
-                let p = core.publish(
-                    attributed.clone(),
-                    pressure.clone(),
-                    serde_json::Value::Null,
-                );
+                let p = core.publish(attributed.clone(), pressure.clone(), None);
                 std::hint::black_box(p);
             }),
         );

@@ -20,10 +20,16 @@ needed, and a PNG plot per mode.
     OUT=/tmp/out python3 hw/guard_h200.py --agent target/release/gpu-warden \
         --double target/release/apiserver-double --rates 4,16,32,64 --runs 5
 
-`--sweep` names each series as MODE[@FAST][/GPUS][*RUNS]:RATES (RUNS overrides --runs), e.g.
-`"guard:4,16,32,64;none:4,16,32,64;guard@20ms:64,128"`: MODE is guard or none, FAST the
-guard's fast interval (default --fast-interval), GPUS the GPUs the greedy job(s) grow on
-(`0`, or `0+1` for one greedy job on each at once; default the first of --gpus). With
+`--sweep` names each series as MODE[@FAST][/GPUS][*RUNS][%KEY=VALUE...]:RATES (RUNS overrides
+--runs), e.g. `"guard:4,16,32,64;none:4,16,32,64;guard@20ms%h=a10g:64,128"`: MODE is guard or
+none, FAST the guard's fast interval (default --fast-interval), GPUS the GPUs the greedy job(s)
+grow on (`0`, or `0+1` for one greedy job on each at once; default the first of --gpus). Keys:
+`h` the headroom (`today`: the ~32 GiB free of a 100 GiB trainer beside a 4 GiB CI pod, the
+default; `a10g`: an A10G emulated — the rest of the H200 held by a host process so 24 GiB are
+left, shared by four jobs: a 6 GiB trainer with a 1 GiB workspace, two 3 GiB CI pods and the
+greedy one, thresholds 5 %/10 % of 24 GiB), `k` the double's kubelet (`faithful`, default, or
+`instant`: the comparison that kills at once), `p` PID-1 mode (`shell`, default, or `exits`),
+`a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default). With
 `--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
 whether pressure on one GPU evicts pods of another (it must not).
 """
@@ -31,6 +37,8 @@ import argparse
 import csv
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,6 +109,74 @@ def spawn_in_cgroup(cgroup, args, logpath):
                             env=dict(os.environ, PYTHONUNBUFFERED="1", CUDA_DEVICE_ORDER="PCI_BUS_ID"))
 
 
+def have_pid_namespaces():
+    """Whether `unshare --pid --fork` works here (root, a kernel with PID namespaces)."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "true"], timeout=10,
+                              capture_output=True).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+PIDNS = None  # set in main()
+
+
+def as_job(argv, pid1):
+    """`argv` as a CI job's script run by a PID-1 shell. `shell`: no SIGTERM handler (GitLab's
+    build shell): the kernel drops a signal sent to a namespace's init that has no handler
+    (pid_namespaces(7)). `exits`: a handler that exits; the kernel then SIGKILLs the rest of
+    the namespace. Without PID namespaces the shell is an ordinary process: `shell` then
+    ignores SIGTERM by `trap '' TERM` and `exits` kills its process group (an emulation,
+    reported as such)."""
+    q = " ".join(shlex.quote(a) for a in argv)
+    if pid1 == "shell":
+        script = f"{q}; echo job-exit=$? >&2"
+        if not PIDNS:
+            script = "trap '' TERM; " + script
+    else:
+        script = f"trap 'exit 143' TERM; {q} & wait $!" if PIDNS else \
+            f"trap 'kill -KILL 0' TERM; {q} & wait $!"
+    # --mount-proc: the job sees its own namespace's /proc, as in a container.
+    head = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] if PIDNS else []
+    return head + ["sh", "-c", script]
+
+
+def job_selftest(workdir, pid1="shell"):
+    """Starts a CUDA job as the greedy ones are started (in a container cgroup, under the PID-1
+    shell) and says whether it got ready; prints its log when it did not."""
+    cg = os.path.join(KUBEPODS, "kubepods-burstable.slice", "kubepods-burstable-podselftest.slice",
+                      "cri-containerd-selftest.scope")
+    os.makedirs(cg, exist_ok=True)
+    lp = os.path.join(workdir, f"selftest-{PIDNS}-{pid1}.log")
+    code = "import json, torch; torch.zeros(1, device='cuda'); print(json.dumps({'event': 'ready'}), flush=True)"
+    p = spawn_in_cgroup(cg, as_job([sys.executable, "-c", code], pid1), lp)
+    ok = wait_ready(lp, 25)
+    stop(p, signal.SIGKILL)
+    if not ok:
+        log(f"job self-test failed (PID namespaces {PIDNS}, exit {p.returncode}):", open(lp).read()[-3000:])
+    return ok
+
+
+def python_pid_in(cgroup, timeout=10):
+    """The host pid of the gpu_load.py process in a container cgroup (what NVML lists)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            for line in open(os.path.join(cgroup, "cgroup.procs")):
+                pid = int(line)
+                try:
+                    if b"gpu_load.py" in open(f"/proc/{pid}/cmdline", "rb").read():
+                        return pid
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return None
+
+
 def wait_ready(logpath, timeout=60):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -113,9 +189,15 @@ def wait_ready(logpath, timeout=60):
     return False
 
 
-def load(device, extra, cgroup, logpath):
-    return spawn_in_cgroup(cgroup, [sys.executable, os.path.join(HERE, "gpu_load.py"),
-                                    "--device", str(device)] + extra, logpath)
+def load(device, extra, cgroup, logpath, pid1=None):
+    argv = [sys.executable, os.path.join(HERE, "gpu_load.py"), "--device", str(device)] + extra
+    return spawn_in_cgroup(cgroup, as_job(argv, pid1) if pid1 else argv, logpath)
+
+
+def hold(mib, logpath):
+    """A host process (no pod) holding `mib` MiB of GPU 0: the rest of an emulated small GPU."""
+    return spawn_in_cgroup(None, [sys.executable, os.path.join(HERE, "cuda_hold.py"), "--mib", str(mib),
+                                  "--seconds", "3600"], logpath)
 
 
 class Sampler(threading.Thread):
@@ -162,7 +244,7 @@ def http_get(url, timeout=2):
         return r.read().decode()
 
 
-def start_double(args, pods, workdir, tag):
+def start_double(args, pods, workdir, tag, kubelet="faithful"):
     fixtures = os.path.join(workdir, f"fixtures-{tag}.json")
     with open(fixtures, "w") as f:
         json.dump({"nodes": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}],
@@ -170,7 +252,9 @@ def start_double(args, pods, workdir, tag):
     kc = os.path.join(workdir, "kubeconfig")
     port = 18080
     p = subprocess.Popen([args.double, "--listen", f"127.0.0.1:{port}", "--fixtures", fixtures,
-                          "--kill-cgroups-under", KUBEPODS, "--eviction-grace-scale", "1",
+                          "--kill-cgroups-under", KUBEPODS, "--kubelet", kubelet,
+                          "--kubelet-watch-latency", args.watch_latency, "--eviction-grace-scale", "0",
+                          "--kubelet-log", os.path.join(workdir, "kubelet.jsonl"),
                           "--request-log", os.path.join(workdir, "requests.jsonl"),
                           "--kubeconfig-out", kc, "--bookmark-interval", "1s"],
                          stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "double.log"), "a"))
@@ -285,6 +369,48 @@ def evictions_in(workdir, t0, t1):
     return out
 
 
+def kubelet_in(workdir, t0, t1):
+    """(unix time, pod, action, detail) of every kubelet action the double logged."""
+    out = []
+    path = os.path.join(workdir, "kubelet.jsonl")
+    if not os.path.exists(path):
+        return out
+    for line in open(path):
+        try:
+            a = json.loads(line)
+        except ValueError:
+            continue
+        if t0 <= a["timeUnix"] <= t1:
+            out.append((a["timeUnix"], a["pod"], a["action"], a.get("detail", "")))
+    return out
+
+
+def guard_counters(port):
+    """The agent's stop/resume/kill counters (whatever `gpu_warden_guard_*stop*`, `*resum*` and
+    `*kill*` families it has), summed by family and `result` label."""
+    out = {}
+    try:
+        text = http_get(f"http://127.0.0.1:{port}/metrics")
+    except Exception:
+        return out
+    for line in text.splitlines():
+        if not line.startswith("gpu_warden_guard_") or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if not any(w in name for w in ("stop", "resum", "kill", "signal")):
+            continue
+        result = ""
+        if 'result="' in line:
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+        try:
+            v = float(line.rsplit(" ", 1)[1])
+        except ValueError:
+            continue
+        key = f"{name}{{{result}}}" if result else name
+        out[key] = out.get(key, 0) + v
+    return out
+
+
 def attribution_check(args, workdir, port, pods_by_pid):
     """Per-container VRAM in /metrics against nvidia-smi per process."""
     time.sleep(2.5)
@@ -319,14 +445,25 @@ def attribution_check(args, workdir, port, pods_by_pid):
 
 
 def parse_sweep(args):
-    """[(label, mode, fast interval, greedy GPUs, [rates])] from --sweep or --modes/--rates."""
+    """[(label, mode, fast interval, greedy GPUs, [rates], runs, options)] from --sweep or
+    --modes/--rates; options: h (headroom), k (kubelet), p (PID-1 mode), a (onDecision)."""
     spec = args.sweep or ";".join(f"{m}:{args.rates}" for m in args.modes.split(","))
     gpus = [int(g) for g in args.gpus.split(",")]
     out = []
     for item in filter(None, (x.strip() for x in spec.split(";"))):
         label, rates = item.split(":")
-        label, _, runs = label.partition("*")
-        head, _, on = label.partition("/")
+        head, *kv = label.split("%")
+        opts = dict(h="today", k="faithful", p="shell", a="")
+        for pair in kv:
+            k, _, v = pair.partition("=")
+            if k not in opts:
+                raise SystemExit(f"--sweep: unknown key {k!r} in {item!r} (h, k, p, a)")
+            opts[k] = v
+        if opts["h"] not in ("today", "a10g") or opts["k"] not in ("faithful", "instant") \
+                or opts["p"] not in ("shell", "exits") or opts["a"] not in ("", "evict", "stop", "kill"):
+            raise SystemExit(f"--sweep: bad option value in {item!r}")
+        head, _, runs = head.partition("*")
+        head, _, on = head.partition("/")
         mode, _, fast = head.partition("@")
         if mode not in ("guard", "none"):
             raise SystemExit(f"--sweep: unknown mode {mode!r} in {item!r}")
@@ -334,7 +471,7 @@ def parse_sweep(args):
         if not set(greedy_gpus) <= set(gpus):
             raise SystemExit(f"--sweep: {item!r} grows on a GPU not in --gpus")
         out.append((label, mode, fast or args.fast_interval, greedy_gpus, [float(r) for r in rates.split(",")],
-                    int(runs) if runs else args.runs))
+                    int(runs) if runs else args.runs, opts))
     return out
 
 
@@ -350,13 +487,22 @@ def chunk_for(args, rate):
     return mib
 
 
-def write_policy(args, workdir, fast):
-    path = os.path.join(workdir, f"policy-{fast}.yaml")
+# The A10G the "a10g" headroom emulates: 24 GiB, thresholds as the default 5 % / 10 % of it.
+A10G_MIB = 24 * 1024
+
+
+def write_policy(args, workdir, fast, headroom="today", action=""):
+    if headroom == "a10g":
+        hard, soft = f"{int(A10G_MIB * args.hard / 100)}Mi", f"{int(A10G_MIB * args.soft / 100)}Mi"
+    else:
+        hard, soft = f"{args.hard:g}%", f"{args.soft:g}%"
+    path = os.path.join(workdir, f"policy-{fast}-{headroom}-{action or 'default'}.yaml")
     with open(path, "w") as f:
-        f.write(f"mode: enforce\nhard: {args.hard:g}%\nsoft: {args.soft:g}%\ngrace: 10s\nhorizon: 5s\n"
+        f.write(f"mode: enforce\nhard: {hard}\nsoft: {soft}\ngrace: 10s\nhorizon: 5s\n"
                 + ("" if fast == "default" else f"fastInterval: {fast}\n")
-                + "evictionGracePeriodSeconds: 0\ncooldownTimeout: 30s\n"
-                "rateLimit: {maxEvictions: 5, per: 60s}\n")
+                + ("" if args.grace == "default" else f"evictionGracePeriodSeconds: {args.grace}\n")
+                + (f"onDecision: {action}\n" if action else "")
+                + "cooldownTimeout: 30s\nrateLimit: {maxEvictions: 5, per: 60s}\n")
     return path
 
 
@@ -385,134 +531,196 @@ def main():
                     help="seconds for the whole run: runs that would start after it are skipped, "
                          "so the report is still written")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/guard-out"))
+    ap.add_argument("--grace", default="default",
+                    help="the policy's evictionGracePeriodSeconds, or default (the agent's, 5 s)")
+    ap.add_argument("--watch-latency", default="50ms", help="the double's kubelet watch latency")
+    ap.add_argument("--hold-after-full", type=float, default=8,
+                    help="seconds the greedy job lives on after it could have filled the GPU")
     args = ap.parse_args()
+    global PIDNS
+    PIDNS = have_pid_namespaces()
+    log("PID namespaces for the job shells:", PIDNS)
+    os.makedirs("/tmp/guard-work", exist_ok=True)
+    if PIDNS and not job_selftest("/tmp/guard-work"):
+        PIDNS = False
+        log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
+    if not job_selftest("/tmp/guard-work"):
+        raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
     sweep = parse_sweep(args)
     gpus = [int(g) for g in args.gpus.split(",")]
+    if any(o["h"] == "a10g" for *_, o in sweep) and gpus != [0]:
+        raise SystemExit("the a10g headroom emulates one GPU: use --gpus 0")
     os.makedirs(args.out, exist_ok=True)
     workdir = "/tmp/guard-work"
     os.makedirs(workdir, exist_ok=True)
     nv.nvmlInit()
     total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).total // MIB
-    soft_mib, hard_mib = total_mib * args.soft / 100, total_mib * args.hard / 100
-    policies = {fast: write_policy(args, workdir, fast) for _, _, fast, _, _, _ in sweep}
-    policies.setdefault(args.fast_interval, write_policy(args, workdir, args.fast_interval))
+    thresholds = {"today": (total_mib * args.soft / 100, total_mib * args.hard / 100),
+                  "a10g": (A10G_MIB * args.soft / 100, A10G_MIB * args.hard / 100)}
 
     def suffix(g):
         return "" if g == gpus[0] else f"-{g}"
-    train = {g: Pod("ml", f"train{suffix(g) or '-0'}", "trainer", 1_000_000) for g in gpus}
-    small = {g: Pod("ci", f"ci-small{suffix(g)}", "build", 0, {"workload-type": "gpu-ci"}) for g in gpus}
-    for g in gpus:
-        train[g].make_cgroup()
-        small[g].make_cgroup()
-    base_pods = list(train.values()) + list(small.values())
-    idle_rows = idle_cpu(args, base_pods, workdir, policies[args.fast_interval], "idle GPU")
+    results, idle_rows, pods_by_pid, setups = [], [], {}, {}
     sampler = Sampler(os.path.join(workdir, "timeline.csv"), gpus)
     sampler.start()
-    train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
-                  "--seconds", "3600"]
-    tlog = {g: os.path.join(workdir, f"train-{g}.log") for g in gpus}
     procs = {}
-    for g in gpus:
-        procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
-        procs[("small", g)] = load(g, ["--hold-gib", "4", "--seconds", "3600"], small[g].cgroup,
-                                   os.path.join(workdir, f"small-{g}.log"))
-    hlog = os.path.join(workdir, "host.log")
-    procs[("host", gpus[0])] = load(gpus[0], ["--hold-gib", "1", "--seconds", "3600"], None, hlog)
-    logs = list(tlog.values()) + [os.path.join(workdir, f"small-{g}.log") for g in gpus] + [hlog]
-    for lp in logs:
-        if not wait_ready(lp):
-            raise RuntimeError(f"{lp} never got ready")
     pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
-    pods_by_pid = {}
-    for g in gpus:
-        pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
-        pods_by_pid[pid_of(os.path.join(workdir, f"small-{g}.log"))] = ("ci", small[g].name, "build")
-    results = []
     try:
-        idle_rows += idle_cpu(args, base_pods, workdir, policies[args.fast_interval],
-                              "training (100 GiB + workspace every step) and small CI (4 GiB) running, calm")
-        # 1. attribution, with the agent and the double up and no greedy job yet.
-        if not args.skip_attribution:
-            d, kc = start_double(args, base_pods, workdir, "attr")
-            a, port = start_agent(args, kc, workdir, policies[args.fast_interval])
-            attribution_check(args, workdir, port, pods_by_pid)
-            stop(a)
-            stop(d)
-        # 2. the sweep.
-        for label, mode, fast, greedy_gpus, rates, runs in sweep:
-            for rate in rates:
-                for run in range(runs):
-                    if time.time() - START > args.budget:
-                        log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
-                        continue
-                    # A training process evicted by mistake is recorded and restarted, so one
-                    # wrong eviction cannot void the runs after it.
-                    restarted = []
-                    for g in gpus:
-                        if procs[("train", g)].poll() is not None:
-                            log(f"training process on GPU {g} is gone: restarting it")
-                            # The log is appended to: wait for a "ready" line beyond the old ones.
-                            seen = open(tlog[g]).read().count('"ready"')
-                            procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
-                            deadline = time.time() + 90
-                            while open(tlog[g]).read().count('"ready"') <= seen and time.time() < deadline:
-                                time.sleep(0.1)
-                            pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
-                            restarted.append(g)
-                    tag = label.replace("/", "-on-").replace("@", "-at-").replace("+", "")
-                    greedy = {g: Pod("ci", f"ci-greedy-{int(rate)}-{run}{suffix(g)}", "build", 0,
-                                     {"workload-type": "gpu-ci"}) for g in greedy_gpus}
-                    for p in greedy.values():
-                        p.make_cgroup()
-                    d = a = None
-                    if mode == "guard":
-                        d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run")
-                        a, _ = start_agent(args, kc, workdir, policies[fast])
-                    seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
-                                  for g in greedy_gpus) / rate + 1.5
-                    gprocs, glogs = {}, {}
-                    # Every window (OOMs, evictions, the timeline) opens before the greedy jobs
-                    # start: with several of them, the first grows while the next still starts.
-                    t0 = time.time()
-                    for g in greedy_gpus:
-                        glogs[g] = os.path.join(workdir, f"greedy-{tag}-{int(rate)}-{run}-{g}.log")
-                        gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
-                                             "--chunk-mib", str(chunk_for(args, rate)),
-                                             "--start-delay", "0", "--seconds", f"{seconds:.2f}"], greedy[g].cgroup,
-                                         glogs[g])
-                    for g in greedy_gpus:
-                        wait_ready(glogs[g], 30)
-                    ready_at = time.time()
-                    for gp in gprocs.values():
-                        try:
-                            gp.wait(timeout=max(0.1, ready_at + seconds + 5 - time.time()))
-                        except subprocess.TimeoutExpired:
-                            gp.kill()
-                    t1 = time.time() + 0.3
-                    time.sleep(0.3)
-                    stop(a)
-                    stop(d)
-                    results.append(dict(
-                        label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
-                        greedy={g: dict(name=greedy[g].name, pid=gprocs[g].pid,
-                                        killed=gprocs[g].returncode is not None and gprocs[g].returncode < 0)
-                                for g in greedy_gpus},
-                        train_restarted_before=restarted,
-                        train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
-                        train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
-                        evictions=evictions_in(workdir, t0 - 1, t1),
-                        decisions=decisions_in(workdir, t0 - 1, t1)))
-                    log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
-                        results[-1]["evictions"])
-                    # Let the GPU settle (the greedy job's memory returns to the driver).
-                    time.sleep(0.5)
+        for hr in dict.fromkeys(o["h"] for *_, o in sweep):
+            if time.time() - START > args.budget:
+                log(f"budget spent: skipping the {hr} headroom")
+                continue
+            # The base load of this headroom: a protected trainer and CI pods on each GPU.
+            if hr == "a10g":
+                train_args = ["--hold-gib", "6", "--compute", "--workspace-gib", "1", "--seconds", "3600"]
+                small_gib, n_small, host_gib = 3, 2, 0
+            else:
+                train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib",
+                              str(args.workspace_gib), "--seconds", "3600"]
+                small_gib, n_small, host_gib = 4, 1, 1
+            train = {g: Pod("ml", f"train{suffix(g) or '-0'}", "trainer", 1_000_000) for g in gpus}
+            small = {(g, i): Pod("ci", f"ci-small{suffix(g)}{'-' + str(i + 1) if i else ''}", "build", 0,
+                                 {"workload-type": "gpu-ci"}) for g in gpus for i in range(n_small)}
+            for p in list(train.values()) + list(small.values()):
+                p.make_cgroup()
+            base_pods = list(train.values()) + list(small.values())
+            setup = dict(free_before=nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB)
+            if hr == "a10g":
+                # Hold all but an A10G's 23 028 usable MiB (the holder's own context included).
+                hlog = os.path.join(workdir, "a10g-holder.log")
+                keep = 23028 + 600
+                procs[("holder", 0)] = hold(max(0, setup["free_before"] - keep), hlog)
+                if not wait_ready(hlog, 60):
+                    raise RuntimeError("the a10g holder never got ready")
+                setup["free_after_holder"] = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(0)).free // MIB
+            if args.idle_agents and not idle_rows:
+                idle_rows += idle_cpu(args, base_pods, workdir, write_policy(args, workdir, args.fast_interval, hr),
+                                      f"idle GPU ({hr})")
+            tlog = {g: os.path.join(workdir, f"train-{hr}-{g}.log") for g in gpus}
+            logs = list(tlog.values())
+            for g in gpus:
+                procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
+                for i in range(n_small):
+                    lp = os.path.join(workdir, f"small-{hr}-{g}-{i}.log")
+                    procs[("small", g, i)] = load(g, ["--hold-gib", str(small_gib), "--seconds", "3600"],
+                                                  small[(g, i)].cgroup, lp)
+                    logs.append(lp)
+            if host_gib:
+                hlog = os.path.join(workdir, f"host-{hr}.log")
+                procs[("host", gpus[0])] = load(gpus[0], ["--hold-gib", str(host_gib), "--seconds", "3600"], None, hlog)
+                logs.append(hlog)
+            for lp in logs:
+                if not wait_ready(lp):
+                    raise RuntimeError(f"{lp} never got ready")
+            for g in gpus:
+                pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+                for i in range(n_small):
+                    pods_by_pid[pid_of(os.path.join(workdir, f"small-{hr}-{g}-{i}.log"))] = \
+                        ("ci", small[(g, i)].name, "build")
+            time.sleep(1)
+            setup["free_with_base_load"] = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB
+            setups[hr] = setup
+            log("headroom", hr, setup)
+            if args.idle_agents and len(idle_rows) < 2 * len(args.idle_agents.split(",")):
+                idle_rows += idle_cpu(args, base_pods, workdir, write_policy(args, workdir, args.fast_interval, hr),
+                                      f"base load running, calm ({hr})")
+            if not args.skip_attribution and hr == "today":
+                d, kc = start_double(args, base_pods, workdir, "attr")
+                a, port = start_agent(args, kc, workdir, write_policy(args, workdir, args.fast_interval, hr))
+                attribution_check(args, workdir, port, pods_by_pid)
+                stop(a)
+                stop(d)
+            for label, mode, fast, greedy_gpus, rates, runs, opts in sweep:
+                if opts["h"] != hr:
+                    continue
+                policy = write_policy(args, workdir, fast, hr, opts["a"])
+                for rate in rates:
+                    for run in range(runs):
+                        if time.time() - START > args.budget:
+                            log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
+                            continue
+                        # A training process evicted by mistake is recorded and restarted, so one
+                        # wrong eviction cannot void the runs after it.
+                        restarted = []
+                        for g in gpus:
+                            if procs[("train", g)].poll() is not None:
+                                log(f"training process on GPU {g} is gone: restarting it")
+                                seen = open(tlog[g]).read().count('"ready"')
+                                procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
+                                deadline = time.time() + 90
+                                while open(tlog[g]).read().count('"ready"') <= seen and time.time() < deadline:
+                                    time.sleep(0.1)
+                                pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+                                restarted.append(g)
+                        tag = label.replace("/", "-on-").replace("@", "-at-").replace("+", "").replace("%", "-") \
+                            .replace("=", "").replace("*", "x")
+                        greedy = {g: Pod("ci", f"ci-greedy-{int(rate)}-{run}{suffix(g)}", "build", 0,
+                                         {"workload-type": "gpu-ci"}) for g in greedy_gpus}
+                        for p in greedy.values():
+                            p.make_cgroup()
+                        d = a = None
+                        port = None
+                        if mode == "guard":
+                            d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"])
+                            a, port = start_agent(args, kc, workdir, policy)
+                        # Long enough to fill the GPU and then hold on through the kubelet's grace
+                        # (max(grace, 2 s) after the eviction), as a real job would.
+                        seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
+                                      for g in greedy_gpus) / rate + 1.5 + args.hold_after_full
+                        gprocs, glogs, gpids = {}, {}, {}
+                        # Every window (OOMs, evictions, the timeline) opens before the greedy jobs
+                        # start: with several of them, the first grows while the next still starts.
+                        t0 = time.time()
+                        for g in greedy_gpus:
+                            glogs[g] = os.path.join(workdir, f"greedy-{hr}-{tag}-{int(rate)}-{run}-{g}.log")
+                            gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
+                                                 "--chunk-mib", str(chunk_for(args, rate)),
+                                                 "--start-delay", "0", "--seconds", f"{seconds:.2f}"],
+                                             greedy[g].cgroup, glogs[g], pid1=opts["p"])
+                        for g in greedy_gpus:
+                            if not wait_ready(glogs[g], 30):
+                                log("greedy job never got ready:", open(glogs[g]).read()[-2000:])
+                            gpids[g] = python_pid_in(greedy[g].cgroup, 3) or gprocs[g].pid
+                        ready_at = time.time()
+                        for gp in gprocs.values():
+                            try:
+                                gp.wait(timeout=max(0.1, ready_at + seconds + 8 - time.time()))
+                            except subprocess.TimeoutExpired:
+                                gp.kill()
+                        t1 = time.time() + 0.3
+                        time.sleep(0.3)
+                        counters = guard_counters(port) if port else {}
+                        stop(a)
+                        stop(d)
+                        results.append(dict(
+                            label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
+                            headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
+                            greedy={g: dict(name=greedy[g].name, pid=gpids[g],
+                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0)
+                                    for g in greedy_gpus},
+                            train_restarted_before=restarted,
+                            train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
+                            train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
+                            evictions=evictions_in(workdir, t0 - 1, t1),
+                            kubelet_actions=kubelet_in(workdir, t0 - 1, t1 + 3),
+                            counters=counters,
+                            decisions=decisions_in(workdir, t0 - 1, t1)))
+                        log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
+                            results[-1]["evictions"], "kubelet", [k[2] for k in results[-1]["kubelet_actions"]],
+                            "counters", counters)
+                        # Let the GPU settle (the greedy job's memory returns to the driver).
+                        time.sleep(0.5)
+            # Tear the base load down before the next headroom.
+            for k in [k for k in procs if k[0] in ("train", "small", "host", "holder")]:
+                stop(procs.pop(k), signal.SIGKILL)
+            time.sleep(2)
     finally:
         sampler.stop_flag = True
         for p in procs.values():
             stop(p, signal.SIGKILL)
         sampler.join(timeout=2)
     timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid, idle_rows)
+    report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups)
 
 
 def growth_rate(rows, pid):
@@ -528,8 +736,9 @@ def growth_rate(rows, pid):
     return (b[1] - a[1]) / 1024 / (b[0] - a[0])
 
 
-def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_by_pid, idle_rows=()):
+def report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows=(), setups=None):
     for r in results:
+        soft_mib, hard_mib = thresholds[r["headroom"]]
         ev = sorted(r["evictions"])
         greedy_names = {v["name"] for v in r["greedy"].values()}
         r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
@@ -555,43 +764,59 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
                     x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
                 gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
                 x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
+                # What the greedy job grew by after the eviction: its VRAM then against its peak.
+                at_ev = [procs.get(gr["pid"]) for t, _, _, _, procs in win if t <= te and gr["pid"] in procs]
+                after = [procs[gr["pid"]] for t, _, _, _, procs in win if t > te and gr["pid"] in procs]
+                if at_ev and after:
+                    x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
+                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
+                for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
+                    ts = [k[0] for k in kub if k[2] == action]
+                    if ts:
+                        x[f"eviction_to_{action}_ms"] = round((ts[0] - te) * 1000, 1)
             r["per_gpu"][g] = x
     with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
-        json.dump(dict(results=results, soft_mib=soft_mib, hard_mib=hard_mib, total_mib=total_mib,
-                       sweep=sweep), f, indent=1, default=str)
-    lines = ["| series | GiB/s asked (measured, median) | runs | runs with training OOMs | training OOM events | "
-             "evictions (greedy / other) | reaction from soft crossing, ms (median, max) | from hard crossing, ms "
-             "(median) | free at eviction, MiB (min) | min free, MiB | triggers | decision → eviction, ms (median) | "
-             "eviction → memory freed, ms (median, max) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
+                       pid_namespaces=PIDNS, sweep=sweep), f, indent=1, default=str)
+    lines = ["| series | headroom | kubelet, PID 1 | onDecision | GiB/s asked (measured, median) | runs | "
+             "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
+             "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
+             "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
+             "guard stop/resume/kill counters (sum) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
     for label, *_ in sweep:
         for rate in sorted({r["rate"] for r in results if r["label"] == label}):
             rs = [r for r in results if r["label"] == label and r["rate"] == rate]
             pg = [x for r in rs for x in r["per_gpu"].values()]
-            react = [x["reaction_from_soft_ms"] for x in pg if x.get("reaction_from_soft_ms") is not None]
-            react_h = [x["reaction_from_hard_ms"] for x in pg if x.get("reaction_from_hard_ms") is not None]
-            free_ev = [x["free_at_eviction_mib"] for x in pg if x.get("free_at_eviction_mib") is not None]
-            measured = [x["rate_measured"] for x in pg if x.get("rate_measured")]
-            freed = [x["eviction_to_freed_ms"] for x in pg if x.get("eviction_to_freed_ms") is not None]
+            col = lambda k: [x[k] for x in pg if x.get(k) is not None]
+            measured = col("rate_measured")
+            freed = col("eviction_to_freed_ms")
+            growth = col("growth_after_eviction_gib")
             greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
             bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
+            counters = {}
+            for r in rs:
+                for k, v in r.get("counters", {}).items():
+                    counters[k] = counters.get(k, 0) + v
             m = med(measured)
-            lines.append(f"| {label} | {rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
+            r0 = rs[0]
+            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
+                         f"{rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
                          f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
-                         f"{med(react)}, {max(react) if react else None} | {med(react_h)} | "
-                         f"{min(free_ev) if free_ev else None} | "
-                         f"{min((x['min_free_mib'] for x in pg if x['min_free_mib'] is not None), default=None)} | "
                          f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
-                         f"{med([x['decision_to_eviction_ms'] for x in pg if x.get('decision_to_eviction_ms') is not None])} | "
-                         f"{med(freed)}, {max(freed) if freed else None} |")
+                         f"{min(col('free_at_eviction_mib'), default=None)} | "
+                         f"{min(col('min_free_mib'), default=None)} | "
+                         f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
+                         f"{med(freed)}, {max(freed) if freed else None} | "
+                         f"{med(growth)}, {max(growth) if growth else None} | "
+                         f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
     with open(os.path.join(args.out, "guard-report.md"), "w") as f:
-        f.write(f"GPUs {args.gpus}, {total_mib} MiB each; soft threshold {soft_mib:.0f} MiB free ({args.soft:g} %), "
-                f"hard {hard_mib:.0f} MiB free ({args.hard:g} %); default fast interval {args.fast_interval} "
-                "(a series named MODE@X used X); eviction grace period 0 s (the API double kills the pod's cgroup "
-                "at once). Every GPU in --gpus runs its own training process and small CI pod; series "
-                "MODE/0+1 grow a greedy job on each of those GPUs at once.\n\n")
+        f.write(f"GPUs {args.gpus}, {total_mib} MiB each; thresholds per headroom (soft, hard MiB free): "
+                f"{ {k: (round(v[0]), round(v[1])) for k, v in thresholds.items()} }; base loads: {setups}; "
+                f"default fast interval {args.fast_interval}; policy evictionGracePeriodSeconds {args.grace}; "
+                f"kubelet watch latency {args.watch_latency}; job shells in PID namespaces: {PIDNS}.\n\n")
         f.write("\n".join(lines) + "\n")
         if idle_rows:
             f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
@@ -600,6 +825,7 @@ def report(args, sweep, results, timeline, soft_mib, hard_mib, total_mib, pods_b
                 f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
     print("\n".join(lines))
     print(json.dumps(list(idle_rows)))
+    soft_mib, hard_mib = thresholds["today"]
     plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib)
 
 
@@ -635,7 +861,8 @@ def plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib):
         here = {r["greedy"][g]["name"]} | set(r["unneeded"])
         for te, name, status in (e for e in r["evictions"] if e[1] in here):
             ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
-        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}): "
+        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}, "
+                     f"{r['headroom']}, {r['kubelet']} kubelet): "
                      f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
         ax.set_xlabel("seconds since the greedy job was launched")
         ax.set_ylabel("GiB")

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The guard sweep of docs/validation.md §3c on one H200, with the idle-cost comparison:
-# five guarded runs at each of 4, 16, 64, 128 and 250 GiB/s (default policy in enforce mode,
-# the adaptive fast watch), two unguarded runs per rate, and the CPU of the agent before and
-# after the adaptive watch with the guard armed (idle GPU, then calm training + CI load).
+# The guard sweeps of docs/validation.md §3d (issue 25) on one H200, under the API double's
+# faithful kubelet (SIGTERM to PID 1 — a job shell that ignores it — SIGKILL at max(grace, 2 s)):
+# the default policy (evictionGracePeriodSeconds 5) in enforce mode at two headrooms, today's
+# ~32 GiB free and an emulated A10G (24 GiB shared by four jobs). SWEEP picks the series
+# (hw/guard_h200.py --sweep syntax; `%h=a10g`, `%a=stop|kill|evict`, `%k=instant`, `%p=exits`).
 #
-#   OUT=/tmp/out bash hw/guard_sweep_h200.sh target/release/gpu-warden \
-#       target/release/apiserver-double target/release/gpu-warden-before
+#   OUT=/tmp/out SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
+#       target/release/gpu-warden target/release/apiserver-double [before-binary]
 set -euo pipefail
 agent=${1:?agent binary}
 double=${2:?apiserver-double binary}
@@ -18,5 +19,5 @@ if [ -n "$before" ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv"
 python3 "$(dirname "$0")/guard_h200.py" --agent "$agent" --double "$double" --runs 5 \
-  --skip-attribution --budget "${BUDGET:-540}" --out "$out" "${idle[@]}" \
-  --sweep "${SWEEP:-guard:4,16,64,128,250;none*2:4,16,64,128,250}" 2>&1 | tee "$out/sweep.log"
+  --skip-attribution --budget "${BUDGET:-520}" --out "$out" "${idle[@]}" \
+  --sweep "${SWEEP:-guard*5%h=a10g:4,16,64,128,250;guard*5:4,16,64,128,250}" 2>&1 | tee "$out/sweep.log"

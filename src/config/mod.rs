@@ -13,7 +13,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod flag_values;
 pub mod lease;
+
+pub use flag_values::{parse_interval, IntervalError, Switch};
 
 /// Which GPU source to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,42 +75,11 @@ pub enum KubeMode {
     Off,
 }
 
-/// On/off switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// An interval flag that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IntervalError {
-    #[error(transparent)]
-    Duration(#[from] crate::model::units::DurationError),
-    #[error("must be at least 1ms")]
-    TooShort,
-    #[error("must be at most 1h")]
-    TooLong,
-}
-
-/// Parses a duration flag: `1s`, `250ms`, `2m`. Zero and sub-millisecond values are
-/// refused because every interval here paces a loop.
-pub fn parse_interval(s: &str) -> Result<Duration, IntervalError> {
-    let d = crate::model::units::parse_duration(s)?;
-    if d < Duration::from_millis(1) {
-        return Err(IntervalError::TooShort);
-    }
-    if d > Duration::from_secs(3600) {
-        return Err(IntervalError::TooLong);
-    }
-    Ok(d)
 }
 
 /// gpu-warden: GPU metrics, free-VRAM node annotations and an OOM guard for Kubernetes nodes.
@@ -239,12 +211,12 @@ pub struct Cli {
 
     /// Re-patch the Node's annotations at least this often (liveness itself is on the Lease;
     /// an extender without Leases judges staleness by it).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
     pub annotation_heartbeat: Duration,
 
     /// Never patch the Node more often than this, except for a pressure rise (the Lease
     /// carries changes within seconds).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
     pub annotation_min_interval: Duration,
 
     /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the

@@ -209,7 +209,7 @@ mod tests {
     }
 
     /// An extender from before Leases reads only the Node, which new agents write at most
-    /// every 5 minutes (the real planner, its default configuration, a steady GPU, 20 min).
+    /// every 5½ minutes (the real planner, its default configuration, a steady GPU, 20 min).
     #[test]
     fn an_old_extender_with_new_agents_needs_a_longer_stale_after() {
         use crate::model::snapshot::{
@@ -237,10 +237,10 @@ mod tests {
             ..AnnotationConfig::default()
         });
         let mut node = BTreeMap::new();
-        let (mut stale_by_default, mut stale_at_11m, mut polls) = (0, 0, 0);
+        let (mut stale_by_default, mut stale_at_12m, mut polls) = (0, 0, 0);
         let old_default = JudgePolicy::default();
         let widened = JudgePolicy {
-            stale_after: Duration::from_secs(660),
+            stale_after: Duration::from_secs(720),
             ..JudgePolicy::default()
         };
         for t in 0..1200u64 {
@@ -263,7 +263,7 @@ mod tests {
             stale_by_default += usize::from(
                 judge(&state, &[], Some(4096), &old_default, at(t)).reason == Reason::Stale,
             );
-            stale_at_11m += usize::from(
+            stale_at_12m += usize::from(
                 judge(&state, &[], Some(4096), &widened, at(t)).reason == Reason::Stale,
             );
         }
@@ -272,8 +272,8 @@ mod tests {
             "{stale_by_default} of {polls}: 120 s is too short for a 5-minute Node"
         );
         assert_eq!(
-            stale_at_11m, 0,
-            "staleAfter: 11m (docs/deploy.md, Upgrade) accepts every poll"
+            stale_at_12m, 0,
+            "staleAfter: 12m (docs/deploy.md, Upgrade) accepts every poll"
         );
     }
 

@@ -3,6 +3,8 @@
 //! shell that carries them out is `act::enforce`.
 
 pub mod decision;
+pub mod history;
+pub mod hold;
 pub mod levels;
 pub mod notes;
 pub mod policy;

@@ -5,9 +5,11 @@
 //! family objects.
 
 use super::text::{Family, Kind};
+use crate::model::snapshot::{GpuHealth, Snapshot};
 use prometheus::IntGauge;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Handles to the self metrics.
 #[derive(Clone)]
@@ -226,6 +228,31 @@ fn write_gauge(out: &mut Vec<u8>, name: &str, help: &str, g: &IntGauge) {
 }
 
 impl SelfMetrics {
+    /// Records a full poll of `snap` that took `took`: its latency, its NVML errors, the GPUs
+    /// by health and the poll's wall time.
+    pub fn record_poll(&self, snap: &Snapshot, took: Duration) {
+        self.poll_duration.observe(took.as_secs_f64());
+        for (call, n) in &snap.errors {
+            self.nvml_errors.with_label_values(&[call]).inc_by(*n);
+        }
+        let (mut ok, mut degraded, mut lost) = (0, 0, 0);
+        for g in &snap.gpus {
+            match g.health {
+                GpuHealth::Ok => ok += 1,
+                GpuHealth::Degraded(_) => degraded += 1,
+                GpuHealth::Lost(_) => lost += 1,
+            }
+        }
+        self.gpus.with_label_values(&["ok"]).set(ok);
+        self.gpus.with_label_values(&["degraded"]).set(degraded);
+        self.gpus.with_label_values(&["lost"]).set(lost);
+        let unix = snap
+            .wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.last_poll.set(unix);
+    }
+
     /// Every self metric at zero; `version` goes into `gpu_warden_build_info`. Fails only
     /// if a metric's name were invalid.
     pub fn new(version: &str) -> Result<SelfMetrics, prometheus::Error> {

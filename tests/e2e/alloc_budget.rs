@@ -39,7 +39,7 @@ fn a_warm_exposition_costs_one_allocation_per_poll() {
             let snap = Arc::new(snap);
             let pressure = pressure.clone();
             let (stats, published) =
-                alloc_count::measure(|| rig.core.publish(snap, pressure, serde_json::Value::Null));
+                alloc_count::measure(|| rig.core.publish(snap, pressure, None));
             let text = String::from_utf8(published.metrics.to_vec()).unwrap();
             assert!(text.contains("process_name=\"py\\\"th\\\\on\""), "{text}");
             assert!(text.contains("pod=\"job-0\""), "{text}");

@@ -99,7 +99,7 @@ impl Feed {
             snapshot: Arc::new(snap),
             metrics: Bytes::new(),
             published_at: at,
-            guard: Value::Null,
+            guard: None,
             pressure: pressure.iter().copied().collect(),
             replicas: None,
         })));
@@ -364,20 +364,22 @@ async fn steady_scenario_patches_once_per_heartbeat_and_no_more() {
     rig.shutdown().await.unwrap();
 }
 
-/// The "Done when" run: ten minutes of 1 s polls of a steady node, over real HTTP, on a
-/// manual clock (the annotator takes all its time decisions from the injected clock).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_minute_steady_sim_run_makes_at_most_eleven_patches() {
+/// Ten minutes of 1 s polls of a steady node, over real HTTP, on a manual clock (the
+/// annotator takes all its time decisions from the injected clock). `heartbeat`: the Node's
+/// cadence, `None` for the default (with a Lease: 5m30s).
+async fn ten_minute_steady_run(heartbeat: Option<Duration>) -> Vec<String> {
     let clock = Arc::new(ManualClock::new(
         UNIX_EPOCH + Duration::from_secs(1_780_000_000),
     ));
-    let mut rig = rig(
-        STEADY,
-        AnnotationConfig::default(),
-        fast_timing(),
-        clock.clone(),
-    )
-    .await;
+    let cfg = match heartbeat {
+        Some(h) => AnnotationConfig {
+            heartbeat: h,
+            min_interval: Duration::from_secs(5),
+            ..AnnotationConfig::default()
+        },
+        None => AnnotationConfig::default(),
+    };
+    let mut rig = rig(STEADY, cfg, fast_timing(), clock.clone()).await;
     for t in 0..=600u64 {
         clock.set(Duration::from_secs(t));
         rig.feed
@@ -387,8 +389,6 @@ async fn ten_minute_steady_sim_run_makes_at_most_eleven_patches() {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let patches = rig.patches();
-    assert!(patches.len() <= 11, "{}", patches.len());
-    assert!(patches.len() >= 10, "{}", patches.len());
     assert_only_our_keys(&patches);
     let observed: Vec<String> = patches
         .iter()
@@ -399,13 +399,34 @@ async fn ten_minute_steady_sim_run_makes_at_most_eleven_patches() {
                 .to_string()
         })
         .collect();
+    rig.shutdown().await.unwrap();
+    observed
+}
+
+/// Without a Lease (the cadence before Leases, `--annotation-heartbeat 60s`): a patch a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_minute_steady_sim_run_makes_at_most_eleven_patches() {
+    let observed = ten_minute_steady_run(Some(Duration::from_secs(60))).await;
+    assert!(observed.len() <= 11 && observed.len() >= 10, "{observed:?}");
     assert_eq!(observed[0], "2026-05-28T20:26:40Z");
     // The heartbeat after one minute (a poll later if the annotator lagged behind the feed).
     assert!(
         observed[1].starts_with("2026-05-28T20:27:4"),
         "{observed:?}"
     );
-    rig.shutdown().await.unwrap();
+}
+
+/// The default Node cadence beside a Lease: the first patch and one heartbeat at 5m30s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_minute_steady_run_at_the_default_cadence_patches_twice() {
+    let observed = ten_minute_steady_run(None).await;
+    assert_eq!(observed.len(), 2, "{observed:?}");
+    assert_eq!(observed[0], "2026-05-28T20:26:40Z");
+    // 5m30s later (a poll later if the annotator lagged behind the feed).
+    assert!(
+        observed[1].starts_with("2026-05-28T20:32:1"),
+        "{observed:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

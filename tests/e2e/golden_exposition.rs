@@ -61,9 +61,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
     rig.set(at);
     let mut snap = rig.sample();
     rig.core.prepare(&mut snap, Duration::from_micros(850));
-    let published = rig
-        .core
-        .publish(Arc::new(snap), Default::default(), serde_json::Value::Null);
+    let published = rig.core.publish(Arc::new(snap), Default::default(), None);
     String::from_utf8(published.metrics.to_vec()).unwrap()
 }
 

@@ -131,7 +131,7 @@ impl Rig {
             snapshot: Arc::new(snap),
             metrics: Bytes::new(),
             published_at: at,
-            guard: Value::Null,
+            guard: None,
             pressure: BTreeMap::from([(0, pressure)]),
             replicas: None,
         })));
@@ -372,8 +372,9 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
         r.node_annotations(),
         "no Lease: the Node's annotations as they are"
     );
+    // vram-observed-at has whole seconds: 3 s leaves room for the rounding.
     let policy = JudgePolicy {
-        stale_after: hb * 2,
+        stale_after: Duration::from_secs(3),
         ..JudgePolicy::default()
     };
     let fresh = judge(
@@ -386,7 +387,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
     assert_eq!(fresh.reason, Reason::Fits, "{}", fresh.message);
     // The agent stops: its heartbeat stops, the figures go stale by their vram-observed-at.
     let frozen = ann.clone();
-    tokio::time::sleep(hb * 2 + Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(4200)).await;
     let stale = judge(
         &read_node(&frozen, "gpu-warden.io"),
         &[],

@@ -7,9 +7,11 @@
 //! guard decides on the freshly listed view and evicts the greedy job — only it.
 //!
 //! The GPU: 22.6 GiB usable; a trainer (priority 1000000, 8 GiB), a CI job (3 GiB) and a
-//! greedy CI job growing 1 GiB/s from 1 s: soft pressure at ≈9 s, hard at ≈10.5 s. Evicted
-//! pods are deleted at once (grace 0: the double's instant deletion, the comparison the
-//! other guard API tests make until the faithful kubelet is on main).
+//! greedy CI job growing 1 GiB/s from 1 s: soft pressure at ≈9 s, hard at ≈10.5 s. The
+//! double plays the faithful kubelet in real time (as in guard_api_faults): with grace 0 the
+//! API server deletes an evicted pod at once, and the kubelet's signals reach no process here
+//! — the simulated processes live in the agent — so the cooldown (60 s) keeps the guard from
+//! deciding twice.
 
 use crate::support::*;
 use apiserver_double::{ApiServer, Fault, FaultAction, Method};
@@ -47,9 +49,7 @@ processes:
 #[test]
 fn the_guard_acts_on_a_view_proven_by_lists_when_every_watch_expires() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt
-        .block_on(ApiServer::builder().eviction_grace_scale(0.0).start())
-        .unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
     let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "expired").unwrap();
     server
         .add_node(serde_json::json!({"metadata": {"name": NODE}}))
