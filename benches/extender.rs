@@ -31,6 +31,9 @@ impl NodeLookup for Nodes {
     fn state(&self, node: &str) -> Option<Arc<NodeState>> {
         self.0.get(node).cloned()
     }
+    fn annotations(&self, _node: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        None
+    }
     fn ready(&self) -> bool {
         true
     }

@@ -51,7 +51,8 @@ CRD_SCHEMAS = {
 OVERLAYS = {
     # overlay: guard mode, runtimeClassName expected, prometheus-operator objects, port
     "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
-    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400),
+    # UID 0 with CAP_KILL only: the guard stops the victim's GPU processes (onDecision: stop).
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, kill=True),
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401),
@@ -73,7 +74,8 @@ OWN_NAMES = ["gpu_warden_container_gpu_memory_used_bytes", "gpu_warden_gpu_memor
 # Namespace unless told to (namespace-create).
 HELM = {
     "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False),
-    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, namespace_object=False, policy=True),
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, namespace_object=False, policy=True,
+                    kill=True),
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400, namespace_object=False),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400, namespace_object=False),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401, namespace_object=False),
@@ -234,8 +236,9 @@ def check_daemonset(overlay, objects, out_dir):
         p.append("must run as ServiceAccount gpu-warden with its token")
     psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
     uid = csc.get("runAsUser", psc.get("runAsUser"))
-    if exp.get("root"):
-        # Root without any capability: it owns the kubelet's socket, nothing more.
+    if exp.get("root") or exp.get("kill"):
+        # Root without any capability (but KILL, for stop at decision): it owns the
+        # kubelet's socket, or may signal the victim's processes; nothing more.
         if uid != 0 or csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not False:
             p.append(f"runAsUser must be 0 with runAsNonRoot false in this overlay, is {uid}")
     elif not (psc.get("runAsNonRoot") and csc.get("runAsNonRoot", True)):
@@ -249,7 +252,10 @@ def check_daemonset(overlay, objects, out_dir):
     if csc.get("privileged"):
         p.append("privileged must not be set")
     caps = csc.get("capabilities", {})
-    if caps.get("drop") != ["ALL"] or caps.get("add"):
+    if exp.get("kill"):
+        if caps.get("drop") != ["ALL"] or caps.get("add") != ["KILL"]:
+            p.append(f"capabilities must drop ALL and add only KILL (stop at decision): {caps}")
+    elif caps.get("drop") != ["ALL"] or caps.get("add"):
         p.append(f"capabilities must drop ALL and add nothing: {caps}")
     if c.get("image") != exp["image"]:
         p.append(f"image {c.get('image')} != {exp['image']}")
@@ -372,9 +378,16 @@ def check_wiring(overlay, objects):
         m = sports.get("metrics")
         if m is None or m.get("targetPort") not in ("metrics", cports.get("metrics")):
             p.append("Service port 'metrics' must target the container's metrics port")
-        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        # The scrape annotations are the Service's: on the pod template, toggling the
+        # ServiceMonitor would restart every agent.
+        annotations = svc["metadata"].get("annotations", {})
+        pod_annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        if any(k.startswith("prometheus.io/") for k in pod_annotations):
+            p.append("prometheus.io/* annotations belong on the Service, not the agent pods (a toggle would roll them)")
         if m is not None and annotations.get("prometheus.io/port") != str(cports.get("metrics")):
-            p.append("prometheus.io/port annotation disagrees with the metrics port")
+            p.append("the Service's prometheus.io/port annotation disagrees with the metrics port")
+        if not exp["prom"] and annotations.get("prometheus.io/scrape") != "true":
+            p.append("without a ServiceMonitor the Service needs prometheus.io/scrape: \"true\" (annotation-based discovery)")
         sm = one(objects, "ServiceMonitor")
         if sports.get("metrics", {}).get("port") != cports.get("metrics"):
             p.append("Service port and container port differ: scrape configs would be confusing")
@@ -408,7 +421,7 @@ def check_wiring(overlay, objects):
                     if any(dropped(n) for n in OWN_NAMES) or (not exp["drop_dcgm"] and any(dropped(n) for n in DCGM_NAMES)):
                         p.append(f"ServiceMonitor drops families it must keep: {[x.pattern for x in drops]}")
                 if annotations.get("prometheus.io/scrape") != "false":
-                    p.append("annotation-based scraping must be off where the ServiceMonitor scrapes")
+                    p.append("annotation-based scraping (the Service's prometheus.io/scrape) must be off where the ServiceMonitor scrapes")
             dash = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
             with open(os.path.join(ROOT, "deploy", "grafana", "gpu-warden.json")) as f:
                 want = f.read()

@@ -7,7 +7,10 @@ use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::event_sender::EventSender;
+use crate::act::lease::{spawn_lease, LeaseConfig};
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
+use crate::act::signal::ProcSignals;
+use crate::act::stop::Stopper;
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::podresources::feed::{self, FeedConfig};
 use crate::attribute::pods::{self, StaticPods};
@@ -194,6 +197,7 @@ fn guard_parts(
     node: &str,
     self_metrics: &SelfMetrics,
     clock: &Arc<dyn Clock>,
+    proc: ProcFs,
 ) -> GuardParts {
     let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
         Some(c) if policy.mode != Mode::Off => {
@@ -203,16 +207,24 @@ fn guard_parts(
                 .cooldown_timeout
                 .saturating_sub(Duration::from_secs(10))
                 .max(Duration::from_secs(5));
-            Some(Arc::new(
-                Enforcer::new(
-                    c,
-                    node.to_string(),
+            let mut enforcer = Enforcer::new(
+                c,
+                node.to_string(),
+                self_metrics.clone(),
+                &policy,
+                clock.clone(),
+            )
+            .with_walk_budget(budget);
+            // Dry-run never signals: only an enforcing guard gets the stopper.
+            if policy.mode == Mode::Enforce && policy.on_decision.signals() {
+                enforcer = enforcer.with_stopper(Arc::new(Stopper::new(
+                    policy.on_decision,
+                    Arc::new(ProcSignals::new(proc)),
                     self_metrics.clone(),
-                    &policy,
                     clock.clone(),
-                )
-                .with_walk_budget(budget),
-            ))
+                )));
+            }
+            Some(Arc::new(enforcer))
         }
         _ => None,
     };
@@ -223,7 +235,7 @@ fn guard_parts(
         );
         policy.mode = Mode::Off;
     } else {
-        tracing::info!(mode = policy.mode.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
+        tracing::info!(mode = policy.mode.as_str(), on_decision = policy.on_decision.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
     }
     GuardParts {
         guard: Guard::new(policy),
@@ -307,6 +319,7 @@ impl Wiring {
             &self.node,
             &self.metrics,
             &self.clock,
+            ProcFs::new(&opened.proc_root),
         );
         let mut core = Core::new(
             MetricsConfig {
@@ -326,7 +339,8 @@ impl Wiring {
             ));
         }
         if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            core = core.with_replicas(rx);
+            // A clone of the Arc under the watch's lock, held for nanoseconds.
+            core = core.with_replicas(move || rx.borrow().clone());
         }
         let events = clients
             .as_ref()
@@ -433,7 +447,8 @@ impl Wiring {
                     self.metrics.clone(),
                     self.clock.clone(),
                 );
-                vec![Box::new(move |rx| {
+                let lease = self.lease_companion(c, &cfg);
+                let annotator: super::Companion = Box::new(move |rx| {
                     let handle = spawn_annotator(client, node, cfg, rx, clock, metrics);
                     Box::new(move || {
                         Box::pin(async move {
@@ -442,7 +457,8 @@ impl Wiring {
                             }
                         })
                     })
-                })]
+                });
+                std::iter::once(annotator).chain(lease).collect()
             }
             Switch::Off => {
                 let prefix = self.annotation_cfg.prefix.clone();
@@ -453,6 +469,39 @@ impl Wiring {
                 Vec::new()
             }
         }
+    }
+
+    /// The Lease task (liveness and figures for the extender), when `--lease on` and the
+    /// agent knows its namespace.
+    fn lease_companion(
+        &self,
+        c: &KubeClients,
+        node_cfg: &AnnotationConfig,
+    ) -> Option<super::Companion> {
+        let args = &self.cli.lease;
+        if args.lease == Switch::Off {
+            tracing::info!("--lease=off: no Lease; extenders judge this node by its Node's vram-observed-at, so keep --annotation-heartbeat below their staleAfter");
+            return None;
+        }
+        let Some(namespace) = args.lease_namespace.clone() else {
+            tracing::warn!("no --lease-namespace / POD_NAMESPACE: no Lease; extenders judge this node by its Node's vram-observed-at (set POD_NAMESPACE from the Downward API, or --annotation-heartbeat below their staleAfter)");
+            return None;
+        };
+        let cfg = LeaseConfig {
+            namespace,
+            name: self.node.clone(),
+            holder: args
+                .lease_holder
+                .clone()
+                .unwrap_or_else(|| self.node.clone()),
+            renew_interval: args.lease_renew_interval,
+            duration: args.lease_duration,
+        };
+        let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());
+        Some(Box::new(move |rx| {
+            let handle = spawn_lease(client, cfg, &node_cfg, rx, clock);
+            Box::new(move || Box::pin(handle.shutdown()))
+        }))
     }
 
     /// TLS and authentication for the HTTP server, from their flags.

@@ -6,7 +6,7 @@
 //! ```yaml
 //! annotationPrefix: gpu-warden.io
 //! marginMiB: 512            # kept free beyond the pod's need
-//! staleAfter: 120s          # 2 x the agent's heartbeat
+//! staleAfter: 120s          # 8 x the agents' Lease renewal; 2 x the Node heartbeat of agents without one
 //! unknownNode: pass         # stale, missing or unreadable figures: pass (fail-open) | fail
 //! score: pack               # pack (best fit) | spread
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
@@ -26,7 +26,7 @@
 use super::core::ExtenderPolicy;
 use super::judge::{JudgePolicy, ScoreMode, UnknownNode};
 use super::need::{DefaultNeed, NeedRules, UnknownNeed};
-use crate::config::{parse_interval, LogArgs};
+use crate::config::{parse_interval, IntervalError, LogArgs};
 use clap::Parser;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -80,6 +80,15 @@ pub struct ExtenderCli {
         env = "GPU_WARDEN_EXTENDER_NODE_SELECTOR"
     )]
     pub node_selector: Option<String>,
+
+    /// Namespace of the agents' Leases (their liveness and current figures; docs/annotations.md).
+    /// Without it liveness comes from the Nodes' `vram-observed-at` alone.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "GPU_WARDEN_EXTENDER_LEASE_NAMESPACE"
+    )]
+    pub lease_namespace: Option<String>,
 
     /// Largest request body accepted, bytes; larger ones get a 413.
     #[arg(
@@ -184,25 +193,49 @@ pub enum ConfigError {
         /// The file.
         path: String,
         /// What is wrong.
-        reason: String,
+        reason: PolicyError,
     },
 }
 
-fn duration(key: &str, v: Option<&str>, default: Duration) -> Result<Duration, String> {
+/// What is wrong with a policy file; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// Not YAML of the policy's shape (serde names the key).
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("{key}: {source}")]
+    Duration {
+        key: &'static str,
+        source: IntervalError,
+    },
+    #[error("staleAfter must be more than 0")]
+    ZeroStaleAfter,
+    #[error("defaults[{0}].mib must be more than 0")]
+    ZeroDefault(usize),
+    /// A `learned` or `unknownNeed` value that cannot be used; the text names the key.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn duration(
+    key: &'static str,
+    v: Option<&str>,
+    default: Duration,
+) -> Result<Duration, PolicyError> {
     match v {
         None => Ok(default),
-        Some(s) => parse_interval(s).map_err(|e| format!("{key}: {e}")),
+        Some(s) => parse_interval(s).map_err(|source| PolicyError::Duration { key, source }),
     }
 }
 
 impl PolicyFile {
     /// Parses YAML text.
-    pub fn parse(text: &str) -> Result<PolicyFile, String> {
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<PolicyFile, PolicyError> {
+        Ok(serde_yaml_ng::from_str(text)?)
     }
 
     /// The policy, defaults filled in and checked.
-    pub fn policy(&self) -> Result<ExtenderPolicy, String> {
+    pub fn policy(&self) -> Result<ExtenderPolicy, PolicyError> {
         let prefix = self
             .annotation_prefix
             .clone()
@@ -215,7 +248,7 @@ impl PolicyFile {
             score: self.score.unwrap_or(d.score),
         };
         if judge.stale_after.is_zero() {
-            return Err("staleAfter must be more than 0".into());
+            return Err(PolicyError::ZeroStaleAfter);
         }
         let ledger_ttl = duration(
             "ledgerTtl",
@@ -223,22 +256,22 @@ impl PolicyFile {
             Duration::from_secs(180),
         )?;
         if let Some(i) = self.defaults.iter().position(|d| d.mib == 0) {
-            return Err(format!("defaults[{i}].mib must be more than 0"));
+            return Err(PolicyError::ZeroDefault(i));
         }
         let l = self.learned.clone().unwrap_or_default();
         let learned = match l.prometheus_url.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(url) => {
                 if !url.starts_with("http://") {
-                    return Err(format!(
+                    return Err(PolicyError::Invalid(format!(
                         "learned.prometheusUrl {url:?}: only http:// URLs are supported"
-                    ));
+                    )));
                 }
                 let window = l.window.clone().unwrap_or_else(|| "7d".into());
                 if window.is_empty() || !window.chars().all(|c| c.is_ascii_alphanumeric()) {
-                    return Err(format!(
+                    return Err(PolicyError::Invalid(format!(
                         "learned.window {window:?}: a PromQL duration like 7d or 12h"
-                    ));
+                    )));
                 }
                 let refresh = duration(
                     "learned.refresh",
@@ -251,7 +284,9 @@ impl PolicyFile {
                     Duration::from_secs(3600),
                 )?;
                 if refresh.is_zero() {
-                    return Err("learned.refresh must be more than 0".into());
+                    return Err(PolicyError::Invalid(
+                        "learned.refresh must be more than 0".into(),
+                    ));
                 }
                 Some(LearnedSource {
                     url: url.trim_end_matches('/').to_string(),
@@ -263,11 +298,13 @@ impl PolicyFile {
             }
         };
         if let Some(UnknownNeed::Reserve { mib: 0 }) = self.unknown_need {
-            return Err("unknownNeed.mib must be more than 0".into());
+            return Err(PolicyError::Invalid(
+                "unknownNeed.mib must be more than 0".into(),
+            ));
         }
         Ok(ExtenderPolicy {
             needs: NeedRules {
-                annotation: format!("{prefix}/vram-request-mib"),
+                annotation: crate::model::vram_request::key(&prefix),
                 project_label: l
                     .project_label
                     .clone()
@@ -397,7 +434,8 @@ mod tests {
         ] {
             let err = PolicyFile::parse(text)
                 .and_then(|f| f.policy())
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }

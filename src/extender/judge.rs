@@ -41,8 +41,8 @@ pub enum ScoreMode {
 pub struct JudgePolicy {
     /// MiB kept free on a GPU beyond the pod's need.
     pub margin_mib: u64,
-    /// Figures older than this are stale (default 11 min: past twice the agents' 5-minute
-    /// unchanged-value heartbeat; an agent's liveness is its Lease).
+    /// Figures older than this are stale (default 120 s: 8 × the agents' Lease renewal,
+    /// which carries their figures; src/extender/liveness.rs).
     pub stale_after: Duration,
     /// The rule for stale, missing or unreadable figures.
     pub unknown_node: UnknownNode,
@@ -54,7 +54,7 @@ impl Default for JudgePolicy {
     fn default() -> Self {
         JudgePolicy {
             margin_mib: 512,
-            stale_after: Duration::from_secs(660),
+            stale_after: Duration::from_secs(120),
             unknown_node: UnknownNode::Pass,
             score: ScoreMode::Spread,
         }

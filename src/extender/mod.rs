@@ -12,7 +12,9 @@ pub mod config;
 pub mod core;
 pub mod judge;
 pub mod learned;
+pub mod lease_cache;
 pub mod ledger;
+pub mod liveness;
 pub mod metrics;
 pub mod need;
 pub mod nodes;
@@ -99,6 +101,19 @@ pub fn run(
             &policy.prefix,
             metrics.clone(),
         );
+        let nodes: Arc<dyn watch::NodeLookup> = match cli.lease_namespace.as_deref() {
+            Some(ns) => lease_cache::spawn_live_nodes(
+                clients.direct.clone(),
+                ns,
+                &policy.prefix,
+                nodes,
+                metrics.clone(),
+            ),
+            None => {
+                tracing::info!("no --lease-namespace: node liveness from the Nodes' vram-observed-at alone (agents before Leases)");
+                nodes
+            }
+        };
         let learned_source = policy.learned.clone();
         let feed = Arc::new(watch::LedgerFeed {
             ledger: Arc::new(Mutex::new(ledger::Ledger::new(policy.ledger_ttl))),

@@ -8,6 +8,7 @@
 use super::learned::LearnedNeeds;
 use super::wire::PodView;
 use crate::guard::selector::Selector;
+use crate::model::vram_request;
 use serde::Deserialize;
 
 /// A configured default need, for pods matching a namespace and/or a label selector.
@@ -93,7 +94,7 @@ impl NeedRules {
             .get(&self.project_label)
             .and_then(|p| learned.get(pod.namespace(), p));
         if let Some(v) = pod.annotation(&self.annotation) {
-            let Ok(mib) = v.trim().parse::<u64>() else {
+            let Some(mib) = vram_request::parse_mib(v) else {
                 return Err(BadDeclaration {
                     key: self.annotation.clone(),
                     value: v.to_string(),

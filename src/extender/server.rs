@@ -189,7 +189,23 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
         }
     }
     let prefix = &f.policy.prefix;
-    let candidates = call.candidates.states(&|n: &str| f.nodes.state(n), prefix);
+    let candidates: Vec<Judged<'_>> = match &call.candidates {
+        super::core::Candidates::Names(_) => {
+            call.candidates.states(&|n: &str| f.nodes.state(n), prefix)
+        }
+        // Full objects: their annotations, read through the node's Lease when there is one.
+        super::core::Candidates::Objects(list) => list
+            .items
+            .iter()
+            .map(|o| {
+                let name = super::wire::node_name(o).unwrap_or_default();
+                let a = f
+                    .nodes
+                    .through_lease(name, super::wire::node_annotations(o));
+                (name, Some(Arc::new(super::nodes::read_node(&a, prefix))))
+            })
+            .collect(),
+    };
     let learned = f.learned_needs();
     let eval = {
         let mut ledger = f.ledger.lock().unwrap_or_else(|e| e.into_inner());

@@ -18,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
@@ -27,15 +27,29 @@ use std::time::{Duration, SystemTime};
 pub trait NodeLookup: Send + Sync {
     /// What the node's annotations say; `None` when the node is not known.
     fn state(&self, node: &str) -> Option<Arc<NodeState>>;
+    /// The node's annotations as they are; `None` when the node is not known.
+    fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>>;
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
+    /// `annotations` of `node` (from a full Node object) as verdicts read them; the Lease
+    /// lookup ([`super::lease_cache::LiveNodes`]) applies the node's Lease.
+    fn through_lease(
+        &self,
+        _node: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        annotations
+    }
 }
+
+/// One cached Node: its annotations and what they say, parsed once.
+type Cached = (Arc<BTreeMap<String, String>>, Arc<NodeState>);
 
 /// The Nodes' figures, parsed once per change of the Node (on the watch), not per call: a
 /// verdict then costs a hash lookup, not a JSON parse (docs/performance.md, "Extender").
 pub struct NodeCache {
     prefix: String,
-    nodes: RwLock<HashMap<String, Arc<NodeState>>>,
+    nodes: RwLock<HashMap<String, Cached>>,
     ready: AtomicBool,
 }
 
@@ -45,7 +59,14 @@ impl NodeLookup for NodeCache {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(node)
-            .cloned()
+            .map(|(_, s)| s.clone())
+    }
+    fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .map(|(a, _)| (**a).clone())
     }
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
@@ -62,19 +83,16 @@ impl NodeCache {
         }
     }
 
-    fn parse(&self, node: Node) -> Option<(String, Arc<NodeState>)> {
+    fn parse(&self, node: Node) -> Option<(String, Cached)> {
         let name = node.metadata.name?;
         let ann = node.metadata.annotations.unwrap_or_default();
-        Some((name, Arc::new(read_node(&ann, &self.prefix))))
+        let state = Arc::new(read_node(&ann, &self.prefix));
+        Some((name, (Arc::new(ann), state)))
     }
 
     /// Applies one watch event; `staging` holds a relist until its end. Returns the node
     /// count after it.
-    pub fn apply(
-        &self,
-        ev: Event<Node>,
-        staging: &mut Option<HashMap<String, Arc<NodeState>>>,
-    ) -> usize {
+    pub fn apply(&self, ev: Event<Node>, staging: &mut Option<HashMap<String, Cached>>) -> usize {
         let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
         match ev {
             Event::Init => *staging = Some(HashMap::new()),

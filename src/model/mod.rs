@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod event;
 pub mod ids;
 pub mod pod;
 pub mod pressure;
@@ -11,3 +12,4 @@ pub mod proc_stat;
 pub mod replicas;
 pub mod snapshot;
 pub mod units;
+pub mod vram_request;

@@ -6,7 +6,6 @@ use super::Field;
 use crate::model::snapshot::{ProfSample, RemappedRows};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::Duration;
 
 /// A scenario file that could not be used, with the field at fault.
@@ -183,9 +182,14 @@ struct LinearRepr {
     max: Option<u64>,
 }
 
+/// A `memory:` that is not exactly one trajectory.
+#[derive(Debug, thiserror::Error)]
+#[error("memory needs exactly one of `constant`, `linear` or `steps`")]
+pub struct TrajectoryShapeError;
+
 impl TryFrom<TrajectoryRepr> for Trajectory {
-    type Error = String;
-    fn try_from(r: TrajectoryRepr) -> Result<Self, String> {
+    type Error = TrajectoryShapeError;
+    fn try_from(r: TrajectoryRepr) -> Result<Self, TrajectoryShapeError> {
         match (r.constant, r.linear, r.steps) {
             (Some(c), None, None) => Ok(Trajectory::Constant(c)),
             (None, Some(l), None) => Ok(Trajectory::Linear {
@@ -194,7 +198,7 @@ impl TryFrom<TrajectoryRepr> for Trajectory {
                 max: l.max,
             }),
             (None, None, Some(s)) => Ok(Trajectory::Steps(s)),
-            _ => Err("memory needs exactly one of `constant`, `linear` or `steps`".into()),
+            _ => Err(TrajectoryShapeError),
         }
     }
 }
@@ -305,8 +309,8 @@ fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 }
 
 /// Parses a duration like `10s`, `250ms`, `2m`, or `0` (see [`crate::model::units`]).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::model::units::parse_duration(s).map_err(|e| e.to_string())
+pub fn parse_duration(s: &str) -> Result<Duration, crate::model::units::DurationError> {
+    crate::model::units::parse_duration(s)
 }
 
 /// serde_yaml_ng's message, made to say where: some scanner errors carry no line
@@ -359,16 +363,6 @@ fn second_document(text: &str) -> Option<usize> {
 const MAX_MEMORY_MIB: u64 = 1 << 24;
 
 impl Scenario {
-    /// Reads, parses and validates a scenario file.
-    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        Scenario::parse(&text, &shown)
-    }
-
     /// Parses and validates scenario text; `path` only names it in errors.
     pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         let sc: Scenario = serde_yaml_ng::from_str(text).map_err(|e| ScenarioError::Parse {
@@ -750,7 +744,7 @@ mod tests {
 
     #[test]
     fn shipped_examples_parse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
         let mut n = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let p = entry.unwrap().path();

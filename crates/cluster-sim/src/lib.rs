@@ -23,6 +23,13 @@ mod scheduler;
 pub mod workload;
 
 pub use engine::simulate;
+
+/// The engine's public face under its former module name (crates/write-load uses it).
+pub mod sim {
+    pub use crate::engine::simulate;
+    pub use crate::outcome::{Event, EventKind, Outcome};
+    pub use crate::scenario::{Cluster, OnDecision, PolicyKind, Scenario, SimError};
+}
 pub use outcome::{Event, EventKind, Outcome};
 pub use scenario::{Cluster, OnDecision, PolicyKind, Scenario, SimError};
 

@@ -6,6 +6,10 @@
 //! or permission denied), one when polls start failing, one when the data is withdrawn,
 //! one when it comes back.
 
+// Its staleness and poll timing bound real I/O to the kubelet on tokio's timers
+// (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 use super::client::{PodResourcesClient, PodResourcesError};
 use super::model::replica_view;
 use crate::attribute::ports::PodSource;
