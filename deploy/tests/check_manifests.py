@@ -527,8 +527,12 @@ def check_scheduler_profile(objects):
         return p + ["one extender and one extender container expected"]
     e = ext[0]
     args = sidecar.get("args") or []
-    listen = next((a.split("=", 1)[1] for a in args if a.startswith("--listen=")), "0.0.0.0:8888")
+    listen = next((a.split("=", 1)[1] for a in args if a.startswith("--listen=")), "127.0.0.1:8888")
     port = listen.rsplit(":", 1)[1]
+    if listen.rsplit(":", 1)[0] not in ("127.0.0.1", "localhost", "[::1]"):
+        p.append(f"the extender's --listen {listen} must be loopback: the verbs carry no credentials")
+    if cfg.get("percentageOfNodesToScore") != 100:
+        p.append("percentageOfNodesToScore must be 100: every feasible GPU node reaches the extender")
     if not re.fullmatch(rf"https?://(127\.0\.0\.1|localhost):{port}/?", e.get("urlPrefix", "")):
         p.append(f"urlPrefix {e.get('urlPrefix')} is not the sidecar on loopback port {port}")
     want = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "nodeCacheCapable": True, "ignorable": False}

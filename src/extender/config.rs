@@ -11,8 +11,14 @@
 //! score: pack               # pack (best fit) | spread
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
 //! resource: nvidia.com/gpu
-//! unknownNeed: {rule: pass} # or {rule: reserve, mib: 4096}
-//! defaults:                 # first match wins; a pod's own annotation beats them all
+//! unknownNeed: {rule: reserve, mib: 8192} # the default; or {rule: pass}
+//! learned:                  # needs learned per GitLab project (off without a url)
+//!   prometheusUrl: http://prometheus-operated.monitoring:9090
+//!   window: 7d
+//!   minJobs: 20
+//!   refresh: 5m
+//!   maxAge: 1h
+//! defaults:                 # first match wins; a pod's own annotation and a learned need beat them
 //!   - {namespace: gitlab-runner, selector: "project.runner.gitlab.com/id=42", mib: 12288}
 //!   - {namespace: gitlab-runner, mib: 4096}
 //! ```
@@ -32,18 +38,27 @@ use std::time::Duration;
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "gpu-warden extender",
+    // The usage line: without it clap names the binary from argv[0] ("gpu-warden").
+    bin_name = "gpu-warden extender",
     version,
     about = "kube-scheduler HTTP extender: places GPU pods by the free VRAM gpu-warden publishes on Nodes",
     long_about = None
 )]
 pub struct ExtenderCli {
-    /// Address to serve /filter, /prioritize, /metrics, /healthz and /readyz on.
+    /// Address to serve /filter, /prioritize, /metrics, /healthz and /readyz on. Loopback
+    /// only: kube-scheduler reaches its sidecar there, and the verbs carry no credentials
+    /// (kube-scheduler's extender client sends none).
     #[arg(
         long,
-        default_value = "0.0.0.0:8888",
+        default_value = "127.0.0.1:8888",
         env = "GPU_WARDEN_EXTENDER_LISTEN"
     )]
     pub listen: SocketAddr,
+
+    /// Also serve GET /healthz, /readyz and /metrics (never the verbs) on this address, for
+    /// the kubelet's probes and Prometheus, which reach the pod's IP, not its loopback.
+    #[arg(long, value_name = "ADDR", env = "GPU_WARDEN_EXTENDER_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
 
     /// Placement policy file (YAML; see docs/scheduling.md). Defaults apply without it.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_CONFIG")]
@@ -116,10 +131,50 @@ pub struct PolicyFile {
     pub resource: Option<String>,
     /// Rule for pods without a need.
     pub unknown_need: Option<UnknownNeed>,
+    /// Needs learned from Prometheus.
+    pub learned: Option<LearnedFile>,
     /// Defaults by namespace / labels.
     #[serde(default)]
     pub defaults: Vec<DefaultNeed>,
 }
+
+/// `learned:` — where and how needs are learned per GitLab project.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LearnedFile {
+    /// Prometheus's base URL (`http://host:9090`); empty or unset: learning is off.
+    pub prometheus_url: Option<String>,
+    /// The range of job peaks learned from (PromQL duration, default `7d`).
+    pub window: Option<String>,
+    /// Fewest job peaks in the window for a project to get a need (default 20).
+    pub min_jobs: Option<u64>,
+    /// How often the query runs (default `5m`).
+    pub refresh: Option<String>,
+    /// How long learned needs are used when Prometheus stops answering (default `1h`).
+    pub max_age: Option<String>,
+    /// The pod label naming the project (default GitLab Runner's
+    /// `project.runner.gitlab.com/id`).
+    pub project_label: Option<String>,
+}
+
+/// The learned-needs source, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnedSource {
+    /// `http://host:port` (path prefix allowed).
+    pub url: String,
+    /// PromQL range.
+    pub window: String,
+    /// Fewest jobs.
+    pub min_jobs: u64,
+    /// Query interval.
+    pub refresh: Duration,
+    /// Longest use of a table Prometheus no longer confirms.
+    pub max_age: Duration,
+}
+
+/// The need a GPU pod gets when nothing else gives it one (`unknownNeed`'s default): what
+/// docs/scheduling.md's simulation chose.
+pub const DEFAULT_UNKNOWN_NEED_MIB: u64 = 8192;
 
 /// A policy that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +212,9 @@ pub enum PolicyError {
     ZeroStaleAfter,
     #[error("defaults[{0}].mib must be more than 0")]
     ZeroDefault(usize),
+    /// A `learned` or `unknownNeed` value that cannot be used; the text names the key.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 fn duration(
@@ -200,12 +258,63 @@ impl PolicyFile {
         if let Some(i) = self.defaults.iter().position(|d| d.mib == 0) {
             return Err(PolicyError::ZeroDefault(i));
         }
+        let l = self.learned.clone().unwrap_or_default();
+        let learned = match l.prometheus_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => {
+                if !url.starts_with("http://") {
+                    return Err(PolicyError::Invalid(format!(
+                        "learned.prometheusUrl {url:?}: only http:// URLs are supported"
+                    )));
+                }
+                let window = l.window.clone().unwrap_or_else(|| "7d".into());
+                if window.is_empty() || !window.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    return Err(PolicyError::Invalid(format!(
+                        "learned.window {window:?}: a PromQL duration like 7d or 12h"
+                    )));
+                }
+                let refresh = duration(
+                    "learned.refresh",
+                    l.refresh.as_deref(),
+                    Duration::from_secs(300),
+                )?;
+                let max_age = duration(
+                    "learned.maxAge",
+                    l.max_age.as_deref(),
+                    Duration::from_secs(3600),
+                )?;
+                if refresh.is_zero() {
+                    return Err(PolicyError::Invalid(
+                        "learned.refresh must be more than 0".into(),
+                    ));
+                }
+                Some(LearnedSource {
+                    url: url.trim_end_matches('/').to_string(),
+                    window,
+                    min_jobs: l.min_jobs.unwrap_or(20).max(1),
+                    refresh,
+                    max_age,
+                })
+            }
+        };
+        if let Some(UnknownNeed::Reserve { mib: 0 }) = self.unknown_need {
+            return Err(PolicyError::Invalid(
+                "unknownNeed.mib must be more than 0".into(),
+            ));
+        }
         Ok(ExtenderPolicy {
             needs: NeedRules {
                 annotation: crate::model::vram_request::key(&prefix),
+                project_label: l
+                    .project_label
+                    .clone()
+                    .unwrap_or_else(|| crate::publish::job_peaks::PROJECT_LABEL.to_string()),
                 defaults: self.defaults.clone(),
-                unknown: self.unknown_need.unwrap_or(UnknownNeed::Pass),
+                unknown: self.unknown_need.unwrap_or(UnknownNeed::Reserve {
+                    mib: DEFAULT_UNKNOWN_NEED_MIB,
+                }),
             },
+            learned,
             prefix,
             judge,
             ledger_ttl,
@@ -250,10 +359,18 @@ mod tests {
         assert_eq!(p.prefix, "gpu-warden.io");
         assert_eq!(p.needs.annotation, "gpu-warden.io/vram-request-mib");
         assert_eq!(p.judge, JudgePolicy::default());
-        assert_eq!(p.needs.unknown, UnknownNeed::Pass);
+        assert_eq!(
+            p.needs.unknown,
+            UnknownNeed::Reserve {
+                mib: DEFAULT_UNKNOWN_NEED_MIB
+            },
+            "a pod that declares nothing is never passed blind by default"
+        );
+        assert_eq!(p.learned, None);
         let f = PolicyFile::parse(
             "marginMiB: 1024\nstaleAfter: 90s\nunknownNode: fail\nscore: spread\nledgerTtl: 1m\n\
              unknownNeed: {rule: reserve, mib: 4096}\n\
+             learned: {prometheusUrl: \"http://prom:9090/\", window: 3d, minJobs: 5}\n\
              defaults:\n  - {namespace: gitlab-runner, selector: \"a=b\", mib: 8192}\n",
         )
         .unwrap();
@@ -265,6 +382,33 @@ mod tests {
         assert_eq!(p.ledger_ttl, Duration::from_secs(60));
         assert_eq!(p.needs.unknown, UnknownNeed::Reserve { mib: 4096 });
         assert_eq!(p.needs.defaults.len(), 1);
+        let l = p.learned.unwrap();
+        assert_eq!(
+            (l.url.as_str(), l.window.as_str(), l.min_jobs, l.refresh),
+            ("http://prom:9090", "3d", 5, Duration::from_secs(300))
+        );
+    }
+
+    #[test]
+    fn the_usage_line_names_the_subcommand() {
+        use clap::CommandFactory;
+        let help = ExtenderCli::command().render_help().to_string();
+        assert!(
+            help.contains("Usage: gpu-warden extender [OPTIONS]"),
+            "{help}"
+        );
+        // As main parses it: argv[0] is the binary's own name.
+        let err = ExtenderCli::try_parse_from(["gpu-warden", "--help"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Usage: gpu-warden extender [OPTIONS]"),
+            "{err}"
+        );
+        let cli = ExtenderCli::try_parse_from(["gpu-warden"]).unwrap();
+        assert!(
+            cli.listen.ip().is_loopback(),
+            "the verbs listen on loopback by default"
+        );
     }
 
     #[test]
@@ -274,6 +418,15 @@ mod tests {
             ("staleAfter: soon\n", "staleAfter"),
             ("unknownNode: maybe\n", "unknownNode"),
             ("defaults:\n  - {mib: 0}\n", "defaults[0].mib"),
+            ("unknownNeed: {rule: reserve, mib: 0}\n", "unknownNeed.mib"),
+            (
+                "learned: {prometheusUrl: \"https://p\"}\n",
+                "learned.prometheusUrl",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", window: \"7d)\"}\n",
+                "learned.window",
+            ),
             (
                 "defaults:\n  - {selector: \"a in (b)\", mib: 1}\n",
                 "selector",

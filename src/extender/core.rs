@@ -2,11 +2,13 @@
 //! shell hands in the candidates' annotations, the ledger and the time.
 
 use super::judge::{judge, next_gpu, priorities, JudgePolicy, Reason, Verdict};
+use super::learned::LearnedNeeds;
 use super::ledger::{Ledger, Reservation};
 use super::need::{Need, NeedRules};
 use super::nodes::{read_node, NodeState};
 use super::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeList, PodView};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The extender's whole policy.
@@ -16,6 +18,8 @@ pub struct ExtenderPolicy {
     pub prefix: String,
     /// How a pod's need is found.
     pub needs: NeedRules,
+    /// Where needs are learned from, when configured.
+    pub learned: Option<super::config::LearnedSource>,
     /// How a node is judged and scored.
     pub judge: JudgePolicy,
     /// How long a reservation lives at most.
@@ -69,22 +73,30 @@ pub fn parse_call(body: &[u8]) -> Result<Call, BadRequest> {
     Ok(Call { pod, candidates })
 }
 
+/// One candidate as judged: its name and what its annotations say (`None`: the node is
+/// not in the extender's cache).
+pub type Judged<'a> = (&'a str, Option<Arc<NodeState>>);
+
 impl Candidates {
-    /// `(name, annotations)` of each candidate; `lookup` reads the node cache for names
-    /// (`None`: not in the cache).
-    pub fn annotated(
-        &self,
-        lookup: &dyn Fn(&str) -> Option<BTreeMap<String, String>>,
-    ) -> Vec<(String, Option<BTreeMap<String, String>>)> {
+    /// Each candidate's node state: `lookup` reads the node cache for names (parsed once
+    /// per annotation change there, not per call); full objects are read here.
+    pub fn states<'a>(
+        &'a self,
+        lookup: &dyn Fn(&str) -> Option<Arc<NodeState>>,
+        prefix: &str,
+    ) -> Vec<Judged<'a>> {
         match self {
-            Candidates::Names(names) => names.iter().map(|n| (n.clone(), lookup(n))).collect(),
+            Candidates::Names(names) => names.iter().map(|n| (n.as_str(), lookup(n))).collect(),
             Candidates::Objects(list) => list
                 .items
                 .iter()
                 .map(|o| {
                     (
-                        super::wire::node_name(o).unwrap_or_default().to_string(),
-                        Some(super::wire::node_annotations(o)),
+                        super::wire::node_name(o).unwrap_or_default(),
+                        Some(Arc::new(read_node(
+                            &super::wire::node_annotations(o),
+                            prefix,
+                        ))),
                     )
                 })
                 .collect(),
@@ -97,8 +109,10 @@ impl Candidates {
 pub struct Evaluation {
     /// The pod's need (`None` when its declaration is unreadable).
     pub need: Option<Need>,
-    /// `(node, verdict)` in the candidates' order.
-    pub verdicts: Vec<(String, Verdict)>,
+    /// GPUs the pod asks for (its effective request of the resource).
+    pub gpus: u64,
+    /// The verdicts, in the candidates' order.
+    pub verdicts: Vec<Verdict>,
 }
 
 /// Judges every candidate. Settles the ledger for the nodes it reads first (a reservation
@@ -106,43 +120,48 @@ pub struct Evaluation {
 pub fn evaluate(
     policy: &ExtenderPolicy,
     pod: &PodView,
-    candidates: &[(String, Option<BTreeMap<String, String>>)],
+    learned: &LearnedNeeds,
+    candidates: &[Judged<'_>],
     ledger: &mut Ledger,
     now: Duration,
     wall: SystemTime,
 ) -> Evaluation {
-    let need = if pod.requests_resource(&policy.resource) {
-        policy.needs.need(pod)
+    let gpus = pod.units(&policy.resource);
+    let need = if gpus > 0 {
+        policy.needs.need(pod, learned)
     } else {
         Ok(Need {
             mib: None,
             source: super::need::NeedSource::UnknownPassed,
         })
     };
+    let count = gpus.clamp(1, u32::MAX as u64) as u32;
     let verdicts = candidates
         .iter()
-        .map(|(name, ann)| {
-            let verdict = match &need {
-                Err(bad) => Verdict {
-                    pass: false,
-                    reason: Reason::BadDeclaration,
-                    message: bad.to_string(),
-                    gpu: None,
-                },
-                Ok(need) => {
-                    let state = match ann {
-                        Some(a) => read_node(a, &policy.prefix),
-                        None => NodeState::Missing,
-                    };
-                    ledger.settle(name, &state, now);
-                    judge(&state, ledger.pending(name), need.mib, &policy.judge, wall)
-                }
-            };
-            (name.clone(), verdict)
+        .map(|(name, state)| match &need {
+            Err(bad) => Verdict {
+                pass: false,
+                reason: Reason::BadDeclaration,
+                message: bad.to_string(),
+                gpu: None,
+            },
+            Ok(need) => {
+                let state: &NodeState = state.as_deref().unwrap_or(&NodeState::Missing);
+                ledger.settle(name, state, now);
+                judge(
+                    state,
+                    ledger.pending(name),
+                    need.mib,
+                    count,
+                    &policy.judge,
+                    wall,
+                )
+            }
         })
         .collect();
     Evaluation {
         need: need.ok(),
+        gpus,
         verdicts,
     }
 }
@@ -151,38 +170,29 @@ pub fn evaluate(
 /// preempt verb, so the scheduler could not tell whether evicting pods there makes room, and
 /// would preempt blindly.
 pub fn filter_result(candidates: &Candidates, e: &Evaluation) -> ExtenderFilterResult {
-    let passed: std::collections::BTreeSet<&str> = e
-        .verdicts
-        .iter()
-        .filter(|(_, v)| v.pass)
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let failed = e
-        .verdicts
-        .iter()
-        .filter(|(_, v)| !v.pass)
-        .map(|(n, v)| (n.clone(), v.message.clone()))
-        .collect();
+    let mut failed = BTreeMap::new();
+    let mut passed = Vec::with_capacity(e.verdicts.len());
+    let names: Vec<&str> = match candidates {
+        Candidates::Names(n) => n.iter().map(String::as_str).collect(),
+        Candidates::Objects(l) => l
+            .items
+            .iter()
+            .map(|o| super::wire::node_name(o).unwrap_or_default())
+            .collect(),
+    };
+    for (i, (name, v)) in names.iter().zip(&e.verdicts).enumerate() {
+        if v.pass {
+            passed.push(i);
+        } else {
+            failed.insert(name.to_string(), v.message.clone());
+        }
+    }
     let (nodes, node_names) = match candidates {
-        Candidates::Names(names) => (
-            None,
-            Some(
-                names
-                    .iter()
-                    .filter(|n| passed.contains(n.as_str()))
-                    .cloned()
-                    .collect(),
-            ),
-        ),
+        Candidates::Names(n) => (None, Some(passed.iter().map(|i| n[*i].clone()).collect())),
         Candidates::Objects(list) => (
             Some(NodeList {
                 metadata: list.metadata.clone(),
-                items: list
-                    .items
-                    .iter()
-                    .filter(|o| super::wire::node_name(o).is_some_and(|n| passed.contains(n)))
-                    .cloned()
-                    .collect(),
+                items: passed.iter().map(|i| list.items[*i].clone()).collect(),
             }),
             None,
         ),
@@ -196,10 +206,28 @@ pub fn filter_result(candidates: &Candidates, e: &Evaluation) -> ExtenderFilterR
     }
 }
 
+/// The filter reply while the extender cannot judge yet (its node cache or pod watch has
+/// not synced): a whole-call `Error`. kube-scheduler's HTTPExtender.Filter turns a non-empty
+/// `Error` into an error; with `ignorable: false` findNodesThatPassExtenders returns it, the
+/// scheduling cycle fails with that error (not "unschedulable"), and the pod goes back to the
+/// queue with backoff to be tried again — never a blind pass (kubernetes/kubernetes
+/// pkg/scheduler/extender.go, `Filter`; pkg/scheduler/schedule_one.go,
+/// `findNodesThatPassExtenders`).
+pub fn not_ready_result(why: &str) -> ExtenderFilterResult {
+    ExtenderFilterResult {
+        error: format!("gpu-warden extender is not ready ({why}); retry"),
+        ..ExtenderFilterResult::default()
+    }
+}
+
 /// The prioritize reply.
-pub fn prioritize_result(policy: &ExtenderPolicy, e: &Evaluation) -> Vec<HostPriority> {
+pub fn prioritize_result(
+    policy: &ExtenderPolicy,
+    candidates: &[Judged<'_>],
+    e: &Evaluation,
+) -> Vec<HostPriority> {
     priorities(
-        e.verdicts.iter().map(|(n, v)| (n.as_str(), v)),
+        candidates.iter().map(|(n, _)| *n).zip(&e.verdicts),
         policy.judge.score,
     )
 }
@@ -209,16 +237,21 @@ pub fn prioritize_result(policy: &ExtenderPolicy, e: &Evaluation) -> Vec<HostPri
 pub fn reservation_for(
     policy: &ExtenderPolicy,
     pod: &PodView,
-    node_annotations: Option<&BTreeMap<String, String>>,
+    learned: &LearnedNeeds,
+    state: Option<&NodeState>,
     pending: &[Reservation],
     now: Duration,
     wall: SystemTime,
 ) -> Option<Reservation> {
-    let mib = policy.needs.need(pod).ok()?.mib?;
-    let state = node_annotations.map(|a| read_node(a, &policy.prefix));
-    let (gpu, baseline) = match &state {
+    let mib = policy.needs.need(pod, learned).ok()?.mib?;
+    let single = pod.units(&policy.resource) <= 1;
+    let (gpu, baseline) = match state {
+        // A pod of several GPUs is reserved on every GPU (its GPUs are not known one by
+        // one here): more conservative than the device plugin, never less.
         Some(NodeState::Known(v)) if v.has_replicas() => (
-            next_gpu(v, pending).map(|g| g.uuid.clone()),
+            next_gpu(v, pending)
+                .filter(|_| single)
+                .map(|g| g.uuid.clone()),
             v.replicas_allocated(),
         ),
         _ => (None, None),
@@ -231,4 +264,83 @@ pub fn reservation_for(
         at_wall: wall,
         baseline,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::config::PolicyFile;
+    use crate::extender::judge::tests::{at, gpu, node};
+
+    fn pod(spec: serde_json::Value, ann: serde_json::Value) -> PodView {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "ci",
+            "annotations": ann}, "spec": spec}),
+        )
+        .unwrap()
+    }
+
+    fn verdicts(p: &PodView, states: Vec<NodeState>) -> Evaluation {
+        let policy = PolicyFile::default().policy().unwrap();
+        let names: Vec<String> = (0..states.len()).map(|i| format!("n{i}")).collect();
+        let judged: Vec<Judged<'_>> = names
+            .iter()
+            .zip(states)
+            .map(|(n, s)| (n.as_str(), Some(Arc::new(s))))
+            .collect();
+        let mut ledger = Ledger::new(policy.ledger_ttl);
+        evaluate(
+            &policy,
+            p,
+            &LearnedNeeds::default(),
+            &judged,
+            &mut ledger,
+            Duration::ZERO,
+            at(1),
+        )
+    }
+
+    #[test]
+    fn a_gpu_asked_for_by_an_init_container_is_judged() {
+        let tight = || node(vec![gpu(0, 2048, 20000, None)], None);
+        let need = serde_json::json!({"gpu-warden.io/vram-request-mib": "8192"});
+        let init_only = pod(
+            serde_json::json!({"containers": [{}], "initContainers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+            need.clone(),
+        );
+        let e = verdicts(&init_only, vec![tight()]);
+        assert_eq!(e.gpus, 1);
+        assert_eq!(
+            (e.verdicts[0].pass, e.verdicts[0].reason),
+            (false, Reason::NoRoom)
+        );
+        // No GPU at all: none of the extender's business.
+        let cpu = pod(serde_json::json!({"containers": [{}]}), need);
+        let e = verdicts(&cpu, vec![tight()]);
+        assert!(e.verdicts[0].pass);
+    }
+
+    #[test]
+    fn a_pod_that_declares_nothing_is_judged_on_the_default_need_not_passed() {
+        let p = pod(
+            serde_json::json!({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+            serde_json::json!({}),
+        );
+        let e = verdicts(&p, vec![node(vec![gpu(0, 4096, 18000, None)], None)]);
+        assert_eq!(
+            e.need.as_ref().map(|n| n.mib),
+            Some(Some(crate::extender::config::DEFAULT_UNKNOWN_NEED_MIB))
+        );
+        assert!(!e.verdicts[0].pass, "{}", e.verdicts[0].message);
+    }
+
+    #[test]
+    fn not_ready_is_an_error_reply_with_no_node() {
+        let r = not_ready_result("the node cache has not synced");
+        assert!(r.error.contains("not ready") && r.error.contains("retry"));
+        assert!(r.node_names.is_none() && r.nodes.is_none());
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["NodeNames"], serde_json::Value::Null);
+    }
 }

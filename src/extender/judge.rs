@@ -41,7 +41,8 @@ pub enum ScoreMode {
 pub struct JudgePolicy {
     /// MiB kept free on a GPU beyond the pod's need.
     pub margin_mib: u64,
-    /// Figures older than this are stale (default 2 × the agent's 60 s heartbeat).
+    /// Figures older than this are stale (default 120 s: 8 × the agents' Lease renewal,
+    /// which carries their figures; src/extender/liveness.rs).
     pub stale_after: Duration,
     /// The rule for stale, missing or unreadable figures.
     pub unknown_node: UnknownNode,
@@ -55,7 +56,7 @@ impl Default for JudgePolicy {
             margin_mib: 512,
             stale_after: Duration::from_secs(120),
             unknown_node: UnknownNode::Pass,
-            score: ScoreMode::Pack,
+            score: ScoreMode::Spread,
         }
     }
 }
@@ -116,6 +117,9 @@ pub struct GpuPick {
     pub total_mib: u64,
     /// Whether this is the GPU the device plugin hands out next (else the fullest).
     pub known_next: bool,
+    /// The worst pressure among the GPUs the pod may get: prioritize never prefers a node
+    /// where it is not `None`.
+    pub pressure: Pressure,
 }
 
 /// One node's verdict.
@@ -178,22 +182,40 @@ fn committed(gpu: &GpuFigures, pending: &[Reservation]) -> u64 {
 /// replicas allocated among those with one left, ties to the lower index. `None`: none
 /// has a replica left. Only meaningful when the node has replica figures.
 pub fn next_gpu<'a>(v: &'a NodeVram, pending: &[Reservation]) -> Option<&'a GpuFigures> {
-    v.gpus
+    next_gpus(v, pending, 1)?.into_iter().next()
+}
+
+/// The `count` GPUs NVIDIA's device plugin hands out next, counting pending reservations:
+/// fewest replicas allocated among those with one left, ties to the lower index, each GPU
+/// once. `None`: fewer than `count` have a replica left.
+pub fn next_gpus<'a>(
+    v: &'a NodeVram,
+    pending: &[Reservation],
+    count: usize,
+) -> Option<Vec<&'a GpuFigures>> {
+    let mut open: Vec<(u32, u32, &GpuFigures)> = v
+        .gpus
         .iter()
         .filter_map(|g| {
             let allocated = g.replicas_allocated? + pending_on(pending, g).count() as u32;
             let allocatable = g.replicas_allocatable?;
             (allocated < allocatable).then_some((allocated, g.index, g))
         })
-        .min_by_key(|(a, i, _)| (*a, *i))
-        .map(|(_, _, g)| g)
+        .collect();
+    if open.len() < count {
+        return None;
+    }
+    open.sort_unstable_by_key(|(a, i, _)| (*a, *i));
+    Some(open.into_iter().take(count).map(|(_, _, g)| g).collect())
 }
 
-/// Judges `state` for a pod needing `need` MiB (`None`: unknown, pass unchecked) at `now`.
+/// Judges `state` for a pod needing `need` MiB on each of `count` GPUs (`None`: unknown,
+/// pass unchecked) at `now`.
 pub fn judge(
     state: &NodeState,
     pending: &[Reservation],
     need: Option<u64>,
+    count: u32,
     policy: &JudgePolicy,
     now: SystemTime,
 ) -> Verdict {
@@ -222,80 +244,102 @@ pub fn judge(
             ),
         );
     }
+    let count = count.max(1) as usize;
     let room = |g: &GpuFigures| -> i64 {
         g.free_mib as i64 - committed(g, pending) as i64 - policy.margin_mib as i64
     };
-    let (gpu, known_next) = if v.has_replicas() {
-        match next_gpu(v, pending) {
-            Some(g) => (g, true),
-            None => {
-                return Verdict {
-                    pass: need.is_none(),
-                    reason: if need.is_none() {
-                        Reason::NoNeed
-                    } else {
-                        Reason::NoReplica
-                    },
-                    message: "every GPU replica on the node is allocated or reserved".into(),
-                    gpu: None,
-                }
-            }
+    let refuse_unless_unknown = |reason: Reason, message: String| Verdict {
+        pass: need.is_none(),
+        reason: if need.is_none() {
+            Reason::NoNeed
+        } else {
+            reason
+        },
+        message,
+        gpu: None,
+    };
+    // The GPUs the pod gets, and of those the one with the least room: it decides.
+    let (gpu, known_next, hot) = if v.has_replicas() {
+        let Some(picked) = next_gpus(v, pending, count) else {
+            let message = if count == 1 {
+                "every GPU replica on the node is allocated or reserved".to_string()
+            } else {
+                format!("fewer than {count} GPUs on the node have a replica left")
+            };
+            return refuse_unless_unknown(Reason::NoReplica, message);
+        };
+        let hot = picked
+            .iter()
+            .copied()
+            .find(|g| g.pressure != Pressure::None);
+        let worst = picked.iter().copied().min_by_key(|g| (room(g), g.index));
+        match worst {
+            Some(g) => (g, true, hot),
+            None => return refuse_unless_unknown(Reason::NoGpu, "no GPU judged".into()),
         }
     } else {
+        if v.gpus.len() < count {
+            return refuse_unless_unknown(
+                Reason::NoGpu,
+                format!(
+                    "the node reports {} GPUs with a memory reading; the pod asks for {count}",
+                    v.gpus.len()
+                ),
+            );
+        }
+        // Which GPUs the pod gets is not known: any of them may be among its GPUs.
+        let hot = v.gpus.iter().find(|g| g.pressure != Pressure::None);
         match v.gpus.iter().min_by_key(|g| (room(g), g.index)) {
-            Some(g) => (g, false),
+            Some(g) => (g, false, hot),
             None => {
-                return Verdict {
-                    pass: need.is_none(),
-                    reason: if need.is_none() {
-                        Reason::NoNeed
-                    } else {
-                        Reason::NoGpu
-                    },
-                    message: "the node reports no GPU with a memory reading".into(),
-                    gpu: None,
-                }
+                return refuse_unless_unknown(
+                    Reason::NoGpu,
+                    "the node reports no GPU with a memory reading".into(),
+                )
             }
         }
     };
     let room_before = room(gpu);
-    let which = if known_next {
-        format!(
+    let which = match (known_next, count) {
+        (true, 1) => format!(
             "GPU {} (the one the device plugin hands out next)",
             gpu.index
-        )
-    } else if v.gpus.len() > 1 {
-        format!(
+        ),
+        (true, n) => format!(
+            "GPU {} (the fullest of the {n} the device plugin hands out next)",
+            gpu.index
+        ),
+        (false, _) if v.gpus.len() > 1 => format!(
             "GPU {} (the fullest; which GPU the pod gets is not known)",
             gpu.index
-        )
-    } else {
-        format!("GPU {}", gpu.index)
+        ),
+        (false, _) => format!("GPU {}", gpu.index),
     };
-    let pick = |room_after_mib| GpuPick {
-        index: gpu.index,
-        uuid: gpu.uuid.clone(),
+    let pick = |g: &GpuFigures, room_after_mib| GpuPick {
+        index: g.index,
+        uuid: g.uuid.clone(),
         room_after_mib,
-        total_mib: gpu.total_mib,
+        total_mib: g.total_mib,
         known_next,
+        pressure: hot.map(|h| h.pressure).unwrap_or(Pressure::None),
     };
     let Some(need) = need else {
         return Verdict {
             pass: true,
             reason: Reason::NoNeed,
             message: format!("the pod's VRAM need is unknown: {which} not checked"),
-            gpu: Some(pick(room_before)),
+            gpu: Some(pick(gpu, room_before)),
         };
     };
-    if gpu.pressure != Pressure::None {
+    if let Some(h) = hot {
         return Verdict {
             pass: false,
             reason: Reason::Pressure,
             message: format!(
-                "{which} is under {} memory pressure (the OOM guard may evict there)",
-                gpu.pressure
+                "GPU {} is under {} memory pressure (the OOM guard may evict there)",
+                h.index, h.pressure
             ),
-            gpu: Some(pick(room_before - need as i64)),
+            gpu: Some(pick(h, room(h) - need as i64)),
         };
     }
     let after = room_before - need as i64;
@@ -304,33 +348,42 @@ pub fn judge(
             pass: true,
             reason: Reason::Fits,
             message: format!("{which} has room: {} left after the pod", gib(after)),
-            gpu: Some(pick(after)),
+            gpu: Some(pick(gpu, after)),
         };
     }
+    // Worded so it cannot be read as a fit: what is missing comes first and last.
     let c = committed(gpu, pending);
-    let mut message = format!("{which} has {} free", gib(gpu.free_mib as i64));
+    let mut message = format!(
+        "{which} has too little VRAM: {} free",
+        gib(gpu.free_mib as i64)
+    );
     if c > 0 {
         message.push_str(&format!(", {} committed", gib(c as i64)));
     }
     message.push_str(&format!("; the pod needs {}", gib(need as i64)));
+    if count > 1 {
+        message.push_str(" on each GPU");
+    }
     if policy.margin_mib > 0 {
         message.push_str(&format!(" plus a {} margin", gib(policy.margin_mib as i64)));
     }
+    message.push_str(&format!(" ({} MiB short)", -after));
     Verdict {
         pass: false,
         reason: Reason::NoRoom,
         message,
-        gpu: Some(pick(after)),
+        gpu: Some(pick(gpu, after)),
     }
 }
 
 /// The prioritize score of a verdict: 0..=10, by room left after the pod on the judged GPU
-/// as a share of its framebuffer. Nodes not passed, or passed without a GPU, score 0.
+/// as a share of its framebuffer. Nodes not passed, passed without a GPU, or with a GPU the
+/// pod may get under memory pressure score 0: a GPU under pressure is never preferred.
 pub fn score(v: &Verdict, mode: ScoreMode) -> i64 {
     let Some(g) = v.gpu.as_ref().filter(|_| v.pass) else {
         return 0;
     };
-    if g.total_mib == 0 {
+    if g.total_mib == 0 || g.pressure != Pressure::None {
         return 0;
     }
     let share = (g.room_after_mib.max(0) as f64 / g.total_mib as f64).clamp(0.0, 1.0);
@@ -404,6 +457,7 @@ pub(crate) mod tests {
         JudgePolicy {
             margin_mib: margin,
             unknown_node: unknown,
+            stale_after: Duration::from_secs(120),
             ..JudgePolicy::default()
         }
     }
@@ -426,24 +480,39 @@ pub(crate) mod tests {
             vec![gpu(0, 3276, 1024, Some((2, 4, 5120)))],
             Some(Some("GPU-0".into())),
         );
-        let v = judge(&n, &[], Some(8192), &policy(0, UnknownNode::Pass), at(5));
+        let v = judge(&n, &[], Some(8192), 1, &policy(0, UnknownNode::Pass), at(5));
         assert!(!v.pass);
         assert_eq!(v.reason, Reason::NoRoom);
         assert_eq!(
             v.message,
-            "GPU 0 (the one the device plugin hands out next) has 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB"
+            "GPU 0 (the one the device plugin hands out next) has too little VRAM: 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB (9012 MiB short)"
         );
         let single = node(vec![gpu(0, 3276, 1024, None)], None);
         let v = judge(
             &single,
             &[res(None, 4096)],
             Some(8192),
+            1,
             &policy(512, UnknownNode::Pass),
             at(5),
         );
         assert_eq!(
             v.message,
-            "GPU 0 has 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin"
+            "GPU 0 has too little VRAM: 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin (9524 MiB short)"
+        );
+        // The case: 8.5 GiB free for 8 GiB plus a 0.5 GiB margin, 52 MiB short,
+        // read as a refusal, not as a fit.
+        let v = judge(
+            &node(vec![gpu(0, 8652, 0, None)], None),
+            &[],
+            Some(8192),
+            1,
+            &policy(512, UnknownNode::Pass),
+            at(5),
+        );
+        assert_eq!(
+            v.message,
+            "GPU 0 has too little VRAM: 8.4 GiB free; the pod needs 8 GiB plus a 0.5 GiB margin (52 MiB short)"
         );
     }
 
@@ -677,7 +746,7 @@ pub(crate) mod tests {
             ),
         ];
         for (name, state, pending, need, pol, now, pass, reason, gpu_index) in cases {
-            let v = judge(&state, &pending, need, pol, now);
+            let v = judge(&state, &pending, need, 1, pol, now);
             assert_eq!((v.pass, v.reason), (pass, reason), "{name}: {}", v.message);
             assert_eq!(v.gpu.as_ref().map(|g| g.index), gpu_index, "{name}");
             assert!(!v.message.is_empty(), "{name}: every verdict says why");
@@ -708,6 +777,7 @@ pub(crate) mod tests {
                 &node(vec![gpu(0, free, 0, None)], None),
                 &[],
                 Some(8192),
+                1,
                 &p,
                 at(1),
             )
@@ -722,6 +792,79 @@ pub(crate) mod tests {
                 assert!((0..=MAX_EXTENDER_PRIORITY).contains(&score(v, m)));
             }
         }
+    }
+
+    #[test]
+    fn two_gpus_each_must_fit_chosen_as_the_device_plugin_would() {
+        let p = policy(512, UnknownNode::Pass);
+        // Allocated 0, 2, 1: the device plugin hands out GPU 0 and GPU 2 (fewest first).
+        let three = |free2| {
+            node(
+                vec![
+                    gpu(0, 20000, 0, Some((0, 4, 0))),
+                    gpu(1, 20000, 0, Some((2, 4, 0))),
+                    gpu(2, free2, 0, Some((1, 4, 0))),
+                ],
+                Some(Some("GPU-0".into())),
+            )
+        };
+        let v = judge(&three(20000), &[], Some(8192), 2, &p, at(1));
+        assert!(v.pass, "{}", v.message);
+        // GPU 2 is tight: one of the two does not fit, though GPU 1 has room.
+        let v = judge(&three(6000), &[], Some(8192), 2, &p, at(1));
+        assert_eq!((v.pass, v.reason), (false, Reason::NoRoom), "{}", v.message);
+        assert_eq!(v.gpu.as_ref().map(|g| g.index), Some(2));
+        assert!(v.message.contains("on each GPU"), "{}", v.message);
+        // One GPU has replicas left: two cannot be had.
+        let full = node(
+            vec![
+                gpu(0, 20000, 0, Some((4, 4, 0))),
+                gpu(1, 20000, 0, Some((0, 4, 0))),
+            ],
+            Some(Some("GPU-1".into())),
+        );
+        let v = judge(&full, &[], Some(1024), 2, &p, at(1));
+        assert_eq!((v.pass, v.reason), (false, Reason::NoReplica));
+        let v = judge(&full, &[], Some(1024), 1, &p, at(1));
+        assert!(v.pass);
+        // Without replica figures: the node must have the GPUs, and its fullest must fit.
+        let plain = node(vec![gpu(0, 20000, 0, None), gpu(1, 9000, 0, None)], None);
+        assert!(judge(&plain, &[], Some(8192), 2, &p, at(1)).pass);
+        let v = judge(&plain, &[], Some(8192), 3, &p, at(1));
+        assert_eq!((v.pass, v.reason), (false, Reason::NoGpu));
+    }
+
+    #[test]
+    fn a_gpu_under_pressure_is_never_preferred() {
+        let p = policy(0, UnknownNode::Pass);
+        let mut hot = gpu(0, 1024, 22000, None);
+        hot.pressure = Pressure::Hard;
+        let cool = gpu(0, 20480, 2000, None);
+        for mode in [ScoreMode::Pack, ScoreMode::Spread] {
+            // A pod whose need is unknown passes both, but only the cool one scores.
+            let h = judge(&node(vec![hot.clone()], None), &[], None, 1, &p, at(1));
+            let c = judge(&node(vec![cool.clone()], None), &[], None, 1, &p, at(1));
+            assert!(h.pass && c.pass);
+            assert_eq!(score(&h, mode), 0, "{mode:?}");
+            assert!(score(&c, mode) > 0, "{mode:?}");
+        }
+        // On a multi-GPU node without replica figures any GPU may be the pod's.
+        let two = node(
+            vec![cool.clone(), {
+                let mut g = hot.clone();
+                g.index = 1;
+                g.uuid = "GPU-1".into();
+                g
+            }],
+            None,
+        );
+        let v = judge(&two, &[], Some(1024), 1, &p, at(1));
+        assert_eq!(
+            (v.pass, v.reason),
+            (false, Reason::Pressure),
+            "{}",
+            v.message
+        );
     }
 
     #[test]

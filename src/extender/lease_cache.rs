@@ -6,6 +6,7 @@
 
 use super::liveness::{effective, lease_name, LeaseView};
 use super::metrics::ExtenderMetrics;
+use super::nodes::{read_node, NodeState};
 use super::watch::NodeLookup;
 use crate::act::lease::LEASE_LABEL;
 use futures::StreamExt;
@@ -47,6 +48,12 @@ impl LiveNodes {
 }
 
 impl NodeLookup for LiveNodes {
+    // Through a Lease the figures change with every renewal, so they are read per call
+    // (one JSON parse per node; docs/performance.md, "The extender").
+    fn state(&self, node: &str) -> Option<Arc<NodeState>> {
+        let a = self.annotations(node)?;
+        Some(Arc::new(read_node(&a, &self.prefix)))
+    }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
         let a = self.nodes.annotations(node)?;
         Some(self.through_lease(node, a))

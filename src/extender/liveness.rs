@@ -116,6 +116,7 @@ mod tests {
             &read_node(ann, P),
             &[],
             Some(4096),
+            1,
             &JudgePolicy::default(),
             at(now),
         )
@@ -261,10 +262,10 @@ mod tests {
             let state = read_node(&node, P);
             polls += 1;
             stale_by_default += usize::from(
-                judge(&state, &[], Some(4096), &old_default, at(t)).reason == Reason::Stale,
+                judge(&state, &[], Some(4096), 1, &old_default, at(t)).reason == Reason::Stale,
             );
             stale_at_12m += usize::from(
-                judge(&state, &[], Some(4096), &widened, at(t)).reason == Reason::Stale,
+                judge(&state, &[], Some(4096), 1, &widened, at(t)).reason == Reason::Stale,
             );
         }
         assert!(

@@ -24,6 +24,12 @@ pub struct ExtenderMetrics {
     pub watch_errors: IntCounter,
     /// 1 once the node cache has synced.
     pub ready: Gauge,
+    /// GPU-pod calls answered "not ready, retry" (cache or pod watch not synced yet).
+    pub not_ready: IntCounter,
+    /// Projects with a learned need.
+    pub learned_projects: IntGauge,
+    /// Queries of the learned-needs source by result (ok|error).
+    pub learned_queries: CounterVec,
 }
 
 impl ExtenderMetrics {
@@ -70,6 +76,24 @@ impl ExtenderMetrics {
             "gpu_warden_extender_ready",
             "1 once the node cache has synced with the API server.",
         )?;
+        let not_ready = IntCounter::new(
+            "gpu_warden_extender_not_ready_total",
+            "GPU-pod calls answered with an error so kube-scheduler retries: the node cache or the pod watch had not synced.",
+        )?;
+        let learned_projects = IntGauge::new(
+            "gpu_warden_extender_learned_projects",
+            "GitLab projects with a need learned from their job peaks.",
+        )?;
+        let learned_queries = CounterVec::new(
+            Opts::new(
+                "gpu_warden_extender_learned_queries_total",
+                "Queries of the learned-needs source (Prometheus) by result.",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(not_ready.clone()))?;
+        registry.register(Box::new(learned_projects.clone()))?;
+        registry.register(Box::new(learned_queries.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(verdicts.clone()))?;
@@ -86,6 +110,9 @@ impl ExtenderMetrics {
             nodes,
             watch_errors,
             ready,
+            not_ready,
+            learned_projects,
+            learned_queries,
         })
     }
 

@@ -2,20 +2,23 @@
 //! keeping a GPU pod off nodes where the GPU it would get lacks the VRAM it needs.
 //!
 //! Pure core — [`wire`] (the extender protocol's JSON), [`need`] (a pod's VRAM need),
-//! [`nodes`] (a node's annotations, read with the agent's own types), [`ledger`] (pods bound
-//! but not yet shown by their node), [`judge`] (feasibility and score), [`core`] (one call)
-//! and [`config`] — and thin shells: [`watch`] (the Node reflector and the pod watch),
-//! [`server`] (HTTP) and [`metrics`].
+//! [`learned`] (needs learned from the projects' job peaks), [`nodes`] (a node's
+//! annotations, read with the agent's own types), [`ledger`] (pods bound but not yet shown
+//! by their node), [`judge`] (feasibility and score), [`core`] (one call) and [`config`] —
+//! and thin shells: [`watch`] (the Node cache and the pod watch), [`prometheus`] (the
+//! learned needs' source), [`server`] (HTTP) and [`metrics`].
 
 pub mod config;
 pub mod core;
 pub mod judge;
+pub mod learned;
 pub mod lease_cache;
 pub mod ledger;
 pub mod liveness;
 pub mod metrics;
 pub mod need;
 pub mod nodes;
+pub mod prometheus;
 pub mod server;
 pub mod watch;
 pub mod wire;
@@ -51,12 +54,21 @@ pub enum ExtenderError {
     },
     /// Metric registration.
     #[error("registering metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
+    Metrics(#[from] ::prometheus::Error),
+    /// The verbs asked to listen beyond loopback.
+    #[error("--listen {0} is not a loopback address: /filter and /prioritize carry no credentials (kube-scheduler's extender client sends none), so they are served on the pod's loopback only; use --probe-listen for the kubelet's probes and Prometheus")]
+    NotLoopback(std::net::SocketAddr),
 }
 
 /// Runs the extender until `shutdown` resolves.
-pub fn run(cli: ExtenderCli, shutdown: impl Future<Output = ()>) -> Result<(), ExtenderError> {
+pub fn run(
+    cli: ExtenderCli,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ExtenderError> {
     let policy = config::load_policy(cli.config.as_deref())?;
+    if !cli.listen.ip().is_loopback() {
+        return Err(ExtenderError::NotLoopback(cli.listen));
+    }
     let tls = match (cli.web_tls_cert.as_deref(), cli.web_tls_key.as_deref()) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (None, None) => None,
@@ -81,11 +93,12 @@ pub fn run(cli: ExtenderCli, shutdown: impl Future<Output = ()>) -> Result<(), E
                     "no Kubernetes configuration (not in a cluster, no KUBECONFIG): the extender needs the API server to read the nodes' annotations".into(),
                 )
             })?;
-        tracing::info!(source = clients.source, listen = %cli.listen, scheduler = %cli.scheduler_name, margin_mib = policy.judge.margin_mib, stale_after = ?policy.judge.stale_after, unknown_node = ?policy.judge.unknown_node, score = ?policy.judge.score, "starting gpu-warden extender {}", env!("CARGO_PKG_VERSION"));
+        tracing::info!(source = clients.source, listen = %cli.listen, probe_listen = ?cli.probe_listen, scheduler = %cli.scheduler_name, margin_mib = policy.judge.margin_mib, stale_after = ?policy.judge.stale_after, unknown_node = ?policy.judge.unknown_node, score = ?policy.judge.score, unknown_need = ?policy.needs.unknown, learned = ?policy.learned.as_ref().map(|l| &l.url), "starting gpu-warden extender {}", env!("CARGO_PKG_VERSION"));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let nodes = watch::spawn_node_cache(
             clients.direct.clone(),
             cli.node_selector.as_deref(),
+            &policy.prefix,
             metrics.clone(),
         );
         let nodes: Arc<dyn watch::NodeLookup> = match cli.lease_namespace.as_deref() {
@@ -101,32 +114,62 @@ pub fn run(cli: ExtenderCli, shutdown: impl Future<Output = ()>) -> Result<(), E
                 nodes
             }
         };
+        let learned_source = policy.learned.clone();
         let feed = Arc::new(watch::LedgerFeed {
             ledger: Arc::new(Mutex::new(ledger::Ledger::new(policy.ledger_ttl))),
             policy,
             nodes,
+            learned: Default::default(),
+            pods_synced: Default::default(),
             clock,
             metrics,
         });
         watch::spawn_pod_feed(clients.direct.clone(), &cli.scheduler_name, feed.clone());
-        let listener = tokio::net::TcpListener::bind(cli.listen)
-            .await
-            .map_err(|source| ExtenderError::Io {
-                what: format!("cannot listen on {} (--listen)", cli.listen),
-                source,
-            })?;
+        if let Some(src) = learned_source {
+            prometheus::spawn_learner(src, feed.clone());
+        }
+        let bind = |addr: std::net::SocketAddr, flag: &'static str| async move {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ExtenderError::Io {
+                    what: format!("cannot listen on {addr} ({flag})"),
+                    source,
+                })
+        };
+        let listener = bind(cli.listen, "--listen").await?;
+        let probe = match cli.probe_listen {
+            Some(a) => Some(bind(a, "--probe-listen").await?),
+            None => None,
+        };
         let state = Arc::new(server::ExtenderState {
-            feed,
+            feed: feed.clone(),
             max_body_bytes: cli.max_body_bytes,
+            serve_verbs: true,
         });
         let limits = HttpLimits {
             security,
             ..HttpLimits::default()
         };
+        let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+        let probes = probe.map(|l| {
+            let st = Arc::new(server::ExtenderState {
+                feed,
+                max_body_bytes: 0,
+                serve_verbs: false,
+            });
+            let limits = HttpLimits::default();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                serve_with(l, &limits, stop, move |req| server::handle(st.clone(), req)).await
+            })
+        });
         serve_with(listener, &limits, shutdown, move |req| {
             server::handle(state.clone(), req)
         })
         .await;
+        if let Some(p) = probes {
+            let _ = p.await;
+        }
         Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -1,8 +1,11 @@
 //! A pod's VRAM need: its own declaration (`<prefix>/vram-request-mib`, the annotation the
-//! guard ranks by), else a default the operator configured for its namespace or labels
-//! (e.g. one per GitLab runner), else "unknown", which a rule turns into "pass unchecked"
-//! or "reserve this much".
+//! guard ranks by; raised to the need learned for its GitLab project when that is higher),
+//! else the need learned for its project (the p95 of the project's job peaks,
+//! [`super::learned`]), else a default the operator configured for its namespace
+//! or labels (e.g. one per GitLab runner), else "unknown", which a rule turns into "reserve
+//! this much" (the shipped chart default) or "pass unchecked".
 
+use super::learned::LearnedNeeds;
 use super::wire::PodView;
 use crate::guard::selector::Selector;
 use crate::model::vram_request;
@@ -40,6 +43,8 @@ pub enum UnknownNeed {
 pub struct NeedRules {
     /// The pod annotation that declares a need (`<prefix>/vram-request-mib`).
     pub annotation: String,
+    /// The pod label naming its GitLab project (learned needs are by project).
+    pub project_label: String,
     /// Defaults, first match wins.
     pub defaults: Vec<DefaultNeed>,
     /// The rule for the rest.
@@ -51,6 +56,8 @@ pub struct NeedRules {
 pub enum NeedSource {
     /// The pod's own annotation.
     Declared,
+    /// Learned from this many of its GitLab project's job peaks.
+    Learned(u64),
     /// The n-th configured default (0-based).
     Default(usize),
     /// The unknown rule's reservation.
@@ -80,21 +87,39 @@ pub struct BadDeclaration {
 }
 
 impl NeedRules {
-    /// The need of `pod`.
-    pub fn need(&self, pod: &PodView) -> Result<Need, BadDeclaration> {
+    /// The need of `pod`, `learned` holding the projects' learned needs.
+    pub fn need(&self, pod: &PodView, learned: &LearnedNeeds) -> Result<Need, BadDeclaration> {
+        let labels = pod.labels();
+        let learned = labels
+            .get(&self.project_label)
+            .and_then(|p| learned.get(pod.namespace(), p));
         if let Some(v) = pod.annotation(&self.annotation) {
-            return match vram_request::parse_mib(v) {
-                Some(mib) => Ok(Need {
-                    mib: Some(mib),
-                    source: NeedSource::Declared,
-                }),
-                None => Err(BadDeclaration {
+            let Some(mib) = vram_request::parse_mib(v) else {
+                return Err(BadDeclaration {
                     key: self.annotation.clone(),
                     value: v.to_string(),
-                }),
+                });
             };
+            // A declaration below what the project's jobs are seen to peak at (p95) is
+            // raised to it: a low declaration is the commonest way a job dies of OOM, and
+            // the guard cannot stop an allocation that lands in one step.
+            return Ok(match learned {
+                Some(n) if n.mib > mib => Need {
+                    mib: Some(n.mib),
+                    source: NeedSource::Learned(n.jobs),
+                },
+                _ => Need {
+                    mib: Some(mib),
+                    source: NeedSource::Declared,
+                },
+            });
         }
-        let labels = pod.labels();
+        if let Some(n) = learned {
+            return Ok(Need {
+                mib: Some(n.mib),
+                source: NeedSource::Learned(n.jobs),
+            });
+        }
         let hit = self.defaults.iter().position(|d| {
             d.namespace
                 .as_deref()
@@ -134,6 +159,7 @@ mod tests {
     fn rules(unknown: UnknownNeed) -> NeedRules {
         NeedRules {
             annotation: "gpu-warden.io/vram-request-mib".into(),
+            project_label: "project.runner.gitlab.com/id".into(),
             defaults: vec![
                 DefaultNeed {
                     namespace: Some("gitlab".into()),
@@ -209,7 +235,67 @@ mod tests {
             ),
         ];
         for (i, (p, unknown, want)) in cases.into_iter().enumerate() {
-            assert_eq!(rules(unknown).need(&p), want, "case {i}");
+            assert_eq!(
+                rules(unknown).need(&p, &LearnedNeeds::default()),
+                want,
+                "case {i}"
+            );
         }
+    }
+
+    #[test]
+    fn a_learned_need_comes_after_the_declaration_and_before_the_defaults() {
+        use crate::extender::learned::LearnedNeed;
+        let learned = LearnedNeeds::from_entries([(
+            "gitlab".to_string(),
+            "7".to_string(),
+            LearnedNeed {
+                mib: 6144,
+                jobs: 120,
+            },
+        )]);
+        let r = rules(UnknownNeed::Reserve { mib: 2048 });
+        let p7 = pod("gitlab", &[("project.runner.gitlab.com/id", "7")], &[]);
+        assert_eq!(
+            r.need(&p7, &learned),
+            Ok(Need {
+                mib: Some(6144),
+                source: NeedSource::Learned(120),
+            })
+        );
+        // A declaration above the learned need stands; one below it is raised to it.
+        let declared = |mib: &str| {
+            pod(
+                "gitlab",
+                &[("project.runner.gitlab.com/id", "7")],
+                &[("gpu-warden.io/vram-request-mib", mib)],
+            )
+        };
+        assert_eq!(
+            r.need(&declared("8192"), &learned),
+            Ok(Need {
+                mib: Some(8192),
+                source: NeedSource::Declared,
+            })
+        );
+        assert_eq!(
+            r.need(&declared("1024"), &learned),
+            Ok(Need {
+                mib: Some(6144),
+                source: NeedSource::Learned(120),
+            })
+        );
+        // Same project ID in another namespace: not the same project's runner.
+        let other_ns = pod("ml", &[("project.runner.gitlab.com/id", "7")], &[]);
+        assert_eq!(
+            r.need(&other_ns, &learned).unwrap().source,
+            NeedSource::UnknownReserved
+        );
+        // Another project falls to the namespace default.
+        let p8 = pod("gitlab", &[("project.runner.gitlab.com/id", "8")], &[]);
+        assert_eq!(
+            r.need(&p8, &learned).unwrap().source,
+            NeedSource::Default(1)
+        );
     }
 }

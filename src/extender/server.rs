@@ -3,12 +3,17 @@
 //! full), anything unreadable gets a 400 that says why; verdicts are computed from the cached
 //! view, so an answer takes microseconds to milliseconds whatever the API server does.
 
-use super::core::{evaluate, filter_result, parse_call, prioritize_result, Evaluation};
+use super::core::{
+    evaluate, filter_result, not_ready_result, parse_call, prioritize_result, Evaluation, Judged,
+};
+use super::judge::Reason;
 use super::watch::LedgerFeed;
+use super::wire::PodView;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What the handlers share.
@@ -17,6 +22,9 @@ pub struct ExtenderState {
     pub feed: Arc<LedgerFeed>,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// Whether this listener serves `/filter` and `/prioritize` (the loopback one), or only
+    /// the GETs (the probe listener).
+    pub serve_verbs: bool,
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Full<Bytes>> {
@@ -84,6 +92,12 @@ where
 {
     let method = req.method().clone();
     match (v, &method) {
+        ("filter" | "prioritize", _) if !state.serve_verbs => {
+            return text(
+                StatusCode::NOT_FOUND,
+                "not served here: the verbs are on the extender's loopback --listen\n".into(),
+            )
+        }
         ("filter" | "prioritize", &Method::POST) => {}
         ("filter" | "prioritize", _) => {
             let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only POST\n".into());
@@ -126,7 +140,7 @@ fn too_large(limit: usize) -> Response<Full<Bytes>> {
 }
 
 fn get(state: &ExtenderState, v: &'static str) -> Response<Full<Bytes>> {
-    let ready = state.feed.nodes.ready();
+    let not_ready = state.feed.not_ready();
     match v {
         "metrics" => reply(
             StatusCode::OK,
@@ -134,11 +148,13 @@ fn get(state: &ExtenderState, v: &'static str) -> Response<Full<Bytes>> {
             state.feed.metrics.render(),
         ),
         "healthz" => text(StatusCode::OK, "ok\n".into()),
-        "readyz" if ready => text(StatusCode::OK, "ready\n".into()),
-        "readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the node cache has not synced with the API server yet\n".into(),
-        ),
+        "readyz" => match not_ready {
+            None => text(StatusCode::OK, "ready\n".into()),
+            Some(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
         _ => text(
             StatusCode::OK,
             "gpu-warden extender: POST /filter /prioritize; GET /metrics /healthz /readyz\n".into(),
@@ -155,17 +171,48 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
         }
     };
     let f = &state.feed;
-    let mut candidates = call.candidates.annotated(&|n: &str| f.nodes.annotations(n));
-    if matches!(call.candidates, super::core::Candidates::Objects(_)) {
-        for (name, ann) in &mut candidates {
-            *ann = ann.take().map(|a| f.nodes.through_lease(name, a));
+    let started = f.clock.mono();
+    if call.pod.requests_resource(&f.policy.resource) {
+        if let Some(why) = f.not_ready() {
+            tracing::info!(pod = %call.pod.key(), verb = v, "not ready, the scheduler retries: {why}");
+            f.metrics.not_ready.inc();
+            return if v == "filter" {
+                json(StatusCode::OK, &not_ready_result(why))
+            } else {
+                // Filter failed already, so this is not reached from kube-scheduler; an
+                // error status is the honest answer for anyone else.
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                )
+            };
         }
     }
+    let prefix = &f.policy.prefix;
+    let candidates: Vec<Judged<'_>> = match &call.candidates {
+        super::core::Candidates::Names(_) => {
+            call.candidates.states(&|n: &str| f.nodes.state(n), prefix)
+        }
+        // Full objects: their annotations, read through the node's Lease when there is one.
+        super::core::Candidates::Objects(list) => list
+            .items
+            .iter()
+            .map(|o| {
+                let name = super::wire::node_name(o).unwrap_or_default();
+                let a = f
+                    .nodes
+                    .through_lease(name, super::wire::node_annotations(o));
+                (name, Some(Arc::new(super::nodes::read_node(&a, prefix))))
+            })
+            .collect(),
+    };
+    let learned = f.learned_needs();
     let eval = {
         let mut ledger = f.ledger.lock().unwrap_or_else(|e| e.into_inner());
         let e = evaluate(
             &f.policy,
             &call.pod,
+            &learned,
             &candidates,
             &mut ledger,
             f.clock.mono(),
@@ -174,39 +221,74 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
         f.metrics.reservations.set(ledger.len() as i64);
         e
     };
-    record(state, v, &call.pod.key(), &eval);
-    if v == "filter" {
+    let resp = if v == "filter" {
         json(StatusCode::OK, &filter_result(&call.candidates, &eval))
     } else {
-        json(StatusCode::OK, &prioritize_result(&f.policy, &eval))
-    }
+        json(
+            StatusCode::OK,
+            &prioritize_result(&f.policy, &candidates, &eval),
+        )
+    };
+    let took = f.clock.mono().saturating_sub(started);
+    record(state, v, &call.pod, &candidates, &eval, took);
+    resp
 }
 
-/// Counts the verdicts and logs every node passed unchecked or refused, with its reason
-/// (filter only: prioritize sees the same nodes again).
-fn record(state: &ExtenderState, v: &'static str, pod: &str, e: &Evaluation) {
-    use super::judge::Reason;
-    for (node, verdict) in &e.verdicts {
-        let result = if verdict.pass { "pass" } else { "fail" };
-        state
-            .feed
-            .metrics
-            .verdicts
-            .with_label_values(&[v, result, verdict.reason.as_str()])
-            .inc();
-        if v != "filter" {
-            continue;
+/// Counts the verdicts (one increment per reason, not per node) and logs one summary line
+/// per filter call at info — the pod, its need and where it came from, how many nodes
+/// passed, how many were refused for each reason, one example reason; every node's verdict
+/// at debug. Prioritize sees the same nodes again: its summary is at debug.
+fn record(
+    state: &ExtenderState,
+    v: &'static str,
+    pod: &PodView,
+    candidates: &[Judged<'_>],
+    e: &Evaluation,
+    took: std::time::Duration,
+) {
+    let mut counts: BTreeMap<(bool, Reason), u64> = BTreeMap::new();
+    for verdict in &e.verdicts {
+        *counts.entry((verdict.pass, verdict.reason)).or_default() += 1;
+    }
+    let m = &state.feed.metrics;
+    for ((pass, reason), n) in &counts {
+        let result = if *pass { "pass" } else { "fail" };
+        m.verdicts
+            .with_label_values(&[v, result, reason.as_str()])
+            .inc_by(*n as f64);
+    }
+    let key = pod.key();
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for ((node, _), verdict) in candidates.iter().zip(&e.verdicts) {
+            let r = verdict.reason.as_str();
+            let result = if verdict.pass { "pass" } else { "fail" };
+            tracing::debug!(pod = %key, verb = v, node = %node, result, reason = r, "{}", verdict.message);
         }
-        match (verdict.pass, verdict.reason) {
-            (true, Reason::Fits) => {
-                tracing::debug!(pod, node = %node, gpu = ?verdict.gpu.as_ref().map(|g| g.index), "fits: {}", verdict.message)
-            }
-            (true, reason) => {
-                tracing::info!(pod, node = %node, reason = reason.as_str(), "passed: {}", verdict.message)
-            }
-            (false, reason) => {
-                tracing::info!(pod, node = %node, reason = reason.as_str(), "refused: {}", verdict.message)
-            }
-        }
+    }
+    let passed: u64 = counts.iter().filter(|((p, _), _)| *p).map(|(_, n)| n).sum();
+    let summary = |pass: bool| {
+        counts
+            .iter()
+            .filter(|((p, _), _)| *p == pass)
+            .map(|((_, r), n)| format!("{}={n}", r.as_str()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let (need_mib, source) = match &e.need {
+        Some(n) => (n.mib, format!("{:?}", n.source)),
+        None => (None, "BadDeclaration".to_string()),
+    };
+    let example = e
+        .verdicts
+        .iter()
+        .find(|v| !v.pass)
+        .or_else(|| e.verdicts.iter().find(|v| v.reason != Reason::Fits))
+        .map(|v| v.message.as_str())
+        .unwrap_or("");
+    let took_us = took.as_micros() as u64;
+    if v == "filter" {
+        tracing::info!(pod = %key, gpus = e.gpus, need_mib, source = %source, nodes = e.verdicts.len(), passed, pass = %summary(true), fail = %summary(false), took_us, "filter: {example}");
+    } else {
+        tracing::debug!(pod = %key, nodes = e.verdicts.len(), took_us, "prioritize");
     }
 }

@@ -1,30 +1,33 @@
-//! The Kubernetes shells: a reflector of Nodes (their annotations feed every verdict) and a
+//! The Kubernetes shells: a watch of Nodes (their parsed annotations feed every verdict) and a
 //! watch of the pods this scheduler profile places (their bindings fill the ledger).
 //!
-//! When the API server is lost the reflector keeps its last view and retries with backoff;
+//! When the API server is lost the cache keeps its last view and retries with backoff;
 //! the annotations in it age, and the staleness rule then decides (docs/scheduling.md), so losing
 //! the API never stops the scheduler.
 
 use super::core::{reservation_for, ExtenderPolicy};
+use super::learned::LearnedNeeds;
 use super::ledger::Ledger;
 use super::metrics::ExtenderMetrics;
+use super::nodes::{read_node, NodeState};
 use super::wire::PodView;
 use crate::model::clock::Clock;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Api;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
-/// Where verdicts read a node's annotations.
+/// Where verdicts read a node's figures.
 pub trait NodeLookup: Send + Sync {
-    /// The node's annotations; `None` when the node is not known.
+    /// What the node's annotations say; `None` when the node is not known.
+    fn state(&self, node: &str) -> Option<Arc<NodeState>>;
+    /// The node's annotations as they are; `None` when the node is not known.
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>>;
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
@@ -39,26 +42,93 @@ pub trait NodeLookup: Send + Sync {
     }
 }
 
-/// The reflector's store.
+/// One cached Node: its annotations and what they say, parsed once.
+type Cached = (Arc<BTreeMap<String, String>>, Arc<NodeState>);
+
+/// The Nodes' figures, parsed once per change of the Node (on the watch), not per call: a
+/// verdict then costs a hash lookup, not a JSON parse (docs/performance.md, "Extender").
 pub struct NodeCache {
-    store: Store<Node>,
-    ready: Arc<AtomicBool>,
+    prefix: String,
+    nodes: RwLock<HashMap<String, Cached>>,
+    ready: AtomicBool,
 }
 
 impl NodeLookup for NodeCache {
+    fn state(&self, node: &str) -> Option<Arc<NodeState>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .map(|(_, s)| s.clone())
+    }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
-        let n = self.store.get(&ObjectRef::new(node))?;
-        Some(n.metadata.annotations.clone().unwrap_or_default())
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .map(|(a, _)| (**a).clone())
     }
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
 }
 
-/// Starts the Node reflector; the cache is ready once the first list is in.
+impl NodeCache {
+    /// An empty, unsynced cache for annotations under `prefix`.
+    pub fn new(prefix: &str) -> NodeCache {
+        NodeCache {
+            prefix: prefix.to_string(),
+            nodes: RwLock::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    fn parse(&self, node: Node) -> Option<(String, Cached)> {
+        let name = node.metadata.name?;
+        let ann = node.metadata.annotations.unwrap_or_default();
+        let state = Arc::new(read_node(&ann, &self.prefix));
+        Some((name, (Arc::new(ann), state)))
+    }
+
+    /// Applies one watch event; `staging` holds a relist until its end. Returns the node
+    /// count after it.
+    pub fn apply(&self, ev: Event<Node>, staging: &mut Option<HashMap<String, Cached>>) -> usize {
+        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        match ev {
+            Event::Init => *staging = Some(HashMap::new()),
+            Event::InitApply(n) => {
+                if let (Some(st), Some((k, v))) = (staging.as_mut(), self.parse(n)) {
+                    st.insert(k, v);
+                }
+            }
+            Event::InitDone => {
+                if let Some(st) = staging.take() {
+                    *nodes = st;
+                }
+                if !self.ready.swap(true, Ordering::Relaxed) {
+                    tracing::info!(nodes = nodes.len(), "node cache synced");
+                }
+            }
+            Event::Apply(n) => {
+                if let Some((k, v)) = self.parse(n) {
+                    nodes.insert(k, v);
+                }
+            }
+            Event::Delete(n) => {
+                if let Some(name) = n.metadata.name.as_deref() {
+                    nodes.remove(name);
+                }
+            }
+        }
+        nodes.len()
+    }
+}
+
+/// Starts the Node watch; the cache is ready once the first list is in.
 pub fn spawn_node_cache(
     client: kube::Client,
     selector: Option<&str>,
+    prefix: &str,
     metrics: ExtenderMetrics,
 ) -> Arc<NodeCache> {
     let api: Api<Node> = Api::all(client);
@@ -66,33 +136,25 @@ pub fn spawn_node_cache(
     if let Some(s) = selector {
         cfg = cfg.labels(s);
     }
-    let (store, writer) = reflector::store();
-    let ready = Arc::new(AtomicBool::new(false));
-    let cache = Arc::new(NodeCache {
-        store: store.clone(),
-        ready: ready.clone(),
-    });
-    let waiter = store.clone();
-    let (flag, gauge) = (ready.clone(), metrics.ready.clone());
-    tokio::spawn(async move {
-        if waiter.wait_until_ready().await.is_ok() {
-            flag.store(true, Ordering::Relaxed);
-            gauge.set(1.0);
-            tracing::info!(nodes = waiter.state().len(), "node cache synced");
-        }
-    });
-    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
+    let cache = Arc::new(NodeCache::new(prefix));
+    let c = cache.clone();
+    let stream = watcher::watcher(api, cfg).default_backoff();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         let mut failing = false;
+        let mut staging = None;
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(_) => {
+                Ok(ev) => {
                     if failing {
                         tracing::info!("node watch restored");
                         failing = false;
                     }
-                    metrics.nodes.set(store.state().len() as i64);
+                    let n = c.apply(ev, &mut staging);
+                    if c.ready() {
+                        metrics.ready.set(1.0);
+                    }
+                    metrics.nodes.set(n as i64);
                 }
                 Err(e) => {
                     metrics.watch_errors.inc();
@@ -159,8 +221,13 @@ pub struct LedgerFeed {
     pub policy: ExtenderPolicy,
     /// The ledger.
     pub ledger: Arc<Mutex<Ledger>>,
-    /// The node annotations.
+    /// The nodes' figures.
     pub nodes: Arc<dyn NodeLookup>,
+    /// Needs learned per GitLab project (swapped whole by the learning shell).
+    pub learned: RwLock<Arc<LearnedNeeds>>,
+    /// Whether the pod watch has listed once (until then bound pods may be missing from
+    /// the ledger).
+    pub pods_synced: AtomicBool,
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// Metrics.
@@ -191,11 +258,13 @@ impl LedgerFeed {
                         return;
                     }
                 }
-                let ann = self.nodes.annotations(&node);
+                let state = self.nodes.state(&node);
+                let learned = self.learned_needs();
                 let r = reservation_for(
                     &self.policy,
                     &pod,
-                    ann.as_ref(),
+                    &learned,
+                    state.as_deref(),
                     ledger.pending(&node),
                     self.clock.mono(),
                     wall,
@@ -209,6 +278,25 @@ impl LedgerFeed {
             }
         }
         self.metrics.reservations.set(ledger.len() as i64);
+    }
+
+    /// The learned needs now.
+    pub fn learned_needs(&self) -> Arc<LearnedNeeds> {
+        self.learned
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Why a GPU pod cannot be judged yet, if it cannot.
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if !self.nodes.ready() {
+            Some("the node cache has not synced with the API server yet")
+        } else if !self.pods_synced.load(Ordering::Relaxed) {
+            Some("the watch of this scheduler's pods has not listed yet")
+        } else {
+            None
+        }
     }
 
     /// Ends reservations whose TTL ran out.
@@ -234,7 +322,13 @@ pub fn spawn_pod_feed(client: kube::Client, scheduler_name: &str, feed: Arc<Ledg
             let (pod, deleted) = match ev {
                 Ok(Event::Apply(p) | Event::InitApply(p)) => (p, false),
                 Ok(Event::Delete(p)) => (p, true),
-                Ok(Event::Init | Event::InitDone) => continue,
+                Ok(Event::Init) => continue,
+                Ok(Event::InitDone) => {
+                    if !f.pods_synced.swap(true, Ordering::Relaxed) {
+                        tracing::info!("pod watch listed: reservations are complete");
+                    }
+                    continue;
+                }
                 Err(e) => {
                     f.metrics.watch_errors.inc();
                     tracing::warn!(error = %e, "pod watch failing: reservations end by TTL meanwhile");

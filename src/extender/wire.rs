@@ -81,6 +81,9 @@ pub struct PodSpecView {
     /// `spec.containers` (`null` in Go's output of an empty spec).
     #[serde(default)]
     pub containers: Option<Vec<ContainerView>>,
+    /// `spec.initContainers`: a GPU asked for only here is still allocated by the kubelet.
+    #[serde(rename = "initContainers", alias = "initcontainers", default)]
+    pub init_containers: Option<Vec<ContainerView>>,
 }
 
 /// A container's resources.
@@ -89,6 +92,33 @@ pub struct ContainerView {
     /// `resources`.
     #[serde(default)]
     pub resources: Option<Resources>,
+    /// `restartPolicy` of an init container: `Always` makes it a sidecar, running beside the
+    /// app containers (its request adds to theirs).
+    #[serde(rename = "restartPolicy", alias = "restartpolicy", default)]
+    pub restart_policy: Option<String>,
+}
+
+impl ContainerView {
+    /// How many units of `resource` the container asks for: its request, else its limit
+    /// (for an extended resource the API defaults the request to the limit); 0 when neither.
+    pub fn units(&self, resource: &str) -> u64 {
+        let Some(r) = self.resources.as_ref() else {
+            return 0;
+        };
+        let q = r
+            .requests
+            .as_ref()
+            .and_then(|m| m.get(resource))
+            .or_else(|| r.limits.as_ref().and_then(|m| m.get(resource)));
+        match q {
+            None => 0,
+            Some(Value::Number(n)) => n.as_u64().unwrap_or(1),
+            // Extended resources are whole numbers (the API rejects anything else); an
+            // unreadable one still asks for the resource, so it counts as one.
+            Some(Value::String(s)) => s.trim().parse::<u64>().unwrap_or(1),
+            Some(_) => 1,
+        }
+    }
 }
 
 /// `resources.limits` / `resources.requests` (quantities as strings).
@@ -127,17 +157,38 @@ impl PodView {
             .map(String::as_str)
     }
 
-    /// Whether a container asks for `resource` (in limits or requests).
+    /// Whether a container (init containers included) asks for `resource`.
     pub fn requests_resource(&self, resource: &str) -> bool {
-        let containers = self.spec.as_ref().and_then(|s| s.containers.as_deref());
-        containers.unwrap_or_default().iter().any(|c| {
-            c.resources.as_ref().is_some_and(|r| {
-                [&r.limits, &r.requests]
-                    .into_iter()
-                    .flatten()
-                    .any(|m| m.contains_key(resource))
-            })
-        })
+        self.units(resource) > 0
+    }
+
+    /// The pod's effective request of `resource`, as the kubelet and the scheduler count it
+    /// (kubernetes `k8s.io/component-helpers/resource.PodRequests`): the larger of (a) the
+    /// app containers' sum plus the sidecars' (init containers with `restartPolicy: Always`)
+    /// and (b) each regular init container's request plus the sidecars started before it.
+    pub fn units(&self, resource: &str) -> u64 {
+        let Some(spec) = self.spec.as_ref() else {
+            return 0;
+        };
+        let mut sidecars = 0u64;
+        let mut init_max = 0u64;
+        for c in spec.init_containers.as_deref().unwrap_or_default() {
+            let u = c.units(resource);
+            if c.restart_policy.as_deref() == Some("Always") {
+                sidecars += u;
+                init_max = init_max.max(sidecars);
+            } else {
+                init_max = init_max.max(sidecars + u);
+            }
+        }
+        let app: u64 = spec
+            .containers
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.units(resource))
+            .sum();
+        (app + sidecars).max(init_max)
     }
 }
 
@@ -232,6 +283,48 @@ mod tests {
             serde_json::to_string(&r).unwrap(),
             r#"{"Nodes":null,"NodeNames":["node1"],"FailedNodes":{"foo":"bar"},"FailedAndUnresolvableNodes":{},"Error":"myerror"}"#
         );
+    }
+
+    #[test]
+    fn gpus_counted_as_the_kubelet_counts_them() {
+        let pod = |spec: Value| -> PodView {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap()
+        };
+        let gpu = |n: Value| serde_json::json!({"resources": {"limits": {"nvidia.com/gpu": n}}});
+        let cases = [
+            (serde_json::json!({"containers": [gpu("1".into())]}), 1),
+            (
+                serde_json::json!({"containers": [gpu("2".into()), gpu(1.into())]}),
+                3,
+            ),
+            // A GPU asked for by an init container only is allocated all the same.
+            (
+                serde_json::json!({"containers": [{}], "initContainers": [gpu("1".into())]}),
+                1,
+            ),
+            // A regular init container runs before the app containers: the larger counts.
+            (
+                serde_json::json!({"containers": [gpu("1".into())], "initContainers": [gpu("2".into())]}),
+                2,
+            ),
+            // A sidecar (restartPolicy: Always) runs beside them: it adds.
+            (
+                serde_json::json!({"containers": [gpu("1".into())], "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}),
+                2,
+            ),
+            (
+                serde_json::json!({"containers": [{"resources": {"limits": {"cpu": "1"}}}]}),
+                0,
+            ),
+            (serde_json::json!({"containers": null}), 0),
+        ];
+        for (i, (spec, want)) in cases.into_iter().enumerate() {
+            let p = pod(spec);
+            assert_eq!(p.units("nvidia.com/gpu"), want, "case {i}");
+            assert_eq!(p.requests_resource("nvidia.com/gpu"), want > 0, "case {i}");
+        }
     }
 
     #[test]

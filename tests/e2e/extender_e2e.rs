@@ -212,15 +212,18 @@ fn extender_against_agents_on_the_double() {
     let failed = &j["FailedAndUnresolvableNodes"];
     let a = failed["gpu-a"].as_str().unwrap();
     assert!(
-        a.starts_with("GPU 1 (the fullest; which GPU the pod gets is not known) has 4"),
+        a.starts_with(
+            "GPU 1 (the fullest; which GPU the pod gets is not known) has too little VRAM: 4"
+        ),
         "{a}"
     );
     assert!(
-        a.ends_with("the pod needs 8 GiB plus a 0.5 GiB margin"),
+        a.contains("has too little VRAM")
+            && a.contains("the pod needs 8 GiB plus a 0.5 GiB margin ("),
         "{a}"
     );
     let c = failed["gpu-c"].as_str().unwrap();
-    assert_eq!(c, "GPU 1 (the one the device plugin hands out next) has 6 GiB free, 2 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin");
+    assert_eq!(c, "GPU 1 (the one the device plugin hands out next) has too little VRAM: 6 GiB free, 2 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin (4608 MiB short)");
     assert_eq!(j["FailedNodes"], json!({}));
 
     // Prioritize: only gpu-b has a GPU judged with room.
@@ -351,11 +354,113 @@ fn extender_against_agents_on_the_double() {
     }
     let (status, _, stderr) = ext.terminate();
     assert!(status.success(), "{stderr}");
+    // One summary line per filter call at info, counting the stale pass by its reason.
+    let filter_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("filter:") && l.contains("job-1"))
+        .collect();
+    assert_eq!(filter_lines.len(), 1, "one line per call:\n{stderr}");
+    assert!(filter_lines[0].contains("stale=1"), "{}", filter_lines[0]);
     assert!(
-        stderr.contains("passed: VRAM figures are"),
-        "stale passes are logged with their reason:\n{stderr}"
+        !stderr
+            .lines()
+            .any(|l| l.contains("verb=") && l.contains("node=")),
+        "no per-node verdict lines at info:\n{stderr}"
     );
     drop(agents);
+}
+
+/// Before its caches sync the extender answers a GPU pod with a whole-call `Error`, which
+/// kube-scheduler's HTTPExtender.Filter turns into an error; with `ignorable: false`
+/// findNodesThatPassExtenders returns it and the pod is retried with backoff
+/// (kubernetes/kubernetes pkg/scheduler/extender.go, schedule_one.go). Never a blind pass.
+#[test]
+fn not_synced_answers_an_error_the_scheduler_retries_never_a_pass() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    server
+        .add_node(json!({"metadata": {"name": "gpu-a", "annotations": written(
+            vec![fig(0, 20480, 2048, 0, 0)], Some(Some("GPU-c-0".into())), SystemTime::now())}}))
+        .unwrap();
+    server.set_down(true);
+    let probe = free_port();
+    let probe_listen = format!("127.0.0.1:{probe}");
+    let ext = Agent::spawn(
+        &["extender", "--probe-listen", &probe_listen],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    );
+    let port = ext.port;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(port, "/healthz").map(|r| r.status).unwrap_or(0) != 200 {
+        assert!(Instant::now() < deadline, "the extender did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get(port, "/readyz").unwrap().status, 503);
+    let r = post(
+        port,
+        "/filter",
+        &args(ci_pod("job-1", Some(1024)), &["gpu-a"]),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = json_of(&r);
+    assert!(j["Error"].as_str().unwrap().contains("not ready"), "{j}");
+    assert_eq!(j["NodeNames"], Value::Null, "nothing passed: {j}");
+    // A pod asking for no GPU is none of the extender's business: it passes.
+    let r = post(port, "/filter", UPSTREAM_ARGS);
+    assert_eq!(json_of(&r)["Error"], "");
+    // The probe listener serves the GETs, never the verbs.
+    assert_eq!(get(probe, "/healthz").unwrap().status, 200);
+    assert_eq!(
+        post(
+            probe,
+            "/filter",
+            &args(ci_pod("job-1", Some(1024)), &["gpu-a"])
+        )
+        .status,
+        404
+    );
+    server.set_down(false);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(probe, "/readyz").map(|r| r.status).unwrap_or(0) != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready after the API came back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let j = json_of(&post(
+        port,
+        "/filter",
+        &args(ci_pod("job-1", Some(1024)), &["gpu-a"]),
+    ));
+    assert_eq!(
+        (j["Error"].as_str(), &j["NodeNames"]),
+        (Some(""), &json!(["gpu-a"])),
+        "{j}"
+    );
+    let (status, _, stderr) = ext.terminate();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not ready, the scheduler retries"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_verbs_never_listen_beyond_loopback() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
+        .args(["extender", "--listen", "0.0.0.0:0"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not a loopback address"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
 /// Sets one annotation on a pod fixture.
@@ -661,10 +766,11 @@ fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
     assert_eq!(
         why,
         format!(
-            "GPU 1 (the one the device plugin hands out next) has {} free, {} committed; the pod needs {} plus a 0.5 GiB margin",
+            "GPU 1 (the one the device plugin hands out next) has too little VRAM: {} free, {} committed; the pod needs {} plus a 0.5 GiB margin ({} MiB short)",
             gib(free as i64),
             gib(committed as i64),
-            gib(tight as i64)
+            gib(tight as i64),
+            tight + margin + committed - free
         )
     );
     // Exactly what is left after the committed memory and the margin: passes.

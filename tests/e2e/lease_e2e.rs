@@ -276,7 +276,7 @@ async fn a_change_reaches_the_lease_at_once_and_the_node_within_its_interval() {
     let mut r = rig(node_cfg(interval * 10, interval), Some(lease_cfg(renew))).await;
     let client = r.client.clone();
     let metrics = ExtenderMetrics::new().unwrap();
-    let nodes = spawn_node_cache(client.clone(), None, metrics.clone());
+    let nodes = spawn_node_cache(client.clone(), None, "gpu-warden.io", metrics.clone());
     let live = spawn_live_nodes(client, NS, "gpu-warden.io", nodes, metrics);
     r.until(Pressure::None, |r| {
         !r.requests(Method::PUT, LEASE_PATH).is_empty() && live.ready()
@@ -311,6 +311,7 @@ async fn a_change_reaches_the_lease_at_once_and_the_node_within_its_interval() {
                 &read_node(&ann, "gpu-warden.io"),
                 &[],
                 Some(1024),
+                1,
                 &policy,
                 r.clock.wall(),
             );
@@ -326,6 +327,7 @@ async fn a_change_reaches_the_lease_at_once_and_the_node_within_its_interval() {
         &read_node(&r.node_annotations(), "gpu-warden.io"),
         &[],
         Some(1024),
+        1,
         &policy,
         r.clock.wall(),
     );
@@ -359,7 +361,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
     };
     let mut r = rig(old, None).await;
     let metrics = ExtenderMetrics::new().unwrap();
-    let nodes = spawn_node_cache(r.client.clone(), None, metrics.clone());
+    let nodes = spawn_node_cache(r.client.clone(), None, "gpu-warden.io", metrics.clone());
     let live = spawn_live_nodes(r.client.clone(), NS, "gpu-warden.io", nodes, metrics);
     r.until(Pressure::None, |r| {
         r.requests(Method::PATCH, NODE_PATH).len() >= 2 && live.ready()
@@ -381,6 +383,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
         &read_node(&ann, "gpu-warden.io"),
         &[],
         Some(1024),
+        1,
         &policy,
         r.clock.wall(),
     );
@@ -392,6 +395,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
         &read_node(&frozen, "gpu-warden.io"),
         &[],
         Some(1024),
+        1,
         &policy,
         r.clock.wall(),
     );

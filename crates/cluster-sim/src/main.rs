@@ -1,23 +1,35 @@
-//! `cluster-sim`: runs the three policies at several `replicas` settings and writes the
+//! `cluster-sim`: runs the policies at several `replicas` settings and seeds and writes the
 //! Markdown table (stdout or `--out`), and optionally a CSV and an SVG plot.
 
-use cluster_sim::{report, run_all, Scenario};
+use cluster_sim::scenario::SHIPPED_EXTENDER_POLICY;
+use cluster_sim::{report, simulate, OnDecision, PolicyKind, Scenario};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cluster-sim [--seed N] [--hours H] [--replicas 2,4,8] [--arrivals-per-min X] [--declared-share P] [--under-declared-share P] [--small-nodes N] [--big-nodes N] [--out FILE.md] [--csv FILE.csv] [--svg FILE.svg]";
+const USAGE: &str = "usage: cluster-sim [--seeds 1,2,3,4,5] [--hours H] [--replicas 2,4,8] [--policies device-plugin,guard,extender-guard] [--on-decision stop|evict,stop,kill] [--arrivals-per-min X] [--declared-share P] [--under-declared-share P] [--small-nodes N] [--big-nodes N] [--extender-policy FILE.yaml] [--out FILE.md] [--csv FILE.csv] [--svg FILE.svg]";
 
 struct Args {
     scenario: Scenario,
+    seeds: Vec<u64>,
     replicas: Vec<u32>,
+    policies: Vec<PolicyKind>,
+    on_decision: Vec<OnDecision>,
     out: Option<String>,
     csv: Option<String>,
     svg: Option<String>,
 }
 
+fn list<T>(value: &str, one: impl Fn(&str) -> Option<T>) -> Option<Vec<T>> {
+    let v: Option<Vec<T>> = value.split(',').map(|s| one(s.trim())).collect();
+    v.filter(|v| !v.is_empty())
+}
+
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         scenario: Scenario::default(),
+        seeds: vec![1],
         replicas: vec![2, 4, 8],
+        policies: PolicyKind::ALL.to_vec(),
+        on_decision: vec![OnDecision::Stop],
         out: None,
         csv: None,
         svg: None,
@@ -31,11 +43,14 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value:?}: {e}");
         match flag.as_str() {
-            "--seed" => a.scenario.seed = value.parse().map_err(|e| bad(&e))?,
+            "--seeds" => {
+                a.seeds =
+                    list(&value, |s| s.parse().ok()).ok_or_else(|| bad(&"seeds like 1,2,3"))?
+            }
             "--hours" => {
                 let h: f64 = value.parse().map_err(|e| bad(&e))?;
-                if !(h > 0.0 && h <= 24.0 * 30.0) {
-                    return Err(bad(&"must be more than 0 and at most 720"));
+                if !(h > 0.5 && h <= 24.0 * 30.0) {
+                    return Err(bad(&"must be more than 0.5 and at most 720"));
                 }
                 a.scenario.horizon_s = (h * 3600.0).round() as u64;
             }
@@ -62,14 +77,21 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--big-nodes" => a.scenario.cluster.big_nodes = value.parse().map_err(|e| bad(&e))?,
             "--replicas" => {
-                a.replicas = value
-                    .split(',')
-                    .map(|r| r.trim().parse::<u32>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| bad(&e))?;
-                if a.replicas.is_empty() || a.replicas.contains(&0) {
-                    return Err(bad(&"each setting must be at least 1"));
-                }
+                a.replicas = list(&value, |s| s.parse::<u32>().ok().filter(|r| *r > 0))
+                    .ok_or_else(|| bad(&"settings of at least 1, like 2,4,8"))?
+            }
+            "--policies" => {
+                a.policies = list(&value, |s| {
+                    PolicyKind::ALL.into_iter().find(|p| p.key() == s)
+                })
+                .ok_or_else(|| bad(&"device-plugin, guard, extender-guard"))?
+            }
+            "--on-decision" => {
+                a.on_decision =
+                    list(&value, OnDecision::parse).ok_or_else(|| bad(&"evict, stop, kill"))?
+            }
+            "--extender-policy" => {
+                a.scenario.extender_policy = std::fs::read_to_string(&value).map_err(|e| bad(&e))?
             }
             "--out" => a.out = Some(value),
             "--csv" => a.csv = Some(value),
@@ -86,8 +108,46 @@ fn write(path: &str, text: &str) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let result = parse(std::env::args().skip(1)).and_then(|a| {
-        let outcomes = run_all(&a.scenario, &a.replicas).map_err(|e| e.to_string())?;
-        let table = report::markdown(&a.scenario, &outcomes);
+        let mut outcomes = Vec::new();
+        for p in &a.policies {
+            let actions: Vec<OnDecision> = if p.guard() {
+                a.on_decision.clone()
+            } else {
+                vec![a.on_decision[0]]
+            };
+            for on in actions {
+                for r in &a.replicas {
+                    for seed in &a.seeds {
+                        let sc = Scenario {
+                            seed: *seed,
+                            on_decision: on,
+                            ..a.scenario.clone()
+                        };
+                        let o = simulate(&sc, *p, *r).map_err(|e| e.to_string())?;
+                        eprintln!(
+                            "cluster-sim: {} {} replicas {} seed {}: {:.2} % OOM, {:.2} jobs/GPU-h",
+                            p.key(),
+                            on.key(),
+                            r,
+                            seed,
+                            o.oom_share() * 100.0,
+                            o.jobs_per_gpu_hour
+                        );
+                        outcomes.push(o);
+                    }
+                }
+            }
+        }
+        let shipped = if a.scenario.extender_policy == SHIPPED_EXTENDER_POLICY {
+            "the shipped extender policy (deploy/components/scheduler/extender.yaml)"
+        } else {
+            "the extender policy of --extender-policy"
+        };
+        let table = format!(
+            "{}With {shipped}.\n\n{}",
+            report::heading(&a.scenario, &a.seeds),
+            report::markdown(&outcomes)
+        );
         match &a.out {
             Some(p) => write(p, &table)?,
             None => print!("{table}"),
@@ -96,7 +156,12 @@ fn main() -> ExitCode {
             write(p, &report::csv(&outcomes))?;
         }
         if let Some(p) = &a.svg {
-            write(p, &report::svg(&a.scenario, &outcomes))?;
+            let caption = format!(
+                "cluster-sim seeds {:?}, {} h",
+                a.seeds,
+                a.scenario.horizon_s as f64 / 3600.0
+            );
+            write(p, &report::svg(&caption, &outcomes))?;
         }
         Ok(())
     });

@@ -32,8 +32,17 @@ pub struct WorkloadModel {
     pub peak_clamp_mib: (f64, f64),
     /// Share of its peak a job allocates at once when it starts (context + weights).
     pub start_share: f64,
-    /// Share of its duration over which a job grows linearly to its peak.
+    /// Share of its duration within which a job makes its further allocations.
     pub ramp_share: f64,
+    /// Fewest and most further allocations after the first (each a step, at a random time
+    /// in the ramp: frameworks allocate in chunks, not smoothly).
+    pub steps: (u32, u32),
+    /// Median share of a GPU's compute a job keeps busy when alone (log-normal, σ 0.6,
+    /// 0.05–1): time-slicing shares the compute, so jobs on a GPU whose shares add past 1
+    /// run slower.
+    pub busy_median: f64,
+    /// GitLab projects the jobs come from; each has its own typical peak.
+    pub projects: u32,
     /// Share of jobs that declare `vram-request-mib`.
     pub declared_share: f64,
     /// Of the declaring jobs, the share whose declaration is too low.
@@ -55,6 +64,9 @@ impl Default for WorkloadModel {
             peak_clamp_mib: (0.5 * GIB, 21.0 * GIB),
             start_share: 0.4,
             ramp_share: 0.5,
+            steps: (2, 6),
+            busy_median: 0.25,
+            projects: 40,
             declared_share: 0.6,
             under_declared_share: 0.2,
         }
@@ -76,17 +88,90 @@ pub struct Job {
     pub declared_mib: Option<u64>,
     /// Annotated `evict: never` (protected from the guard).
     pub protected: bool,
+    /// Its GitLab project (the pod label `project.runner.gitlab.com/id`).
+    pub project: u32,
+    /// Share of a GPU's compute it keeps busy alone.
+    pub busy: f64,
+    /// Its allocations: `(seconds of progress, MiB held from then on)`, the first at 0,
+    /// the last reaching the peak.
+    pub allocations: Vec<(f64, u64)>,
 }
 
 impl Job {
-    /// MiB the job holds `age_s` seconds after it started: `start_share` of its peak at
-    /// once, then linear growth to the peak over `ramp_share` of its duration.
-    pub fn used_mib_at(&self, age_s: f64, m: &WorkloadModel) -> u64 {
-        let peak = self.peak_mib as f64;
-        let ramp = (m.ramp_share * self.duration_s).max(1.0);
-        let share = m.start_share + (1.0 - m.start_share) * (age_s / ramp).clamp(0.0, 1.0);
-        (peak * share).round() as u64
+    /// MiB the job holds after `progress_s` seconds of progress.
+    pub fn used_mib_at(&self, progress_s: f64) -> u64 {
+        self.allocations
+            .iter()
+            .take_while(|(at, _)| *at <= progress_s)
+            .last()
+            .map(|(_, mib)| *mib)
+            .unwrap_or(0)
     }
+
+    /// A job that allocates `start_share` of its peak at once and grows linearly to it
+    /// over `ramp_share` of its duration, sampled every 2 s of progress (tests).
+    pub fn smooth(
+        id: u64,
+        arrive_s: f64,
+        duration_s: f64,
+        peak_mib: u64,
+        declared_mib: Option<u64>,
+        m: &WorkloadModel,
+    ) -> Job {
+        let ramp = (m.ramp_share * duration_s).max(1.0);
+        let mut allocations = Vec::new();
+        let mut t = 0.0;
+        while t <= ramp + 2.0 {
+            let share = m.start_share + (1.0 - m.start_share) * (t / ramp).clamp(0.0, 1.0);
+            allocations.push((t, (peak_mib as f64 * share).round() as u64));
+            t += 2.0;
+        }
+        Job {
+            id,
+            arrive_s,
+            duration_s,
+            peak_mib,
+            declared_mib,
+            protected: false,
+            project: 0,
+            busy: 0.1,
+            allocations,
+        }
+    }
+}
+
+/// The allocation steps of a job: `start_share` at once, then `k` chunks at random
+/// times within the ramp, of random sizes, ending at the peak.
+fn allocations(
+    peak_mib: u64,
+    duration_s: f64,
+    m: &WorkloadModel,
+    rng: &mut Rng,
+) -> Vec<(f64, u64)> {
+    let first = (peak_mib as f64 * m.start_share).round() as u64;
+    let (lo, hi) = m.steps;
+    let k = lo + (rng.uniform() * (hi - lo + 1) as f64) as u32;
+    let ramp = (m.ramp_share * duration_s).max(1.0);
+    let mut times: Vec<f64> = (0..k).map(|_| rng.range(1.0, ramp)).collect();
+    times.sort_by(f64::total_cmp);
+    let weights: Vec<f64> = (0..k).map(|_| rng.range(0.2, 1.0)).collect();
+    let total: f64 = weights.iter().sum();
+    let rest = peak_mib.saturating_sub(first) as f64;
+    let mut out = vec![(0.0, first)];
+    let mut acc = 0.0;
+    for (i, (t, w)) in times.iter().zip(&weights).enumerate() {
+        acc += w;
+        let held = if i + 1 == k as usize {
+            peak_mib
+        } else {
+            first + (rest * acc / total).round() as u64
+        };
+        out.push((*t, held));
+    }
+    if k == 0 {
+        out[0].1 = peak_mib;
+    }
+    out
 }
 
 /// Rounds MiB up to a whole 512 MiB, as people write declarations.
@@ -97,11 +182,24 @@ fn round_up_512(mib: f64) -> u64 {
 /// Draws the jobs arriving in `[0, horizon_s)`.
 pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
     let root = Rng::new(seed);
-    let (mut arrivals, mut sizes, mut declare) = (
+    let (mut arrivals, mut sizes, mut declare, mut steps, mut who) = (
         root.fork("arrivals"),
         root.fork("sizes"),
         root.fork("declarations"),
+        root.fork("steps"),
+        root.fork("projects"),
     );
+    // Each project's typical peak, drawn from the body-and-tail distribution; its jobs
+    // scatter around it (σ 0.25), so a project's past peaks say something of its next.
+    let typical: Vec<f64> = (0..model.projects.max(1))
+        .map(|_| {
+            if who.chance(model.tail_share) {
+                who.pareto(model.tail_min_mib, model.tail_alpha)
+            } else {
+                who.log_normal(model.peak_median_mib, model.peak_sigma)
+            }
+        })
+        .collect();
     let mean_gap = 60.0 / model.arrivals_per_min;
     let mut jobs = Vec::new();
     let mut t = arrivals.exponential(mean_gap);
@@ -111,11 +209,8 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
             .log_normal(model.duration_median_s, model.duration_sigma)
             .clamp(lo, hi)
             .round();
-        let peak = if sizes.chance(model.tail_share) {
-            sizes.pareto(model.tail_min_mib, model.tail_alpha)
-        } else {
-            sizes.log_normal(model.peak_median_mib, model.peak_sigma)
-        };
+        let project = (who.uniform() * typical.len() as f64) as usize % typical.len();
+        let peak = sizes.log_normal(typical[project], 0.25);
         let peak_mib = peak
             .clamp(model.peak_clamp_mib.0, model.peak_clamp_mib.1)
             .round() as u64;
@@ -127,6 +222,7 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
             };
             round_up_512(peak_mib as f64 * factor)
         });
+        let busy = sizes.log_normal(model.busy_median, 0.6).clamp(0.05, 1.0);
         jobs.push(Job {
             id: jobs.len() as u64,
             arrive_s: t,
@@ -134,6 +230,9 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
             peak_mib,
             declared_mib,
             protected: false,
+            project: project as u32,
+            busy,
+            allocations: allocations(peak_mib, duration_s, model, &mut steps),
         });
         t += arrivals.exponential(mean_gap);
     }
@@ -153,7 +252,8 @@ mod tests {
         assert!((n - 3840.0).abs() < 250.0, "{n}");
         let small = jobs.iter().filter(|j| j.peak_mib <= 6 * 1024).count() as f64;
         let big = jobs.iter().filter(|j| j.peak_mib >= 16 * 1024).count();
-        assert!(small / n > 0.8, "most jobs are 1–6 GiB: {}", small / n);
+        // The body is 88 % of the projects; their jobs scatter around each project's peak.
+        assert!(small / n > 0.65, "most jobs are 1–6 GiB: {}", small / n);
         assert!(big > 20, "a tail past 16 GiB: {big}");
         let declared = jobs.iter().filter(|j| j.declared_mib.is_some()).count() as f64;
         assert!((declared / n - 0.6).abs() < 0.05);
@@ -162,8 +262,17 @@ mod tests {
             .filter(|j| j.declared_mib.is_some_and(|d| d < j.peak_mib))
             .count();
         assert!(low > 0, "some declarations are too low");
-        let j = &jobs[0];
-        assert!(j.used_mib_at(0.0, &m) < j.used_mib_at(j.duration_s, &m));
-        assert_eq!(j.used_mib_at(j.duration_s, &m), j.peak_mib);
+        for j in jobs.iter().take(200) {
+            assert!(j.used_mib_at(0.0) < j.used_mib_at(j.duration_s), "{j:?}");
+            assert_eq!(j.used_mib_at(j.duration_s), j.peak_mib);
+            // In steps: at most 7 distinct allocations.
+            assert!((3..=7).contains(&j.allocations.len()), "{j:?}");
+            assert!(j
+                .allocations
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+        }
+        let projects: std::collections::BTreeSet<u32> = jobs.iter().map(|j| j.project).collect();
+        assert!(projects.len() > 30);
     }
 }

@@ -1,9 +1,9 @@
 //! The simulator's claims, on scenarios small enough for a debug build.
 
+use cluster_sim::engine::jobs_evicted;
 use cluster_sim::report;
-use cluster_sim::sim::{EventKind, Outcome};
-use cluster_sim::workload::Job;
-use cluster_sim::{run_all, simulate, Cluster, PolicyKind, Scenario};
+use cluster_sim::workload::{Job, WorkloadModel};
+use cluster_sim::{simulate, Cluster, EventKind, OnDecision, Outcome, PolicyKind, Scenario};
 
 const GIB: u64 = 1024;
 
@@ -15,20 +15,40 @@ fn one_gpu(jobs: Vec<Job>, horizon_s: u64) -> Scenario {
             ..Cluster::default()
         },
         horizon_s,
+        warmup_s: 0,
         jobs: Some(jobs),
         ..Scenario::default()
     }
 }
 
 fn job(id: u64, arrive_s: f64, duration_s: f64, peak_mib: u64, declared: Option<u64>) -> Job {
-    Job {
+    Job::smooth(
         id,
         arrive_s,
         duration_s,
         peak_mib,
-        declared_mib: declared,
-        protected: false,
-    }
+        declared,
+        &WorkloadModel::default(),
+    )
+}
+
+/// A job with explicit allocations `(seconds of progress, MiB held)`.
+fn stepped(
+    id: u64,
+    arrive_s: f64,
+    duration_s: f64,
+    steps: &[(f64, u64)],
+    declared: Option<u64>,
+) -> Job {
+    let mut j = job(
+        id,
+        arrive_s,
+        duration_s,
+        steps.last().map(|s| s.1).unwrap_or(0),
+        declared,
+    );
+    j.allocations = steps.to_vec();
+    j
 }
 
 fn events(o: &Outcome, job: u64, kind: fn(&EventKind) -> bool) -> Vec<u64> {
@@ -48,34 +68,37 @@ fn small_cluster(seed: u64, hours: f64) -> Scenario {
             ..Cluster::default()
         },
         horizon_s: (hours * 3600.0) as u64,
+        warmup_s: 600,
         ..Scenario::default()
     };
-    // The default arrival rate scaled to 10 GPUs instead of 90.
-    sc.workload.arrivals_per_min *= 10.0 / 90.0;
+    // The default arrival rate scaled to 10 GPUs instead of 50.
+    sc.workload.arrivals_per_min *= 10.0 / 50.0;
     sc
 }
 
 #[test]
 fn same_seed_same_report_byte_for_byte() {
-    let sc = small_cluster(7, 0.25);
     let render = |sc: &Scenario| {
-        let o = run_all(sc, &[8]).expect("runs");
-        (
-            report::markdown(sc, &o),
-            report::csv(&o),
-            report::svg(sc, &o),
-        )
+        let o: Vec<Outcome> = PolicyKind::ALL
+            .iter()
+            .map(|p| simulate(sc, *p, 8).expect("runs"))
+            .collect();
+        (report::markdown(&o), report::csv(&o), report::svg("t", &o))
     };
+    let sc = small_cluster(7, 0.4);
     let a = render(&sc);
     assert_eq!(a, render(&sc));
-    assert!(a.0.contains("| + extender + guard | 8 |"), "{}", a.0);
+    assert!(a.0.contains("| + extender + guard (stop) | 8 |"), "{}", a.0);
     assert!(a.2.starts_with("<svg") && a.2.trim_end().ends_with("</svg>"));
-    let other = render(&small_cluster(8, 0.25));
-    assert_ne!(a.1, other.1, "the seed drives the workload");
+    assert_ne!(
+        a.1,
+        render(&small_cluster(8, 0.4)).1,
+        "the seed drives the workload"
+    );
 }
 
 #[test]
-fn the_extender_keeps_a_job_that_would_not_fit_off_the_gpu() {
+fn the_shipped_extender_keeps_a_job_that_would_not_fit_off_the_gpu() {
     // A declares 16 GiB and grows to it over 10 minutes; B (12 GiB) arrives while A still
     // uses a fraction of what it declared: free memory says B fits, committed memory says no.
     let jobs = vec![
@@ -93,9 +116,12 @@ fn the_extender_keeps_a_job_that_would_not_fit_off_the_gpu() {
     );
 
     let ext = simulate(&sc, PolicyKind::ExtenderGuard, 4).expect("runs");
-    assert_eq!(ext.oom_killed, 0, "{:?}", ext.trace);
-    assert_eq!(ext.evictions, 0, "{:?}", ext.trace);
-    assert_eq!(ext.finished, 2);
+    assert_eq!(
+        (ext.oom_killed, ext.evictions, ext.finished),
+        (0, 0, 2),
+        "{:?}",
+        ext.trace
+    );
     let a_done = events(&ext, 0, |k| *k == EventKind::Finished);
     let b = b_started(&ext);
     assert_eq!(b.len(), 1);
@@ -136,6 +162,50 @@ fn the_guard_evicts_the_job_over_its_request_not_the_one_within() {
 }
 
 #[test]
+fn an_evicted_job_grows_through_the_kubelets_grace_unless_stopped() {
+    // P holds 8 GiB; G grows by 512 MiB every 2 s of progress up to 14 GiB: the guard
+    // decides before the GPU is full. Evict-only: G keeps allocating for max(grace 5 s, 2 s).
+    let p = stepped(0, 0.0, 600.0, &[(0.0, 8 * GIB)], Some(8 * GIB));
+    let steps: Vec<(f64, u64)> = (0..=24)
+        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
+        .collect();
+    let g = stepped(1, 2.0, 600.0, &steps, None);
+    let run = |on| {
+        let sc = Scenario {
+            on_decision: on,
+            ..one_gpu(vec![p.clone(), g.clone()], 900)
+        };
+        simulate(&sc, PolicyKind::Guard, 4).expect("runs")
+    };
+    let (evict, stop, kill) = (
+        run(OnDecision::Evict),
+        run(OnDecision::Stop),
+        run(OnDecision::Kill),
+    );
+    for o in [&evict, &stop, &kill] {
+        assert!(o.evictions >= 1, "{:?}", o.trace);
+        assert!(
+            events(o, 0, |k| *k == EventKind::Evicted).is_empty(),
+            "P is never the victim"
+        );
+    }
+    assert!(
+        evict.victim_growth_mib > 0,
+        "the victim kept allocating: {:?}",
+        evict.trace
+    );
+    assert_eq!((stop.victim_growth_mib, kill.victim_growth_mib), (0, 0));
+    // The retried attempt starts once the memory is back: kill frees it sooner than stop.
+    let restart = |o: &Outcome| events(o, 1, |k| matches!(k, EventKind::Started(..)))[1];
+    assert!(
+        restart(&kill) < restart(&stop),
+        "{} vs {}",
+        restart(&kill),
+        restart(&stop)
+    );
+}
+
+#[test]
 fn extender_and_guard_kill_fewer_jobs_than_the_device_plugin_alone() {
     // The ordering docs/scheduling.md reports, on a reduced seeded scenario.
     let sc = small_cluster(3, 1.0);
@@ -149,28 +219,33 @@ fn extender_and_guard_kill_fewer_jobs_than_the_device_plugin_alone() {
         alone.oom_killed
     );
     assert!(ext.utilisation > 0.0 && ext.utilisation <= 1.0);
+    assert!(jobs_evicted(&ext) <= ext.evictions);
 }
 
 #[test]
-fn safe_replicas_is_the_highest_setting_under_the_limit_with_all_below_it() {
-    let o = |replicas, oom_killed| Outcome {
+fn a_row_is_safe_only_when_every_seed_is() {
+    let o = |seed, oom_killed| Outcome {
         policy: PolicyKind::Guard,
-        replicas,
+        on_decision: OnDecision::Stop,
+        seed,
+        replicas: 8,
         jobs: 10_000,
         finished: 0,
         oom_killed,
-        oom_at_start: 0,
-        oom_declared_enough: 0,
+        oom_within_declared: 0,
+        oom_undeclared: 0,
         evictions: 0,
-        jobs_evicted: 0,
+        victim_growth_mib: 0,
+        jobs_per_gpu_hour: 1.0,
+        evictions_per_hour: 0.0,
+        wait_p95_s: 0.0,
         utilisation: 0.0,
-        wait_p50_s: 0.0,
-        wait_p99_s: 0.0,
         trace: vec![],
     };
-    let rows = [o(2, 0), o(4, 10), o(8, 11)];
-    assert_eq!(report::safe_replicas(&rows, PolicyKind::Guard), Some(4));
-    let rows = [o(2, 20), o(4, 0)];
-    assert_eq!(report::safe_replicas(&rows, PolicyKind::Guard), None);
-    assert_eq!(report::safe_replicas(&rows, PolicyKind::DevicePlugin), None);
+    let runs = [o(1, 0), o(2, 10), o(3, 11)];
+    let rows = report::rows(&runs);
+    assert_eq!(rows.len(), 1);
+    assert!(!rows[0].safe(), "seed 3 kills 0.11 %");
+    let runs = [o(1, 0), o(2, 10)];
+    assert!(report::rows(&runs)[0].safe());
 }

@@ -298,7 +298,7 @@ pub fn plan_node(m: &Model, tr: &Traces, node: usize, d: &Discipline) -> Writes 
         for r in trace.runs.iter().filter(|r| r.start <= t && t < r.end) {
             let job = &jobs[r.job];
             let age = r.evicted.map_or(t, |e| e.min(t)) - r.start;
-            used[r.gpu as usize] += job.used_mib_at(age as f64, &m.workload);
+            used[r.gpu as usize] += job.used_mib_at(age as f64);
             allocated[r.gpu as usize] += 1;
             declared[r.gpu as usize] += job.declared_mib.unwrap_or(0);
         }

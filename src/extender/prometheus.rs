@@ -1,0 +1,201 @@
+//! The learned-needs shell: asks Prometheus's HTTP API (`GET /api/v1/query`) every
+//! `learned.refresh` for the job peaks of the window, and swaps the table the verdicts read
+//! ([`super::learned`] reads the answer). When Prometheus stops answering the last table is
+//! kept for `learned.maxAge`, then dropped: pods fall back to the namespace defaults and the
+//! chart default instead of trusting an ever older figure.
+
+use super::config::LearnedSource;
+use super::learned::{learn, query, LearnedNeeds};
+use super::watch::LedgerFeed;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest answer read, bytes (a few hundred projects × ~20 buckets is well under 1 MiB).
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// One query's time limit.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Percent-encodes a query-string value (RFC 3986 unreserved characters kept).
+pub fn encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() * 3);
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The query URL for `src`.
+pub fn query_url(src: &LearnedSource) -> String {
+    format!(
+        "{}/api/v1/query?query={}",
+        src.url,
+        encode(&query(&src.window))
+    )
+}
+
+/// One query: the learned table, or why not.
+pub async fn fetch(src: &LearnedSource) -> Result<LearnedNeeds, String> {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let uri: hyper::Uri = query_url(src)
+        .parse()
+        .map_err(|e| format!("learned.prometheusUrl: {e}"))?;
+    let answer = async {
+        let resp = client.get(uri).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok::<_, String>((status, body))
+    };
+    let (status, body) = tokio::time::timeout(QUERY_TIMEOUT, answer)
+        .await
+        .map_err(|_| format!("no answer in {}s", QUERY_TIMEOUT.as_secs()))??;
+    // Prometheus answers errors (400 bad_data, 422, 503) with the same JSON envelope: read
+    // it for the reason whatever the status.
+    learn(&body, src.min_jobs).map_err(|e| format!("HTTP {}: {e}", status.as_u16()))
+}
+
+/// Starts the learning loop.
+pub fn spawn_learner(src: LearnedSource, feed: Arc<LedgerFeed>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(src.refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_ok: Option<Duration> = None;
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            let now = feed.clock.mono();
+            match fetch(&src).await {
+                Ok(table) => {
+                    feed.metrics
+                        .learned_queries
+                        .with_label_values(&["ok"])
+                        .inc();
+                    feed.metrics.learned_projects.set(table.len() as i64);
+                    if failing || last_ok.is_none() {
+                        tracing::info!(url = %src.url, projects = table.len(), window = %src.window, "learned needs from Prometheus");
+                    }
+                    *feed.learned.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+                    last_ok = Some(now);
+                    failing = false;
+                }
+                Err(e) => {
+                    feed.metrics
+                        .learned_queries
+                        .with_label_values(&["error"])
+                        .inc();
+                    if !failing {
+                        tracing::warn!(url = %src.url, error = %e, "cannot learn needs from Prometheus: keeping the last ones for learned.maxAge");
+                        failing = true;
+                    }
+                    let expired = last_ok.is_some_and(|t| now.saturating_sub(t) >= src.max_age);
+                    if expired {
+                        tracing::warn!(max_age = ?src.max_age, "learned needs dropped: Prometheus has not confirmed them for learned.maxAge; pods fall back to the defaults");
+                        *feed.learned.write().unwrap_or_else(|e| e.into_inner()) =
+                            Arc::new(LearnedNeeds::default());
+                        feed.metrics.learned_projects.set(0);
+                        last_ok = None;
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use hyper::{Request, Response, StatusCode};
+    use std::convert::Infallible;
+
+    /// A Prometheus HTTP API double, after Prometheus's web/api/v1 (api.go `query`,
+    /// `respond`/`respondError`): `GET /api/v1/query?query=…` answers the JSON envelope
+    /// `{"status":"success","data":{"resultType":"vector","result":[{"metric":{…},
+    /// "value":[<unix s>,"<float>"]}]}}`; an unparsable query gets 400 with
+    /// `{"status":"error","errorType":"bad_data","error":"…"}`; other paths 404. It only
+    /// knows the one PromQL query the extender sends and answers it from a fixed histogram.
+    async fn prometheus(
+        req: Request<hyper::body::Incoming>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
+        let want = format!("query={}", encode(&query("7d")));
+        let (status, body) = match (req.uri().path(), req.uri().query()) {
+            ("/api/v1/query", Some(q)) if q == want => {
+                let gib = 1024u64 * 1024 * 1024;
+                let s = |le: String, v: &str| serde_json::json!({"metric": {"namespace": "gitlab-runner", "project": "7", "le": le}, "value": [1780000000.5, v]});
+                (
+                    StatusCode::OK,
+                    serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": [
+                        s((4 * gib).to_string(), "80"), s((12 * gib).to_string(), "99"),
+                        s((16 * gib).to_string(), "100"), s("+Inf".into(), "100")]}}),
+                )
+            }
+            ("/api/v1/query", _) => (
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"status": "error", "errorType": "bad_data", "error": "invalid parameter \"query\": 1:1: parse error"}),
+            ),
+            _ => (StatusCode::NOT_FOUND, serde_json::json!({})),
+        };
+        let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+        *r.status_mut() = status;
+        Ok(r)
+    }
+
+    fn source(port: u16, window: &str) -> LearnedSource {
+        LearnedSource {
+            url: format!("http://127.0.0.1:{port}"),
+            window: window.into(),
+            min_jobs: 20,
+            refresh: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+        }
+    }
+
+    #[tokio::test]
+    async fn learns_from_prometheus_over_http() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(
+                            hyper_util::rt::TokioIo::new(s),
+                            hyper::service::service_fn(prometheus),
+                        )
+                        .await;
+                });
+            }
+        });
+        let t = fetch(&source(port, "7d")).await.unwrap();
+        // 80 % under 4 GiB, 99 % under 12: the p95 is in (4, 12] GiB.
+        assert_eq!(
+            t.get("gitlab-runner", "7").map(|n| (n.mib, n.jobs)),
+            Some((12288, 100))
+        );
+        let e = fetch(&source(port, "30d")).await.unwrap_err();
+        assert!(e.contains("HTTP 400") && e.contains("bad_data"), "{e}");
+        let e = fetch(&source(1, "7d")).await.unwrap_err();
+        assert!(!e.is_empty());
+    }
+
+    #[test]
+    fn encodes_promql() {
+        assert_eq!(
+            encode("sum by (a) (x[7d])"),
+            "sum%20by%20%28a%29%20%28x%5B7d%5D%29"
+        );
+    }
+}
