@@ -183,8 +183,9 @@ impl Core {
         pressure: BTreeMap<u32, Pressure>,
         guard: serde_json::Value,
     ) -> Published {
-        // A clone of the Arc under the watch's lock, held for nanoseconds.
-        let replicas = self.replicas.as_ref().and_then(|rx| rx.borrow().clone());
+        // The feed's latest answer matched with this snapshot's GPUs (an Arc clone while
+        // neither changed).
+        let replicas = self.replicas.as_mut().and_then(|rx| rx.latest(&snap));
         let out = &mut self.buf;
         out.clear();
         metrics::write_device_families(out, &mut self.scratch, &snap, &self.cfg);

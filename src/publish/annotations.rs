@@ -196,7 +196,7 @@ impl GpuFigures {
     fn replicas(&self) -> Option<ReplicaFigures> {
         Some(ReplicaFigures {
             allocated: self.replicas_allocated?,
-            allocatable: self.replicas_allocatable?,
+            allocatable: self.replicas_allocatable,
             declared_mib: self.declared_mib?,
         })
     }
@@ -206,7 +206,8 @@ impl GpuFigures {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ReplicaFigures {
     allocated: u32,
-    allocatable: u32,
+    /// None when the kubelet does not serve `GetAllocatableResources`.
+    allocatable: Option<u32>,
     declared_mib: u64,
 }
 
@@ -333,7 +334,8 @@ fn readings(
                 free_mib: m.free / MIB,
                 pressure: pressure.get(&g.id.index).copied().unwrap_or_default(),
                 replicas: replicas.map(|v| {
-                    let (allocated, allocatable, declared_mib) = v.gpu(&g.id.uuid);
+                    let (allocated, _, declared_mib) = v.gpu(&g.id.uuid);
+                    let allocatable = v.allocatable(&g.id.uuid);
                     ReplicaFigures {
                         allocated,
                         allocatable,
@@ -349,6 +351,8 @@ fn readings(
 
 /// The GPU the device plugin hands out next, among those NVML sees (ties by NVML index).
 fn next_gpu(snap: &Snapshot, replicas: Option<&ReplicaView>) -> Option<Option<String>> {
+    // Without the allocatable figures which GPU is next is not known: absent, not null.
+    let replicas = replicas.filter(|v| v.allocations.allocatable_known());
     replicas.map(|v| {
         let index_of = |uuid: &str| {
             snap.gpus
@@ -377,7 +381,7 @@ fn quantize(
             free_mib: r.free_mib / q * q,
             pressure: r.pressure,
             replicas_allocated: r.replicas.map(|f| f.allocated),
-            replicas_allocatable: r.replicas.map(|f| f.allocatable),
+            replicas_allocatable: r.replicas.and_then(|f| f.allocatable),
             declared_mib: r.replicas.map(|f| f.declared_mib),
         })
         .collect();

@@ -4,6 +4,7 @@
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::Snapshot;
+use crate::publish::replica_state::ReplicaState;
 use bytes::Bytes;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ struct StateView<'a> {
     /// Why it is stale (null while it is current).
     #[serde(rename = "staleReason")]
     stale_reason: Option<&'a str>,
+    /// The kubelet's pod-resources view (absent without the data).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<ReplicaState<'a>>,
 }
 
 impl Published {
@@ -53,6 +57,10 @@ impl Published {
             guard: &self.guard,
             stale: stale_reason.is_some(),
             stale_reason,
+            replicas: self
+                .replicas
+                .as_deref()
+                .map(|v| ReplicaState::new(v, &self.snapshot)),
         };
         // Serialising plain data into a Vec cannot fail; an empty object is a safe answer
         // should a future field ever refuse.
