@@ -32,6 +32,7 @@ mod job_peaks_e2e;
 mod outage_budget;
 mod pod_watch_faults;
 mod podresources_e2e;
+mod podresources_forms;
 mod podresources_kubelet;
 mod process_metrics;
 mod proptest_parsers;
