@@ -21,8 +21,8 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p gpu-warden \
- && install -D -m 0755 target/release/gpu-warden /out/gpu-warden
+    cargo build --profile dist --locked -p gpu-warden \
+ && install -D -m 0755 target/dist/gpu-warden /out/gpu-warden
 
 # The runtime layer, from Debian packages (apt-get download + dpkg-deb -x), as in CI.
 FROM debian:bookworm-slim AS rootfs

@@ -1,4 +1,5 @@
-//! Release builds of the `gpu-warden` binary lay out the code a running agent executes
+//! `dist` builds (`cargo build --profile dist`, the shipped binary: the image and the H200
+//! runs) of the `gpu-warden` binary lay out the code a running agent executes
 //! together (`link/hot-symbols.txt`, lld's `--symbol-ordering-file`), so the agent keeps few
 //! pages of its binary resident: the kernel maps file pages 64 KiB at a time around each
 //! first touch, and the ~1.4 MiB it runs, spread over 11 MiB of code, kept about 6 MiB
@@ -9,6 +10,11 @@
 //! the C library they are built against is glibc 2.36 or later (the image's Debian 12 has
 //! 2.36): the dynamic loader reads the whole relocation table at start and its pages stay
 //! resident, 450 KiB of them in the classic format, a few KiB packed.
+//!
+//! The quick start's `--release` build is linked plainly (the layout only pays with the
+//! `dist` profile's whole-program LTO). Cargo tells a build script only whether a profile
+//! inherits from `release` (`PROFILE`), not its name, so the name is read from `OUT_DIR`
+//! (`<target>/[<triple>/]<profile>/build/<pkg>-<hash>/out`).
 //!
 //! Only where the linker is known to be lld: rustc 1.90 or later on x86_64 Linux with no
 //! linker chosen in the flags. Elsewhere, or with `GPU_WARDEN_LINK_ORDER=off`, the binary is
@@ -22,7 +28,7 @@ fn main() {
     println!("cargo:rerun-if-changed=link/hot-symbols.txt");
     println!("cargo:rerun-if-env-changed=GPU_WARDEN_LINK_ORDER");
     let env = |k: &str| std::env::var(k).unwrap_or_default();
-    if env("PROFILE") != "release"
+    if profile_name(&env("OUT_DIR")) != Some(LAID_OUT_PROFILE)
         || env("GPU_WARDEN_LINK_ORDER") == "off"
         || env("TARGET") != "x86_64-unknown-linux-gnu"
         || env("CARGO_ENCODED_RUSTFLAGS").contains("linker")
@@ -44,6 +50,14 @@ fn main() {
     if glibc_at_least(2, 36) {
         println!("cargo:rustc-link-arg-bin=gpu-warden=-Wl,-z,pack-relative-relocs");
     }
+}
+
+/// The Cargo profile whose builds are laid out (Cargo.toml, `[profile.dist]`).
+const LAID_OUT_PROFILE: &str = "dist";
+
+/// The profile's directory name in `OUT_DIR`: three levels above `out`.
+fn profile_name(out_dir: &str) -> Option<&str> {
+    Path::new(out_dir).ancestors().nth(3)?.file_name()?.to_str()
 }
 
 /// Whether the build machine's glibc (the one the binary is linked against) is at least

@@ -20,6 +20,9 @@
 #      of every value combination in its ci/ passing the checks of step 3, each overlay's
 #      render equivalent to its chart combination's, refused bad values
 #      (deploy/tests/helm-bad-values), the examples' values; `helm package` into the artifacts;
+#   3c. the same table of good and bad guard and extender policies
+#      (deploy/tests/config-agreement.yaml) through the chart and through `gpu-warden
+#      check-config`: the two must agree, and name the key when refusing;
 #   4. promtool check rules + promtool test rules (deploy/tests/alerts.test.yaml);
 #   5. a live simulated agent: every metric the dashboard and the rules query is exported
 #      (state-dependent families allow-listed in deploy/tests/check_metric_usage.py), the
@@ -161,6 +164,9 @@ mkdir -p "$WORK/helm"
 run_checker check_helm "$PY" deploy/tests/check_helm.py "$WORK/rendered" "$WORK/helm" "$ARTIFACTS"
 run_checker check_manifests_helm "$PY" deploy/tests/check_manifests.py --helm "$WORK/helm" "$WORK/out"
 [ -f "$WORK/helm/helm-default.yaml" ] && run_checker check_rbac_helm "$PY" deploy/tests/check_rbac.py "$WORK/helm/helm-default.yaml"
+
+echo "== 3c. the chart and the programs agree on policies (deploy/tests/config-agreement.yaml)"
+run_checker check_config_agreement "$PY" deploy/tests/check_config_agreement.py "$BIN" "$WORK/agreement"
 
 echo "== 4. alert rules"
 if [ -f "$WORK/out/gpu-warden.rules.yaml" ]; then

@@ -9,8 +9,8 @@ host-to-device copy loop (PCIe) — beside two references: pynvml's raw GPM valu
 GPU_WARDEN_GPM=off vs on), and runs the agent as a non-root user to see whether GPM works
 without root. Prints a markdown report; raw data goes to --out.
 
-    cargo build --release
-    python3 hw/gpm_h200.py --agent target/release/gpu-warden --out "$OUT"
+    cargo build --profile dist
+    python3 hw/gpm_h200.py --agent target/dist/gpu-warden --out "$OUT"
 
 Every child runs in its own process group and is killed on exit (normal, error, SIGTERM);
 every wait has a timeout; --budget bounds the whole run (phases past it are skipped).
@@ -455,7 +455,7 @@ def non_root(a, load_kind):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--agent", default="target/release/gpu-warden")
+    ap.add_argument("--agent", default="target/dist/gpu-warden")
     ap.add_argument("--device", type=int, default=0, help="NVML index = CUDA index (PCI bus order)")
     ap.add_argument("--seconds", type=float, default=10, help="measured window per load")
     ap.add_argument("--warmup", type=float, default=3.0)

@@ -4,9 +4,9 @@
 # time, the agent's CPU (schedstat, all threads) per second, and how often
 # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE changes — it must stay present (repeated between samples).
 #
-#   OUT=/tmp/out [MODES="off 1s 10s"] hw/gpm_interval_h200.sh [target/release/gpu-warden] [seconds per interval]
+#   OUT=/tmp/out [MODES="off 1s 10s"] hw/gpm_interval_h200.sh [target/dist/gpu-warden] [seconds per interval]
 set -uo pipefail
-BIN=${1:-target/release/gpu-warden}
+BIN=${1:-target/dist/gpu-warden}
 SECS=${2:-20}
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 python3 hw/gpu_load.py --device 0 --hold-gib 1 --compute --matmul 8192 --seconds 600 > /tmp/gpm-load.log 2>&1 &

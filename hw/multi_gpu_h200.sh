@@ -10,12 +10,12 @@
 #   5. hw/guard_h200.py on two GPUs: pressure on GPU 0 alone, then on both at once; every
 #      GPU has its own training process and small CI pod, which must never be evicted.
 #
-#   cargo build --release -p gpu-warden -p apiserver-double --example nvml_floor --example scrape_load
+#   cargo build --profile dist -p gpu-warden && cargo build --release -p apiserver-double && cargo build --release --example nvml_floor --example scrape_load
 #   OUT=/tmp/out hw/multi_gpu_h200.sh        # on the device, from the repository root
 set -uo pipefail
 OUT=${OUT:-/tmp/multi-gpu-out}
 R=/tmp/multi
-BIN=target/release/gpu-warden
+BIN=target/dist/gpu-warden
 mkdir -p "$R" "$OUT"
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 T0=$(date +%s)

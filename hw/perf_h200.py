@@ -23,8 +23,8 @@ Everything printed is also written to `$OUT/perf.md`, raw figures to `$OUT/perf.
 agents' and helpers' log tails to `$OUT/logs.txt` (OUT defaults to a new temporary folder).
 A missing module or a failing measurement prints one line and the run goes on.
 
-    cargo build --release -p gpu-warden -p apiserver-double --example scrape_load --example nvml_floor
-    OUT=/tmp/perf python3 hw/perf_h200.py --agent target/release/gpu-warden \\
+    cargo build --profile dist -p gpu-warden && cargo build --release -p apiserver-double && cargo build --release --example scrape_load --example nvml_floor
+    OUT=/tmp/perf python3 hw/perf_h200.py --agent target/dist/gpu-warden \\
         --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
         --floor target/release/examples/nvml_floor
 
@@ -38,7 +38,7 @@ every thread's schedstat, wake-ups (context switches) and RSS of each process; v
 cross-checked in the same second; `/metrics` under 64 compiled scrapers; then the crowded
 GPU (`--crowded 64,256`): the agent beside the floor and `nvml_floor --per-call`.
 
-    OUT=/tmp/peers python3 hw/perf_h200.py --plan peers --agent target/release/gpu-warden \
+    OUT=/tmp/peers python3 hw/perf_h200.py --plan peers --agent target/dist/gpu-warden \
         --floor target/release/examples/nvml_floor --scrape-load target/release/examples/scrape_load \
         --nvitop-site /tmp/nvt [--agent-baseline other/gpu-warden]
 
@@ -59,7 +59,7 @@ each time, one on a kept-alive connection, one not scraped: the HTTP side's shar
 
 Smoke test without a GPU (simulated agent; load, NVML and nvidia-smi sections are skipped):
 
-    python3 hw/perf_h200.py --backend sim --agent target/release/gpu-warden \\
+    python3 hw/perf_h200.py --backend sim --agent target/dist/gpu-warden \\
         --scrape-load target/release/examples/scrape_load --double target/release/apiserver-double \\
         --window-seconds 5 --seconds 3
 """
@@ -2199,7 +2199,7 @@ def scrape_modes_plan(rep, a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--agent", required=True, help="target/release/gpu-warden")
+    ap.add_argument("--agent", required=True, help="target/dist/gpu-warden")
     ap.add_argument("--seconds", type=int, default=20, help="window of the 8/64-process phases (default 20)")
     ap.add_argument("--window-seconds", type=int, default=60,
                     help="window of the idle phase and of the fast-watch phase (RSS/CPU; default 60)")

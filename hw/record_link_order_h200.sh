@@ -1,5 +1,5 @@
 #!/bin/bash
-# Records which functions the agent's NVML backend runs, on a GPU machine, for the release
+# Records which functions the agent's NVML backend runs, on a GPU machine, for the dist
 # link order (scripts/link_order.py, link/h200-functions.txt; docs/performance.md,
 # "Resident memory"): the agent under valgrind's callgrind for 70 s, standalone
 # (`--kube off`), GPM every 5 s, with two CUDA processes on the GPU (this folder's
@@ -10,12 +10,12 @@
 # The H200 machine has no valgrind: carry Debian's `valgrind.bin`, `callgrind-amd64-linux`,
 # `vgpreload_core-amd64-linux.so` and `default.supp` (static tools; the launcher needs only
 # glibc) in one folder and point VALGRIND_LIB at it. Then, here:
-#   python3 scripts/link_order.py record --agent target/release/gpu-warden \
+#   python3 scripts/link_order.py record --agent target/dist/gpu-warden \
 #       --double target/release/apiserver-double --ran-on-gpu $OUT/nvml.callgrind \
 #       --save-gpu link/h200-functions.txt
 set -u
 VG=${1:?usage: record_link_order_h200.sh VALGRIND_BIN [AGENT]}
-B=${2:-target/release/gpu-warden}
+B=${2:-target/dist/gpu-warden}
 : "${OUT:?set OUT to the output folder}" "${VALGRIND_LIB:?set VALGRIND_LIB to the folder with callgrind-amd64-linux}"
 export VALGRIND_LIB
 here=$(dirname "$0")

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Real-hardware validation of the NVML backend (issue 2, DESIGN §5 tier 4).
-# Starts PyTorch processes that hold and use VRAM, runs the release binary with the NVML
+# Starts PyTorch processes that hold and use VRAM, runs the dist binary (cargo build --profile dist) with the NVML
 # backend, and compares every exported DCGM family with nvidia-smi (and pynvml for the
 # counters nvidia-smi's CSV query lacks), and every process's VRAM with
 # nvidia-smi --query-compute-apps.
 #
 #   OUT=/tmp/out hw/validate-nvml.sh [path/to/gpu-warden]
 set -euo pipefail
-BIN=${1:-target/release/gpu-warden}
+BIN=${1:-target/dist/gpu-warden}
 OUT=${OUT:-/tmp/gpu-warden-validate}
 PORT=${PORT:-19400}
 mkdir -p "$OUT"

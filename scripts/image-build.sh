@@ -4,11 +4,12 @@
 #
 #   scripts/image-build.sh [OUT_DIR]            # default: target/artifacts
 #
-# Environment: GPU_WARDEN_RELEASE_BIN (the binary to put in; default: cargo build --release
-# --locked -p gpu-warden, then target/release/gpu-warden), IMAGE_NAME (default
+# Environment: GPU_WARDEN_RELEASE_BIN (the binary to put in; default: cargo build --profile dist
+# --locked -p gpu-warden, then target/dist/gpu-warden: Cargo.toml's shipped profile), IMAGE_NAME (default
 # ghcr.io/gpu-warden/gpu-warden), IMAGE_TAG (default: the version in Cargo.toml),
-# SOURCE_DATE_EPOCH (file and image timestamps; default: the time of the last commit that
-# changed the image's inputs).
+# SOURCE_DATE_EPOCH (file and image timestamps and the created label; default: the time of
+# the last commit that changed the image's inputs), IMAGE_REVISION (default: that commit),
+# IMAGE_SOURCE (the source label; default https://github.com/gpu-warden/gpu-warden).
 #
 # Writes into OUT_DIR:
 #   gpu-warden-image.oci.tar   the image as an OCI archive (skopeo copy … oci-archive:…),
@@ -49,10 +50,10 @@ fi
 
 BIN=${GPU_WARDEN_RELEASE_BIN:-}
 if [ -z "$BIN" ]; then
-  echo "== cargo build --release --locked -p gpu-warden"
-  cargo build -q --release --locked -p gpu-warden
-  BIN=target/release/gpu-warden
-  # The release binary this toolchain links must be laid out by link/hot-symbols.txt
+  echo "== cargo build --profile dist --locked -p gpu-warden"
+  cargo build -q --profile dist --locked -p gpu-warden
+  BIN=${CARGO_TARGET_DIR:-target}/dist/gpu-warden
+  # The dist binary this toolchain links must be laid out by link/hot-symbols.txt
   # (build.rs): the agent's resident memory depends on it (docs/performance.md).
   echo "== link order (scripts/link_order.py check)"
   python3 scripts/link_order.py check "$BIN"
@@ -87,15 +88,31 @@ tar --create --file "$STORE/rootfs.tar" --directory "$ROOTFS" --sort=name --nume
   --mtime="@$EPOCH" .
 ctr=$("${BUILDAH[@]}" from --quiet scratch)
 "${BUILDAH[@]}" add --quiet "$ctr" "$STORE/rootfs.tar" /
+# OCI annotation keys as labels (image-spec annotations.md). `revision` is the last commit
+# that changed the image's inputs (as SOURCE_DATE_EPOCH is), so a docs-only commit keeps the
+# digest; "-dirty" marks uncommitted changes to them. `created` is SOURCE_DATE_EPOCH's time.
+REVISION=${IMAGE_REVISION:-$(git log -1 --format=%H -- "${inputs[@]}" 2>/dev/null || true)}
+if [ -n "$REVISION" ] && [ -z "${IMAGE_REVISION:-}" ] && [ -n "$(git status --porcelain -- "${inputs[@]}" 2>/dev/null)" ]; then
+  REVISION=$REVISION-dirty
+fi
+CREATED=$(date -u -d "@$EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+DESCRIPTION=$(sed -n 's/^description = "\(.*\)"/\1/p' Cargo.toml | head -1)
+SOURCE=${IMAGE_SOURCE:-https://github.com/gpu-warden/gpu-warden}
 config=(--user "$USER_" --entrypoint "$ENTRY" --cmd '' --workingdir /
   --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
   --label org.opencontainers.image.title=gpu-warden
+  --label "org.opencontainers.image.description=$DESCRIPTION"
   --label "org.opencontainers.image.version=$VERSION"
+  --label "org.opencontainers.image.revision=${REVISION:-unknown}"
+  --label "org.opencontainers.image.created=$CREATED"
+  --label "org.opencontainers.image.source=$SOURCE"
   --label org.opencontainers.image.licenses=Apache-2.0)
 # Docker writes EXPOSE 9400 as "9400/tcp"; buildah as given.
 for p in $PORTS; do [[ $p == */* ]] || p=$p/tcp; config+=(--port "$p"); done
 "${BUILDAH[@]}" config "${config[@]}" "$ctr"
-"${BUILDAH[@]}" commit --quiet --timestamp "$EPOCH" --format oci "$ctr" "$NAME:$TAG" >/dev/null
+# --identity-label=false: no io.buildah.version label, so the digest does not depend on the
+# builder's version (buildah 1.26 and later).
+"${BUILDAH[@]}" commit --quiet --identity-label=false --timestamp "$EPOCH" --format oci "$ctr" "$NAME:$TAG" >/dev/null
 
 echo "== skopeo copy → OCI archive"
 rm -f "$OUT/gpu-warden-image.oci.tar"

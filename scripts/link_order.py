@@ -7,13 +7,13 @@ Why: a release binary holds about 11 MiB of code, and the ~1.4 MiB a running age
 is spread over it. The kernel maps file pages 64 KiB at a time around each first touch
 (fault-around), so the scattered functions kept about 6 MiB of the binary resident; packed
 together they fit in well under 2 MiB. `build.rs` hands `link/hot-symbols.txt` to lld
-(`--symbol-ordering-file`) for release builds of the `gpu-warden` binary.
+(`--symbol-ordering-file`) for `dist` builds (`cargo build --profile dist`) of the `gpu-warden` binary.
 
     # record what runs (valgrind's callgrind; about 2 minutes), write link/hot-symbols.txt:
-    python3 scripts/link_order.py record --agent target/release/gpu-warden \\
+    python3 scripts/link_order.py record --agent target/dist/gpu-warden \\
         --double target/release/apiserver-double --ran-on-gpu link/h200-functions.txt
-    # check that a release binary was laid out by the list (CI, scripts/image-build.sh):
-    python3 scripts/link_order.py check target/release/gpu-warden
+    # check that a dist binary was laid out by the list (CI, scripts/image-build.sh):
+    python3 scripts/link_order.py check target/dist/gpu-warden
 
 `record` runs the agent twice under callgrind with the simulated backend: standalone
 (`--kube off`), and against the API server double with the guard in dry-run and node
@@ -179,7 +179,7 @@ def check(a):
     if packing < MIN_PACKING:
         sys.exit(f"link order: the {len(present)} listed functions of {a.binary} ({size / 1024:.0f} KiB) are spread "
                  f"over {(hi - lo) / 1024:.0f} KiB (packing {packing:.2f}, at least {MIN_PACKING} wanted): the "
-                 f"release build did not use {a.list} (build.rs, lld's --symbol-ordering-file)")
+                 f"dist build did not use {a.list} (build.rs, lld's --symbol-ordering-file)")
     print(f"link order: {len(present)} of {len(listed)} listed functions present ({share:.0%}), "
           f"{size / 1024:.0f} KiB packed in {(hi - lo) / 1024:.0f} KiB ({packing:.2f})")
 
@@ -197,7 +197,7 @@ def main():
     r.add_argument("--save-gpu", metavar="FILE", help="write the GPU functions found in the binary to FILE "
                    "(link/h200-functions.txt), so the list can be recorded again without a GPU")
     r.add_argument("--out", default=LIST)
-    c = sub.add_parser("check", help="check a release binary was laid out by the list")
+    c = sub.add_parser("check", help="check a dist binary was laid out by the list")
     c.add_argument("binary")
     c.add_argument("--list", default=LIST)
     a = ap.parse_args()

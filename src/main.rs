@@ -1,9 +1,11 @@
 //! The `gpu-warden` binary: parse the command line, set up logging, run the agent
 //! (`agent::build::run`) or, as `gpu-warden extender`, the scheduler extender
 //! (`extender::run`), and turn the outcome into an exit code and one line on stderr.
+//! `gpu-warden check-config` validates configuration files with both parsers and exits.
 
 use anyhow::Context;
 use clap::Parser;
+use gpu_warden::config::check::{check_guard_policy, check_prefix, CheckConfigCli, CheckError};
 use gpu_warden::config::{Cli, LogArgs, LogFormat};
 use gpu_warden::extender::config::ExtenderCli;
 use std::process::ExitCode;
@@ -22,6 +24,10 @@ fn main() -> ExitCode {
             Err(e) => fail("gpu-warden extender", &e.into(), 1),
         };
     }
+    if args.get(1).is_some_and(|a| a == "check-config") {
+        args.remove(1);
+        return check_config(&CheckConfigCli::parse_from(args));
+    }
     let cli = Cli::parse_from(args);
     if let Err(e) = cli.validate() {
         return fail("gpu-warden", &e.into(), 2);
@@ -33,6 +39,57 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("gpu-warden", &e.into(), 1),
     }
+}
+
+/// Every file through the parser its program uses at start: one line per file on stdout
+/// (`FILE: ok`, or `FILE: <problem>`), exit 1 when any was refused.
+fn check_config(cli: &CheckConfigCli) -> ExitCode {
+    let prefix = cli.annotation_prefix.as_str();
+    let guard = cli.guard_policies.iter().map(|p| {
+        let verdict = read(p).and_then(|text| check_guard_policy(&text, prefix));
+        (p, verdict)
+    });
+    let extender = cli.extender_configs.iter().map(|p| {
+        let verdict = read(p).and_then(|text| {
+            let file = gpu_warden::extender::config::PolicyFile::parse(&text)
+                .map_err(|e| CheckError::Extender(e.to_string()))?;
+            file.policy()
+                .map_err(|e| CheckError::Extender(e.to_string()))?;
+            check_prefix("extender policy", file.annotation_prefix.as_deref(), prefix)
+        });
+        (p, verdict)
+    });
+    let mut refused = 0;
+    let mut checked = 0;
+    for (path, verdict) in guard.chain(extender) {
+        checked += 1;
+        match verdict {
+            Ok(()) => println!("{}: ok", path.display()),
+            Err(e) => {
+                refused += 1;
+                // One line per problem, whatever the parser's message looks like.
+                let text = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                println!("{}: {text}", path.display());
+            }
+        }
+    }
+    if checked == 0 {
+        eprintln!("gpu-warden check-config: error: no file given (--guard-policy FILE, --extender-config FILE)");
+        return ExitCode::from(2);
+    }
+    if refused == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn read(path: &std::path::Path) -> Result<String, CheckError> {
+    std::fs::read_to_string(path).map_err(|e| CheckError::Read(e.to_string()))
 }
 
 /// One line on stderr, whatever the log format: `e` and its causes joined with ": ", a cause

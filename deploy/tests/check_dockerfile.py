@@ -5,7 +5,7 @@
 
 - a thin wrapper over CI's image recipe: a rootfs stage runs scripts/image-rootfs.sh (the
   runtime layer from Debian packages, as scripts/image-build.sh does) on the binary the
-  builder built (--release --locked), and the final stage is FROM scratch with that root
+  builder built (--profile dist --locked: Cargo.toml's shipped profile), and the final stage is FROM scratch with that root
   filesystem only, UID 65532, ENTRYPOINT ["/gpu-warden"], EXPOSE 9400, no RUN (no shell);
   scripts/image-build.sh takes USER, EXPOSE and ENTRYPOINT from it, and
   deploy/tests/check_image.py compares the built image with it;
@@ -43,8 +43,8 @@ def dockerfile_problems(text):
     runtime = lines[lines.index(froms[-1]):] if froms else []
     build = " ".join(lines[:lines.index(froms[-2])] if len(froms) >= 2 else [])
     rootfs = " ".join(lines[lines.index(froms[-2]):lines.index(froms[-1])] if len(froms) >= 2 else [])
-    if not re.search(r"cargo build --release --locked -p gpu-warden", build):
-        p.append("builder must run cargo build --release --locked -p gpu-warden")
+    if not re.search(r"cargo build --profile dist --locked -p gpu-warden", build):
+        p.append("builder must run cargo build --profile dist --locked -p gpu-warden (the shipped profile, as scripts/image-build.sh)")
     if "COPY scripts/image-rootfs.sh" not in rootfs or not re.search(r"RUN .*image-rootfs\.sh /rootfs /out/gpu-warden", rootfs):
         p.append("the rootfs stage must run scripts/image-rootfs.sh /rootfs /out/gpu-warden (CI's recipe)")
     copies = [x for x in runtime if x.upper().startswith(("COPY", "ADD"))]

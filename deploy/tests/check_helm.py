@@ -135,6 +135,8 @@ def normalize(objects):
             tmpl = o["spec"]["template"]
             ann = tmpl["metadata"].get("annotations", {})
             ann.pop("checksum/guard-policy", None)
+            if not ann:
+                tmpl["metadata"].pop("annotations", None)
             for v in tmpl["spec"].get("volumes", []):
                 if "configMap" in v and POLICY_CM.match(v["configMap"]["name"]):
                     v["configMap"]["name"] = "gpu-warden-policy"
@@ -256,6 +258,20 @@ def main(kustomize_dir, helm_dir, artifact_dir):
         kinds = sorted({o["kind"] for o in objects})
         p = [] if "rollout status" in notes else ["NOTES.txt rendered without the rollout command"]
         report(not p, f"helm render: {name}: {len(objects)} objects ({', '.join(kinds)}), NOTES.txt", p)
+
+    # Turning the ServiceMonitor on or off (scrape discovery) must not change the agents'
+    # pod template: a changed template rolls every agent and resets the guard's state.
+    p = []
+    templates = []
+    for sm in (False, True):
+        try:
+            objs, _ = render(chart, {"serviceMonitor": {"enabled": sm}})
+            templates.append([o["spec"]["template"] for o in objs if o["kind"] == "DaemonSet"])
+        except helm.HelmError as e:
+            p.append(f"serviceMonitor.enabled={sm}: {e}")
+    if len(templates) == 2 and templates[0] != templates[1]:
+        p += differences(templates[0], templates[1], "DaemonSet.spec.template")
+    report(not p, "serviceMonitor.enabled true/false renders the same DaemonSet pod template (no rollout)", p)
 
     # equivalence with kustomize
     for overlay, combo in PAIRS.items():

@@ -8,6 +8,8 @@ ARTIFACT_DIR holds gpu-warden-image.oci.tar (tagged TAG) and gpu-warden-image.ro
 recipe's root filesystem). Checks, each printed as one PASS/FAIL line:
   - the image's configuration (skopeo inspect --config) has the Dockerfile final stage's
     USER, EXPOSE and ENTRYPOINT, and no CMD;
+  - its labels: org.opencontainers.image.{title,description,version,revision,created,source,
+    licenses}, created = SOURCE_DATE_EPOCH (when set), and no io.buildah.version;
   - `umoci unpack` of the OCI archive gives exactly the recipe's root filesystem (every path
     with its type, mode, owner and link target) and a runtime spec whose process is the
     entrypoint as 65532:65532;
@@ -124,6 +126,28 @@ def main(artifacts, tag, work):
         p.append(f"the Dockerfile's final stage is {want['from']!r}, not FROM scratch over the recipe")
     report(not p, f"image config = the Dockerfile's final stage: user {cfg.get('User')}, "
            f"entrypoint {cfg.get('Entrypoint')}, ports {ports}", p)
+
+    # -- labels: the OCI annotation keys, and nothing naming the builder's version (it would
+    # make the digest depend on which buildah built it).
+    p = []
+    labels = cfg.get("Labels") or {}
+    oci = "org.opencontainers.image."
+    for key in ("title", "description", "version", "revision", "created", "source", "licenses"):
+        if not labels.get(oci + key):
+            p.append(f"label {oci}{key} missing")
+    builder = [k for k in labels if k.startswith("io.buildah.") or "builder" in k]
+    if builder:
+        p.append(f"builder labels {builder}: the digest would depend on the builder's version")
+    if not re.fullmatch(r"[0-9a-f]{40}(-dirty)?", labels.get(oci + "revision", "")):
+        p.append(f"revision {labels.get(oci + 'revision')!r} is not a commit id")
+    created = labels.get(oci + "created", "")
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created):
+        p.append(f"created {created!r} is not an RFC 3339 UTC time")
+    elif epoch and time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(epoch))) != created:
+        p.append(f"created {created} is not SOURCE_DATE_EPOCH {epoch}")
+    report(not p, f"image labels: {', '.join(sorted(k[len(oci):] for k in labels if k.startswith(oci)))}"
+           f" (revision {labels.get(oci + 'revision', '')[:12]}, created {created}); no builder label", p)
 
     # -- umoci unpack
     layout, bundle = os.path.join(work, "layout"), os.path.join(work, "bundle")

@@ -372,9 +372,16 @@ def check_wiring(overlay, objects):
         m = sports.get("metrics")
         if m is None or m.get("targetPort") not in ("metrics", cports.get("metrics")):
             p.append("Service port 'metrics' must target the container's metrics port")
-        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        # The scrape annotations are the Service's: on the pod template, toggling the
+        # ServiceMonitor would restart every agent.
+        annotations = svc["metadata"].get("annotations", {})
+        pod_annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        if any(k.startswith("prometheus.io/") for k in pod_annotations):
+            p.append("prometheus.io/* annotations belong on the Service, not the agent pods (a toggle would roll them)")
         if m is not None and annotations.get("prometheus.io/port") != str(cports.get("metrics")):
-            p.append("prometheus.io/port annotation disagrees with the metrics port")
+            p.append("the Service's prometheus.io/port annotation disagrees with the metrics port")
+        if not exp["prom"] and annotations.get("prometheus.io/scrape") != "true":
+            p.append("without a ServiceMonitor the Service needs prometheus.io/scrape: \"true\" (annotation-based discovery)")
         sm = one(objects, "ServiceMonitor")
         if sports.get("metrics", {}).get("port") != cports.get("metrics"):
             p.append("Service port and container port differ: scrape configs would be confusing")
@@ -408,7 +415,7 @@ def check_wiring(overlay, objects):
                     if any(dropped(n) for n in OWN_NAMES) or (not exp["drop_dcgm"] and any(dropped(n) for n in DCGM_NAMES)):
                         p.append(f"ServiceMonitor drops families it must keep: {[x.pattern for x in drops]}")
                 if annotations.get("prometheus.io/scrape") != "false":
-                    p.append("annotation-based scraping must be off where the ServiceMonitor scrapes")
+                    p.append("annotation-based scraping (the Service's prometheus.io/scrape) must be off where the ServiceMonitor scrapes")
             dash = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
             with open(os.path.join(ROOT, "deploy", "grafana", "gpu-warden.json")) as f:
                 want = f.read()

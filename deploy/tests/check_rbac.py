@@ -2,7 +2,8 @@
 """gpu-warden's RBAC must grant exactly DESIGN §3.6 and nothing more.
 
     pods: get, list, watch · pods/eviction: create · nodes: get, patch ·
-    events (core and events.k8s.io): create, patch.
+    events (core and events.k8s.io): create, patch ·
+    leases (coordination.k8s.io, the agent's namespace only): get, create, update.
 
 `rbac_problems(objects)` takes the rendered objects of one overlay and returns what is
 wrong (empty list: exact). The optional scheduler profile (deploy/components/scheduler,
@@ -27,6 +28,12 @@ EXPECTED = frozenset(
 SERVICE_ACCOUNT = ("gpu-warden", "gpu-warden")  # (namespace, name)
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ALLOWED_RULE_KEYS = {"apiGroups", "resources", "verbs"}
+# The agent's Lease (its liveness and figures), in its own namespace: a Role, not a
+# ClusterRole. resourceNames cannot narrow it: `create` is never restricted by name, and
+# each agent's Lease is named after its node, unknown when the chart is rendered.
+AGENT_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+]
 
 
 def _triples(rule):
@@ -44,9 +51,24 @@ def rbac_problems(objects):
     rbac = [o for o in objects if o.get("apiVersion", "").startswith(RBAC_GROUP + "/")]
     roles = [o for o in rbac if o["kind"] == "ClusterRole"]
     bindings = [o for o in rbac if o["kind"] == "ClusterRoleBinding"]
-    others = [o for o in rbac if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")]
+    others = [o for o in rbac if o["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
     for o in others:
         problems.append(f"unexpected RBAC object {o['kind']}/{o['metadata']['name']}")
+    ns_roles = [o for o in rbac if o["kind"] == "Role"]
+    ns_bindings = [o for o in rbac if o["kind"] == "RoleBinding"]
+    if len(ns_roles) != 1 or ns_roles[0].get("rules") != AGENT_LEASE_RULES \
+            or ns_roles[0]["metadata"].get("namespace") != SERVICE_ACCOUNT[0]:
+        problems.append(f"expected one Role in {SERVICE_ACCOUNT[0]} with exactly the lease rules {AGENT_LEASE_RULES}")
+    if len(ns_bindings) != 1:
+        problems.append(f"expected exactly one RoleBinding, found {len(ns_bindings)}")
+    for b in ns_bindings:
+        ref = b.get("roleRef", {})
+        want_ref = (RBAC_GROUP, "Role", ns_roles[0]["metadata"]["name"] if ns_roles else None)
+        subjects = [{k: s.get(k) for k in ("kind", "namespace", "name")} for s in b.get("subjects") or []]
+        if (ref.get("apiGroup"), ref.get("kind"), ref.get("name")) != want_ref or subjects != [
+                {"kind": "ServiceAccount", "namespace": SERVICE_ACCOUNT[0], "name": SERVICE_ACCOUNT[1]}] \
+                or b["metadata"].get("namespace") != SERVICE_ACCOUNT[0]:
+            problems.append(f"RoleBinding {b['metadata']['name']} must bind the lease Role to {SERVICE_ACCOUNT}")
     if len(roles) != 1:
         problems.append(f"expected exactly one ClusterRole, found {len(roles)}")
     if len(bindings) != 1:
@@ -103,6 +125,10 @@ LEASE_RULES = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
      "resourceNames": ["gpu-warden-scheduler"], "verbs": ["get", "update"]},
 ]
+# The extender reads the agents' Leases (liveness and figures) in their namespace.
+EXTENDER_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]},
+]
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -149,14 +175,18 @@ def scheduler_rbac_problems(objects):
             continue
         if ref.get("kind") != "ClusterRole" or _subjects(b) != want:
             problems.append(f"ClusterRoleBinding {b['metadata']['name']}: subjects {_subjects(b)}, expected {want}")
-    leases = by_kind("Role")
-    if len(leases) != 1 or leases[0].get("rules") != LEASE_RULES:
-        problems.append(f"expected one Role with exactly the lease rules {LEASE_RULES}")
+    ns_roles = by_kind("Role")
+    leases = [r for r in ns_roles if r.get("rules") == LEASE_RULES]
+    reader = [r for r in ns_roles if r.get("rules") == EXTENDER_LEASE_RULES]
+    if len(leases) != 1 or len(reader) != 1 or len(ns_roles) != 2:
+        problems.append(f"expected two Roles: the scheduler's lease rules {LEASE_RULES} and the extender's {EXTENDER_LEASE_RULES}")
+    role_sa = {r["metadata"]["name"]: SCHEDULER_SA for r in leases}
+    role_sa.update({r["metadata"]["name"]: EXTENDER_SA for r in reader})
     for rb in by_kind("RoleBinding"):
         ref = rb.get("roleRef", {})
-        if (ref.get("kind"), ref.get("name")) != ("Role", leases[0]["metadata"]["name"] if leases else None) \
-                or _subjects(rb) != [("ServiceAccount",) + SCHEDULER_SA]:
-            problems.append(f"RoleBinding {rb['metadata']['name']} must bind the lease Role to {SCHEDULER_SA}")
+        sa = role_sa.get(ref.get("name"))
+        if ref.get("kind") != "Role" or sa is None or _subjects(rb) != [("ServiceAccount",) + sa]:
+            problems.append(f"RoleBinding {rb['metadata']['name']} must bind a lease Role to its one ServiceAccount")
     deps = by_kind("Deployment")
     if len(deps) != 1:
         return problems + [f"expected one scheduler Deployment, found {len(deps)}"]
@@ -190,6 +220,8 @@ def scheduler_self_test(objects):
     expect("extender may patch nodes", lambda o: find(o, "ClusterRole")["rules"][0]["verbs"].append("patch"), ok=False)
     expect("scheduler bound to cluster-admin", lambda o: find(o, "ClusterRoleBinding")["roleRef"].update(name="cluster-admin"), ok=False)
     expect("any lease", lambda o: find(o, "Role")["rules"][1].pop("resourceNames"), ok=False)
+    expect("extender may update leases", lambda o: [r["rules"][0]["verbs"].append("update") for r in o
+        if r["kind"] == "Role" and r["rules"] == EXTENDER_LEASE_RULES], ok=False)
     expect("extender uses the scheduler's token", lambda o: [
         c.update(volumeMounts=[m for m in c["volumeMounts"] if m["mountPath"] != TOKEN_PATH])
         for c in find(o, "Deployment")["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"], ok=False)
@@ -244,6 +276,12 @@ def self_test(objects):
     expect("binding to another subject", lambda o: binding(o)["subjects"].append(
         {"kind": "Group", "name": "system:authenticated", "apiGroup": RBAC_GROUP}), ok=False)
     expect("binding to cluster-admin", lambda o: binding(o)["roleRef"].update(name="cluster-admin"), ok=False)
+    lease_role = lambda objs: next(o for o in objs if o["kind"] == "Role")  # noqa: E731
+    expect("lease delete", lambda o: lease_role(o)["rules"][0]["verbs"].append("delete"), ok=False)
+    expect("leases cluster-wide", lambda o: role(o)["rules"].append(
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["update"]}), ok=False)
+    expect("lease Role bound to everyone", lambda o: next(b for b in o if b["kind"] == "RoleBinding")["subjects"].append(
+        {"kind": "Group", "name": "system:authenticated", "apiGroup": RBAC_GROUP}), ok=False)
     return failures, len(cases)
 
 

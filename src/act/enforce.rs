@@ -23,7 +23,8 @@ use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{self, EventDraft};
 use crate::guard::policy::{Mode, Policy};
 use crate::guard::ports::DecisionExecutor;
-use crate::guard::rank::{self, Victim};
+use crate::guard::rank::Victim;
+use crate::guard::recheck;
 use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::publish::self_metrics::SelfMetrics;
@@ -232,7 +233,7 @@ impl Enforcer {
     }
 
     /// The fresh read before an eviction: `None` to go ahead, else the outcome that stands
-    /// in for the eviction (see [`rank::recheck`]).
+    /// in for the eviction (see [`recheck::recheck`]).
     async fn recheck(&self, victim: &Victim, timeout: Duration) -> Option<EvictionOutcome> {
         let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
         let pod = match tokio::time::timeout(timeout, api.get(&victim.name)).await {
@@ -260,7 +261,7 @@ impl Enforcer {
         };
         let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        rank::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
+        recheck::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
     }
 
     /// One Eviction, bounded by `timeout`.

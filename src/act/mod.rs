@@ -6,4 +6,5 @@ pub mod client;
 pub mod enforce;
 pub mod event_sender;
 pub mod events;
+pub mod lease;
 pub mod node_annotations;

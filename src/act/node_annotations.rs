@@ -1,4 +1,4 @@
-//! The shell that writes the free-VRAM annotations ([`super::annotations`]) onto this
+//! The shell that writes the free-VRAM annotations ([`crate::publish::annotations`]) onto this
 //! agent's Node.
 //!
 //! One tokio task. It wakes on every new publication (and when the planner or the

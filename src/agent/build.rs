@@ -7,6 +7,7 @@ use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::event_sender::EventSender;
+use crate::act::lease::{spawn_lease, LeaseConfig};
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::podresources::feed::{self, FeedConfig};
@@ -325,8 +326,10 @@ impl Wiring {
                 self.cli.job_peaks_max_series,
             ));
         }
-        if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            core = core.with_replicas(rx);
+        if let Some(mut rx) = self.replicas(pods.clone(), request_key).await {
+            // The feed's latest answer matched with the poll's GPUs: an Arc clone while
+            // neither changed.
+            core = core.with_replicas(move |snap| rx.latest(snap));
         }
         let events = clients
             .as_ref()
@@ -433,7 +436,8 @@ impl Wiring {
                     self.metrics.clone(),
                     self.clock.clone(),
                 );
-                vec![Box::new(move |rx| {
+                let lease = self.lease_companion(c, &cfg);
+                let annotator: super::Companion = Box::new(move |rx| {
                     let handle = spawn_annotator(client, node, cfg, rx, clock, metrics);
                     Box::new(move || {
                         Box::pin(async move {
@@ -442,7 +446,8 @@ impl Wiring {
                             }
                         })
                     })
-                })]
+                });
+                std::iter::once(annotator).chain(lease).collect()
             }
             Switch::Off => {
                 let prefix = self.annotation_cfg.prefix.clone();
@@ -453,6 +458,39 @@ impl Wiring {
                 Vec::new()
             }
         }
+    }
+
+    /// The Lease task (liveness and figures for the extender), when `--lease on` and the
+    /// agent knows its namespace.
+    fn lease_companion(
+        &self,
+        c: &KubeClients,
+        node_cfg: &AnnotationConfig,
+    ) -> Option<super::Companion> {
+        let args = &self.cli.lease;
+        if args.lease == Switch::Off {
+            tracing::info!("--lease=off: no Lease; extenders judge this node by its Node's vram-observed-at, so keep --annotation-heartbeat below their staleAfter");
+            return None;
+        }
+        let Some(namespace) = args.lease_namespace.clone() else {
+            tracing::warn!("no --lease-namespace / POD_NAMESPACE: no Lease; extenders judge this node by its Node's vram-observed-at (set POD_NAMESPACE from the Downward API, or --annotation-heartbeat below their staleAfter)");
+            return None;
+        };
+        let cfg = LeaseConfig {
+            namespace,
+            name: self.node.clone(),
+            holder: args
+                .lease_holder
+                .clone()
+                .unwrap_or_else(|| self.node.clone()),
+            renew_interval: args.lease_renew_interval,
+            duration: args.lease_duration,
+        };
+        let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());
+        Some(Box::new(move |rx| {
+            let handle = spawn_lease(client, cfg, &node_cfg, rx, clock);
+            Box::new(move || Box::pin(handle.shutdown()))
+        }))
     }
 
     /// TLS and authentication for the HTTP server, from their flags.

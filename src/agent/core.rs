@@ -3,7 +3,6 @@
 //! publication built. No I/O of its own: attribution and the pod view are injected, time
 //! comes from the injected clock, so tests drive it poll by poll.
 
-use crate::attribute::podresources::feed::ReplicaReceiver;
 use crate::attribute::ports::{Attributor, PodSource};
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{EventDraft, EventType, Regarding};
@@ -14,6 +13,7 @@ use crate::guard::status::GuardStatus;
 use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
+use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
 use crate::publish::job_peaks::{JobPeak, JobPeaks};
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
@@ -34,6 +34,10 @@ pub struct GuardParts {
     /// (its mode is `off`, so it takes no decision).
     pub executor: Option<Arc<dyn DecisionExecutor>>,
 }
+
+/// The pod-resources feed's latest view matched with the poll's snapshot, read once per poll
+/// (the shell hands in a read of its channel, so the core names no runtime type).
+pub type LatestReplicas = Box<dyn FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send>;
 
 /// How many recent decisions `/state` shows.
 const RECENT_DECISIONS: usize = 16;
@@ -75,7 +79,7 @@ pub struct Core {
     self_metrics: SelfMetrics,
     clock: Arc<dyn Clock>,
     attributor: Option<Box<dyn Attributor>>,
-    replicas: Option<ReplicaReceiver>,
+    replicas: Option<LatestReplicas>,
     guard: Option<GuardCore>,
     /// The exposition is rendered here and copied out once per poll: after the first polls
     /// it has the node's size, so rendering itself allocates nothing.
@@ -134,10 +138,13 @@ impl Core {
         self
     }
 
-    /// Publishes the kubelet's pod-resources data from `rx` with every poll: each poll takes
-    /// whatever the feed last published, never waiting for the kubelet.
-    pub fn with_replicas(mut self, rx: ReplicaReceiver) -> Self {
-        self.replicas = Some(rx);
+    /// Publishes the kubelet's pod-resources data from `latest` with every poll: each poll
+    /// takes whatever the feed last published, never waiting for the kubelet.
+    pub fn with_replicas(
+        mut self,
+        latest: impl FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send + 'static,
+    ) -> Self {
+        self.replicas = Some(Box::new(latest));
         self
     }
 
@@ -183,9 +190,7 @@ impl Core {
         pressure: BTreeMap<u32, Pressure>,
         guard: serde_json::Value,
     ) -> Published {
-        // The feed's latest answer matched with this snapshot's GPUs (an Arc clone while
-        // neither changed).
-        let replicas = self.replicas.as_mut().and_then(|rx| rx.latest(&snap));
+        let replicas = self.replicas.as_mut().and_then(|latest| latest(&snap));
         let out = &mut self.buf;
         out.clear();
         metrics::write_device_families(out, &mut self.scratch, &snap, &self.cfg);
@@ -287,7 +292,7 @@ impl Core {
     }
 
     /// How often the sampler should read memory alone now, if at all: while the guard can
-    /// act, at the interval its risk rule wants (`guard::watch`: `fastInterval` when calm,
+    /// act, at the interval its risk rule wants (`guard::read_cadence`: `fastInterval` when calm,
     /// down to `fastIntervalMin` near hard, under pressure or while memory grows); otherwise
     /// only while a GPU is below soft, for the pressure metric.
     ///

@@ -2,6 +2,8 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
+pub mod check;
+
 use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
 use crate::publish::metrics::HostnameLabel;
@@ -10,6 +12,8 @@ use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+pub mod lease;
 
 /// Which GPU source to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -222,12 +226,14 @@ pub struct Cli {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576), env = "GPU_WARDEN_ANNOTATION_QUANTUM_MIB")]
     pub annotation_quantum_mib: u64,
 
-    /// Re-patch the annotations at least this often, so consumers can judge staleness.
-    #[arg(long, default_value = "60s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    /// Re-patch the Node's annotations at least this often (liveness itself is on the Lease;
+    /// an extender without Leases judges staleness by it).
+    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
     pub annotation_heartbeat: Duration,
 
-    /// Never patch more often than this, except for a pressure change.
-    #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    /// Never patch the Node more often than this, except for a pressure rise (the Lease
+    /// carries changes within seconds).
+    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
     pub annotation_min_interval: Duration,
 
     /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the
@@ -254,6 +260,9 @@ pub struct Cli {
     /// (YAML), and exit.
     #[arg(long)]
     pub print_sim_pods: bool,
+
+    #[command(flatten)]
+    pub lease: lease::LeaseArgs,
 
     #[command(flatten)]
     pub logging: LogArgs,
@@ -289,6 +298,8 @@ pub enum ConfigError {
     },
     #[error(transparent)]
     Annotations(#[from] AnnotationConfigError),
+    #[error(transparent)]
+    Lease(#[from] lease::LeaseArgsError),
     #[error("--web-tls-cert and --web-tls-key must be given together")]
     TlsPair,
     #[error("--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one")]
@@ -322,6 +333,7 @@ impl Cli {
             }
         }
         self.annotation_config().validate()?;
+        self.lease.validate()?;
         if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
             return Err(ConfigError::TlsPair);
         }
@@ -365,6 +377,9 @@ impl Cli {
             quantum_mib: self.annotation_quantum_mib,
             heartbeat: self.annotation_heartbeat,
             min_interval: self.annotation_min_interval,
+            // With a Lease the extender learns of a pressure rise there, within a poll; the
+            // Node then keeps its interval (docs/annotations.md, "Write load").
+            pressure_rise_at_once: !self.lease.will_run(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! ```yaml
 //! annotationPrefix: gpu-warden.io
 //! marginMiB: 512            # kept free beyond the pod's need
-//! staleAfter: 120s          # 2 x the agent's heartbeat
+//! staleAfter: 120s          # 8 x the agents' Lease renewal; 2 x the Node heartbeat of agents without one
 //! unknownNode: pass         # stale, missing or unreadable figures: pass (fail-open) | fail
 //! score: pack               # pack (best fit) | spread
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
@@ -65,6 +65,15 @@ pub struct ExtenderCli {
         env = "GPU_WARDEN_EXTENDER_NODE_SELECTOR"
     )]
     pub node_selector: Option<String>,
+
+    /// Namespace of the agents' Leases (their liveness and current figures; docs/annotations.md).
+    /// Without it liveness comes from the Nodes' `vram-observed-at` alone.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "GPU_WARDEN_EXTENDER_LEASE_NAMESPACE"
+    )]
+    pub lease_namespace: Option<String>,
 
     /// Largest request body accepted, bytes; larger ones get a 413.
     #[arg(
@@ -172,7 +181,7 @@ impl PolicyFile {
         }
         Ok(ExtenderPolicy {
             needs: NeedRules {
-                annotation: format!("{prefix}/vram-request-mib"),
+                annotation: crate::model::vram_request::key(&prefix),
                 defaults: self.defaults.clone(),
                 unknown: self.unknown_need.unwrap_or(UnknownNeed::Pass),
             },

@@ -10,7 +10,9 @@
 pub mod config;
 pub mod core;
 pub mod judge;
+pub mod lease_cache;
 pub mod ledger;
+pub mod liveness;
 pub mod metrics;
 pub mod need;
 pub mod nodes;
@@ -86,6 +88,19 @@ pub fn run(cli: ExtenderCli, shutdown: impl Future<Output = ()>) -> Result<(), E
             cli.node_selector.as_deref(),
             metrics.clone(),
         );
+        let nodes: Arc<dyn watch::NodeLookup> = match cli.lease_namespace.as_deref() {
+            Some(ns) => lease_cache::spawn_live_nodes(
+                clients.direct.clone(),
+                ns,
+                &policy.prefix,
+                nodes,
+                metrics.clone(),
+            ),
+            None => {
+                tracing::info!("no --lease-namespace: node liveness from the Nodes' vram-observed-at alone (agents before Leases)");
+                nodes
+            }
+        };
         let feed = Arc::new(watch::LedgerFeed {
             ledger: Arc::new(Mutex::new(ledger::Ledger::new(policy.ledger_ttl))),
             policy,

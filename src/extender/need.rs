@@ -5,6 +5,7 @@
 
 use super::wire::PodView;
 use crate::guard::selector::Selector;
+use crate::model::vram_request;
 use serde::Deserialize;
 
 /// A configured default need, for pods matching a namespace and/or a label selector.
@@ -82,12 +83,12 @@ impl NeedRules {
     /// The need of `pod`.
     pub fn need(&self, pod: &PodView) -> Result<Need, BadDeclaration> {
         if let Some(v) = pod.annotation(&self.annotation) {
-            return match v.trim().parse::<u64>() {
-                Ok(mib) => Ok(Need {
+            return match vram_request::parse_mib(v) {
+                Some(mib) => Ok(Need {
                     mib: Some(mib),
                     source: NeedSource::Declared,
                 }),
-                Err(_) => Err(BadDeclaration {
+                None => Err(BadDeclaration {
                     key: self.annotation.clone(),
                     value: v.to_string(),
                 }),

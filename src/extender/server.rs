@@ -155,7 +155,12 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
         }
     };
     let f = &state.feed;
-    let candidates = call.candidates.annotated(&|n: &str| f.nodes.annotations(n));
+    let mut candidates = call.candidates.annotated(&|n: &str| f.nodes.annotations(n));
+    if matches!(call.candidates, super::core::Candidates::Objects(_)) {
+        for (name, ann) in &mut candidates {
+            *ann = ann.take().map(|a| f.nodes.through_lease(name, a));
+        }
+    }
     let eval = {
         let mut ledger = f.ledger.lock().unwrap_or_else(|e| e.into_inner());
         let e = evaluate(

@@ -28,6 +28,15 @@ pub trait NodeLookup: Send + Sync {
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>>;
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
+    /// `annotations` of `node` (from a full Node object) as verdicts read them; the Lease
+    /// lookup ([`super::lease_cache::LiveNodes`]) applies the node's Lease.
+    fn through_lease(
+        &self,
+        _node: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        annotations
+    }
 }
 
 /// The reflector's store.

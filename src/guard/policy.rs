@@ -564,7 +564,7 @@ impl Policy {
 
     /// The annotation declaring a pod's expected VRAM use in MiB.
     pub fn vram_request_annotation(&self) -> String {
-        format!("{}/vram-request-mib", self.annotation_prefix())
+        crate::model::vram_request::key(self.annotation_prefix())
     }
 }
 

@@ -11,3 +11,4 @@ pub mod proc_stat;
 pub mod replicas;
 pub mod snapshot;
 pub mod units;
+pub mod vram_request;

@@ -63,9 +63,9 @@ impl PodInfo {
     }
 
     /// The pod's declared VRAM from the annotation `key` (`<prefix>/vram-request-mib`), in
-    /// MiB; None when unset or not a whole number.
+    /// MiB; None when unset or not a whole number ([`super::vram_request::parse_mib`]).
     pub fn vram_request_mib(&self, key: &str) -> Option<u64> {
-        self.annotations.get(key)?.trim().parse().ok()
+        super::vram_request::parse_mib(self.annotations.get(key)?)
     }
 
     /// The container whose runtime ID is `container_id`.

@@ -1,6 +1,6 @@
 //! Each CI job's VRAM peak: per pod and GPU, the most memory its processes held together
 //! at one full poll over the pod's life, recorded once the processes are gone. Operators
-//! size `replicas` and `vram-request-mib` from these (docs/metrics.md, "CI job peaks").
+//! size `replicas` and `vram-request-mib` from these (docs/sizing.md).
 //!
 //! Pure: the agent hands it every attributed full poll and the pod view; it returns the
 //! peaks that ended, keeps the histogram `gpu_warden_ci_job_gpu_memory_peak_bytes` and
@@ -161,9 +161,7 @@ impl JobPeaks {
             if let Some(info) = pods.get(*uid) {
                 live.project = info.labels.get(PROJECT_LABEL).cloned();
                 live.declared = info
-                    .annotations
-                    .get(&self.request_annotation)
-                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .vram_request_mib(&self.request_annotation)
                     .map(|mib| mib.saturating_mul(MIB));
             }
         }

@@ -6,7 +6,6 @@ use super::Field;
 use crate::model::snapshot::{ProfSample, RemappedRows};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::Duration;
 
 /// A scenario file that could not be used, with the field at fault.
@@ -363,16 +362,6 @@ fn second_document(text: &str) -> Option<usize> {
 const MAX_MEMORY_MIB: u64 = 1 << 24;
 
 impl Scenario {
-    /// Reads, parses and validates a scenario file.
-    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        Scenario::parse(&text, &shown)
-    }
-
     /// Parses and validates scenario text; `path` only names it in errors.
     pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         let sc: Scenario = serde_yaml_ng::from_str(text).map_err(|e| ScenarioError::Parse {
@@ -766,7 +755,7 @@ mod tests {
 
     #[test]
     fn shipped_examples_parse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
         let mut n = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let p = entry.unwrap().path();

@@ -5,7 +5,7 @@
 // everything else here runs on the time it is given.
 #![allow(clippy::disallowed_methods)]
 
-use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario};
+use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario, ScenarioError};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
 use crate::model::ids::fnv64;
 use crate::model::snapshot::{
@@ -114,6 +114,19 @@ pub fn placement_container_id(p: &PodPlacement) -> String {
         }
         s
     })
+}
+
+impl Scenario {
+    /// Reads, parses and validates a scenario file. (Here, with the simulator's other I/O:
+    /// the scenario module itself only parses text.)
+    pub fn load(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Scenario::parse(&text, &shown)
+    }
 }
 
 impl SimSource {

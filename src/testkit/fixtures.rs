@@ -190,7 +190,8 @@ impl PodBuilder {
     }
     /// Sets `gpu-warden.io/vram-request-mib`.
     pub fn request_mib(self, mib: u64) -> Self {
-        self.annotation("gpu-warden.io/vram-request-mib", &mib.to_string())
+        let key = crate::model::vram_request::key(crate::model::units::DEFAULT_ANNOTATION_PREFIX);
+        self.annotation(&key, &mib.to_string())
     }
     /// Created this many seconds after the epoch (larger is younger).
     pub fn created(mut self, secs: u64) -> Self {

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn annotations_guard_and_clean_shutdown() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt
-        .block_on(ApiServer::builder().eviction_grace_scale(0.0).start())
-        .unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
     // The A10G demo, with the greedy job starting at 2 s and growing 1 GiB/s so the test
     // reaches pressure in seconds.
     let text = std::fs::read_to_string(root().join("examples/a10g-timesliced.yaml"))
@@ -59,8 +57,8 @@ fn annotations_guard_and_clean_shutdown() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The greedy job grows into the 24 GiB GPU: the guard evicts it (and only it) before the
-    // GPU is full. No kubelet here to end its process, so this checks the decision and the
-    // eviction request.
+    // GPU is full. The double's faithful kubelet has no process to signal here (the
+    // simulated job lives in the agent), so this checks the decision and the eviction request.
     let deadline = Instant::now() + Duration::from_secs(40);
     while server.evictions().is_empty() {
         assert!(Instant::now() < deadline, "no eviction");

@@ -102,10 +102,9 @@ impl World {
     }
 
     async fn with_budgets(mode: Mode, pods: &[P], used: u64, budgets: Budgets) -> Result<World> {
-        let server = ApiServer::builder()
-            .eviction_grace_scale(0.0)
-            .start()
-            .await?;
+        // The faithful kubelet (the default): an evicted pod stays, terminating, through its
+        // 7 s grace plus the watch latency — longer than any of these tests looks.
+        let server = ApiServer::start().await?;
         server.add_node(json!({"metadata": {"name": NODE}}))?;
         for p in pods {
             let annotations: serde_json::Map<String, Value> = p

@@ -6,8 +6,10 @@
 //!
 //! The GPU: 22.6 GiB usable; a trainer (priority 1000000, 8 GiB), two CI jobs (3 GiB each)
 //! and a greedy CI job growing 1 GiB/s from 1 s: soft pressure at ≈6 s, hard at ≈7.5 s.
-//! The plan takes one pod. Evicted pods are deleted at once (grace 0); nothing ends the
-//! simulated processes, so the cooldown (60 s here) keeps the guard from deciding twice.
+//! The plan takes one pod. The double plays the faithful kubelet in real time: with grace 0
+//! the API server deletes an evicted pod at once (as the generic store does), and the
+//! kubelet's SIGTERM/SIGKILL reach no process here — the simulated processes live in the
+//! agent — so the cooldown (60 s here) keeps the guard from deciding twice.
 
 use crate::support::*;
 use apiserver_double::{ApiServer, Fault, FaultAction, Method, RecordedRequest};
@@ -68,9 +70,7 @@ impl World {
     /// starts (to inject faults its first requests meet).
     fn start(before: impl FnOnce(&ApiServer)) -> World {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let server = rt
-            .block_on(ApiServer::builder().eviction_grace_scale(0.0).start())
-            .unwrap();
+        let server = rt.block_on(ApiServer::start()).unwrap();
         let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "faults").unwrap();
         server
             .add_node(serde_json::json!({"metadata": {"name": NODE}}))

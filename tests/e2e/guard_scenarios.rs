@@ -1,13 +1,16 @@
 //! The OOM guard's scenarios (a)–(i) end to end on an injected clock: the
 //! simulator plays the GPU, the agent's `Core` (the same one the event loop drives) attributes
 //! through a simulated /proc and the real pod watch, decides, and the real enforcer evicts
-//! through the API double over HTTP. The double plays the kubelet: an accepted eviction
-//! deletes the pod, and the harness then ends the pod's processes in the simulator.
+//! through the API double over HTTP. The double plays a faithful kubelet on the simulated
+//! clock (`apiserver_double::kubelet`, after kubelet's `killContainer` and the API server's
+//! graceful delete): it sees an accepted eviction 50 ms later, sends SIGTERM to PID 1 — a
+//! GitLab job's shell, which ignores it — and SIGKILLs the pod `max(grace, 2 s)` after that;
+//! the harness ends the pod's simulated processes at that simulated instant.
 //!
 //! Simulated time advances 100 ms a step: a full poll every second, memory-only readings in
 //! between while the guard asks for the fast watch.
 
-use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction};
+use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction, SteppedClock};
 use gpu_warden::act::enforce::Enforcer;
 use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::watch::WatchedPods;
@@ -18,7 +21,7 @@ use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::scenario::Scenario;
 use gpu_warden::sample::sim::{placement_uid, scenario_pods};
 use gpu_warden::testkit::rig::{Rig, RigOptions};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 const NODE: &str = "gpu-node-1";
@@ -32,8 +35,7 @@ struct World {
     scenario: Scenario,
     executor: Arc<dyn DecisionExecutor>,
     pods: Arc<WatchedPods>,
-    evicted: Arc<Mutex<Vec<String>>>,
-    /// Simulated time an evicted pod's processes take to exit.
+    /// Simulated time an evicted pod's processes take to exit once killed.
     exit_delay: Duration,
     last_metrics: String,
 }
@@ -48,10 +50,14 @@ impl World {
             .enable_all()
             .build()
             .unwrap();
+        let clock = Arc::new(ManualClock::new(
+            UNIX_EPOCH + Duration::from_secs(1_790_000_000),
+        ));
+        let kubelet_clock = clock.clone();
         let server = rt
             .block_on(
                 ApiServer::builder()
-                    .eviction_grace_scale(0.0)
+                    .kubelet_stepped(SteppedClock::new(move || kubelet_clock.mono()))
                     .bookmark_interval(Duration::from_millis(200))
                     .start(),
             )
@@ -62,13 +68,6 @@ impl World {
         for pod in scenario_pods(&scenario, NODE) {
             server.add_pod(pod).unwrap();
         }
-        let evicted = Arc::new(Mutex::new(Vec::new()));
-        let ev = evicted.clone();
-        server.on_evict(move |pod| {
-            if let Some(uid) = pod["metadata"]["uid"].as_str() {
-                ev.lock().unwrap().push(uid.to_string());
-            }
-        });
         // kube's client needs the runtime's reactor from its construction on.
         let _entered = rt.enter();
         let clients = gpu_warden::act::client::from_config(
@@ -82,9 +81,6 @@ impl World {
             assert!(Instant::now() < deadline, "pod watch never synced");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let clock = Arc::new(ManualClock::new(
-            UNIX_EPOCH + Duration::from_secs(1_790_000_000),
-        ));
         let metrics = SelfMetrics::new("test").unwrap();
         let executor: Arc<dyn DecisionExecutor> = Arc::new(Enforcer::new(
             &clients,
@@ -114,7 +110,6 @@ impl World {
             scenario,
             executor,
             pods,
-            evicted,
             exit_delay: Duration::ZERO,
             last_metrics: String::new(),
         }
@@ -126,6 +121,8 @@ impl World {
         while self.clock.mono() < end {
             self.clock.advance(STEP);
             let now = self.clock.mono();
+            // The kubelet's part, before the GPU is read: what it did by now.
+            self.kubelet_until(now);
             let full_due = now.as_millis() % 1000 == 0;
             // A fast reading that fires a trigger asks for a full poll at once, as the
             // agent's sampler does on `poll_now`.
@@ -143,18 +140,30 @@ impl World {
                 let results = self.rt.block_on(self.executor.execute(decision, pods));
                 self.rig.core.on_outcomes(id, results);
             }
-            // The kubelet's part: processes of deleted pods exit after the delay.
-            let uids: Vec<String> = self.evicted.lock().unwrap().drain(..).collect();
-            for uid in uids {
-                let pids: Vec<u32> = self
-                    .scenario
-                    .processes
-                    .iter()
-                    .filter(|p| p.pod.as_ref().is_some_and(|pl| placement_uid(pl) == uid))
-                    .map(|p| p.pid)
-                    .collect();
-                self.rig.sim.kill(&pids, now + self.exit_delay);
+            // An instant kubelet would act at once on this step's evictions.
+            self.kubelet_until(now);
+        }
+    }
+
+    /// Lets the double's kubelet run to `now` on the simulated clock, and ends the simulated
+    /// processes of each pod it killed (or whose PID 1 exited) at that action's instant.
+    fn kubelet_until(&mut self, now: Duration) {
+        for action in self.server.kubelet_run_until(now) {
+            if !action.ends_processes() {
+                continue;
             }
+            let pids: Vec<u32> = self
+                .scenario
+                .processes
+                .iter()
+                .filter(|p| {
+                    p.pod
+                        .as_ref()
+                        .is_some_and(|pl| placement_uid(pl) == action.uid)
+                })
+                .map(|p| p.pid)
+                .collect();
+            self.rig.sim.kill(&pids, action.at + self.exit_delay);
         }
     }
 

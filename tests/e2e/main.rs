@@ -29,6 +29,7 @@ mod guard_scenarios;
 mod http_abuse;
 mod http_tls_auth;
 mod job_peaks_e2e;
+mod lease_e2e;
 mod outage_budget;
 mod pod_watch_faults;
 mod podresources_e2e;

@@ -2,7 +2,7 @@
 //! five minutes. The retrying shells sleep `Backoff::next_delay()` between attempts (one
 //! request each — the pod watch relists with one LIST, the annotator sends one PATCH), so
 //! counting attempts over 300 s of virtual time with the shipped schedules counts requests.
-//! The real-HTTP outage tests (tests/annotations_e2e.rs, tests/guard_scenarios.rs (i))
+//! The real-HTTP outage tests (tests/e2e/annotations_e2e.rs, tests/e2e/guard_scenarios.rs (i))
 //! check that an attempt is one request and that both recover; evictions are never attempted
 //! during an outage because the guard holds decisions while the pod view is unhealthy.
 

@@ -1,5 +1,5 @@
 //! The kubelet's pod-resources data end to end: the real binary on the simulated
-//! backend, the fake kubelet of `support/kubelet.rs` over a real unix socket, and the API
+//! backend, the fake kubelet of `tests/e2e/kubelet.rs` over a real unix socket, and the API
 //! double for the pod view and the Node. Two GPUs time-sliced four ways (`GPU-<uuid>::<n>`
 //! replica IDs); a finished pod the kubelet still lists (kubernetes #119423); a pod whose
 //! process runs on a GPU it holds no replica of. Short intervals keep it to a few seconds.

@@ -1,4 +1,5 @@
-//! Request handling: recording, faults, routing and the handlers.
+//! Request handling: recording, faults, routing, and the pod and node reads (the other
+//! handlers have files of their own).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -9,27 +10,26 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::fault::FaultAction;
-use crate::patch::{json_patch, merge_patch, JsonPatchError};
-use crate::record::{
-    EventApi, EvictionOutcome, EvictionRecord, RecordedBody, RecordedRequest, StoredEvent,
-};
+use crate::record::{EventApi, RecordedBody, RecordedRequest};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::{Kind, Shared};
-use crate::{status, util, watch};
+use crate::{discovery, events_api, evict, patch_request, status, util, watch};
+
+mod leases;
 
 pub(crate) type RespBody = BoxBody<Bytes, std::io::Error>;
 
 /// Request bodies above this answer 413.
 const MAX_BODY: usize = 16 << 20;
 
-fn full(b: impl Into<Bytes>) -> RespBody {
+pub(crate) fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|never| match never {}).boxed()
 }
 
-fn json_response(code: u16, v: &Value) -> Response<RespBody> {
+pub(crate) fn json_response(code: u16, v: &Value) -> Response<RespBody> {
     let mut body = serde_json::to_vec(v).unwrap_or_default();
     body.push(b'\n');
     let mut resp = Response::new(full(body));
@@ -39,62 +39,62 @@ fn json_response(code: u16, v: &Value) -> Response<RespBody> {
     resp
 }
 
-fn error(code: u16, message: &str) -> Response<RespBody> {
+pub(crate) fn error(code: u16, message: &str) -> Response<RespBody> {
     json_response(code, &status::failure_code(code, message))
 }
 
-fn ok(v: &Value) -> Response<RespBody> {
+pub(crate) fn ok(v: &Value) -> Response<RespBody> {
     json_response(200, v)
 }
 
 /// A failure answer: a `Status` body and its HTTP code.
-struct ApiError {
-    code: u16,
-    status: Value,
+pub(crate) struct ApiError {
+    pub(crate) code: u16,
+    pub(crate) status: Value,
 }
 
 impl ApiError {
-    fn new(code: u16, message: &str) -> Self {
+    pub(crate) fn new(code: u16, message: &str) -> Self {
         ApiError {
             code,
             status: status::failure_code(code, message),
         }
     }
 
-    fn with_status(code: u16, status: Value) -> Self {
+    pub(crate) fn with_status(code: u16, status: Value) -> Self {
         ApiError { code, status }
     }
 
-    fn into_response(self) -> Response<RespBody> {
+    pub(crate) fn into_response(self) -> Response<RespBody> {
         json_response(self.code, &self.status)
     }
 }
 
 /// One request, read and decoded.
-struct Ctx {
-    method: Method,
-    path: String,
-    params: Vec<(String, String)>,
-    content_type: Option<String>,
-    body: Bytes,
-    drop_after: Option<usize>,
+pub(crate) struct Ctx {
+    pub(crate) method: Method,
+    pub(crate) path: String,
+    pub(crate) params: Vec<(String, String)>,
+    pub(crate) content_type: Option<String>,
+    pub(crate) body: Bytes,
+    pub(crate) drop_after: Option<usize>,
     /// Serve a watch's headers, then nothing ([`FaultAction::StallWatch`]).
-    stall: bool,
+    pub(crate) stall: bool,
 }
 
 impl Ctx {
-    fn param(&self, key: &str) -> Option<&str> {
+    pub(crate) fn param(&self, key: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
 
-    fn flag(&self, key: &str) -> bool {
+    pub(crate) fn flag(&self, key: &str) -> bool {
         self.param(key).is_some_and(|v| v == "true" || v == "1")
     }
 
-    fn dry_run(&self) -> bool {
+    pub(crate) fn dry_run(&self) -> bool {
         self.param("dryRun").is_some_and(|v| v == "All")
     }
 }
@@ -277,18 +277,19 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx) -> Response<RespBody> {
         };
     }
     match segs.as_slice() {
-        ["version"] => only!(get, ok(&version())),
+        ["version"] => only!(get, ok(&discovery::version())),
         ["healthz"] | ["livez"] | ["readyz"] => only!(get, {
             let mut r = Response::new(full("ok"));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             r
         }),
-        ["api"] => only!(get, ok(&api_versions(shared))),
-        ["apis"] => only!(get, ok(&api_groups())),
-        ["api", "v1"] => only!(get, ok(&core_resources())),
-        ["apis", "events.k8s.io", "v1"] => only!(get, ok(&events_resources())),
-        ["apis", "policy", "v1"] => only!(get, ok(&policy_resources())),
+        ["api"] => only!(get, ok(&discovery::api_versions(shared))),
+        ["apis"] => only!(get, ok(&discovery::api_groups())),
+        ["api", "v1"] => only!(get, ok(&discovery::core_resources())),
+        ["apis", "events.k8s.io", "v1"] => only!(get, ok(&discovery::events_resources())),
+        ["apis", "policy", "v1"] => only!(get, ok(&discovery::policy_resources())),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => leases::route(shared, ctx, rest),
         ["api", "v1", "pods"] => only!(get, list_or_watch(shared, ctx, Kind::Pod, None)),
         ["api", "v1", "namespaces", ns, "pods"] => {
             only!(get, list_or_watch(shared, ctx, Kind::Pod, Some(ns)))
@@ -297,96 +298,31 @@ fn route(shared: &Arc<Shared>, ctx: &Ctx) -> Response<RespBody> {
             only!(get, get_object(shared, Kind::Pod, ns, name))
         }
         ["api", "v1", "namespaces", ns, "pods", name, "eviction"] => {
-            only!(m == Method::POST, evict(shared, ctx, ns, name))
+            only!(m == Method::POST, evict::evict(shared, ctx, ns, name))
         }
         ["api", "v1", "nodes"] => only!(get, list_or_watch(shared, ctx, Kind::Node, None)),
         ["api", "v1", "nodes", name] => match *m {
             Method::GET => get_object(shared, Kind::Node, "", name),
-            Method::PATCH => patch_node(shared, ctx, name),
+            Method::PATCH => patch_request::patch_node(shared, ctx, name),
             _ => error(
                 405,
                 &format!("the server does not allow this method on the requested resource: {m}"),
             ),
         },
         ["api", "v1", "namespaces", ns, "events"] => {
-            events_collection(shared, ctx, EventApi::CoreV1, ns)
+            events_api::events_collection(shared, ctx, EventApi::CoreV1, ns)
         }
         ["api", "v1", "namespaces", ns, "events", name] => {
-            event_item(shared, ctx, EventApi::CoreV1, ns, name)
+            events_api::event_item(shared, ctx, EventApi::CoreV1, ns, name)
         }
         ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"] => {
-            events_collection(shared, ctx, EventApi::EventsV1, ns)
+            events_api::events_collection(shared, ctx, EventApi::EventsV1, ns)
         }
         ["apis", "events.k8s.io", "v1", "namespaces", ns, "events", name] => {
-            event_item(shared, ctx, EventApi::EventsV1, ns, name)
+            events_api::event_item(shared, ctx, EventApi::EventsV1, ns, name)
         }
         _ => error(404, "the server could not find the requested resource"),
     }
-}
-
-// ---- discovery ----
-
-fn version() -> Value {
-    json!({
-        "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0",
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2025-04-23T00:00:00Z",
-        "goVersion": "go1.24.2",
-        "compiler": "gc",
-        "platform": "linux/amd64"
-    })
-}
-
-fn api_versions(shared: &Shared) -> Value {
-    json!({
-        "kind": "APIVersions",
-        "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": shared.addr.to_string()}]
-    })
-}
-
-fn api_groups() -> Value {
-    let group = |name: &str| {
-        let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
-        json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
-    };
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group("events.k8s.io"), group("policy")]})
-}
-
-fn resource(name: &str, singular: &str, kind: &str, verbs: &[&str]) -> Value {
-    json!({"name": name, "singularName": singular, "namespaced": kind != "Node", "kind": kind, "verbs": verbs})
-}
-
-fn core_resources() -> Value {
-    let mut eviction = resource("pods/eviction", "", "Eviction", &["create"]);
-    eviction["group"] = json!("policy");
-    eviction["version"] = json!("v1");
-    json!({
-        "kind": "APIResourceList",
-        "groupVersion": "v1",
-        "resources": [
-            resource("pods", "pod", "Pod", &["get", "list", "watch"]),
-            eviction,
-            resource("nodes", "node", "Node", &["get", "list", "watch", "patch"]),
-            resource("events", "event", "Event", &["create", "get", "list", "patch"]),
-        ]
-    })
-}
-
-fn events_resources() -> Value {
-    json!({
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": "events.k8s.io/v1",
-        "resources": [resource("events", "event", "Event", &["create", "get", "list", "patch"])]
-    })
-}
-
-fn policy_resources() -> Value {
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "policy/v1", "resources": []})
 }
 
 // ---- pods and nodes ----
@@ -500,447 +436,10 @@ fn list_or_watch(
             meta["continue"] = json!(util::hex_encode(format!("{}\0{}", k.1, k.2).as_bytes()));
             meta["remainingItemCount"] = json!(remaining);
         }
-        Ok(json!({"kind": kind.list_kind(), "apiVersion": "v1", "metadata": meta, "items": items}))
+        Ok(json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": meta, "items": items}))
     });
     match result {
         Ok(list) => ok(&list),
         Err(e) => e.into_response(),
     }
-}
-
-// ---- evictions ----
-
-fn evict(shared: &Arc<Shared>, ctx: &Ctx, ns: &str, name: &str) -> Response<RespBody> {
-    let body: Value = match serde_json::from_slice(&ctx.body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(other) => {
-            return error(
-                400,
-                &format!(
-                    "Eviction in version \"v1\" cannot be handled as a Eviction: expected a JSON object, got {}",
-                    json_type(&other)
-                ),
-            )
-        }
-        Err(e) => return error(400, &format!("Eviction cannot be decoded: {e}")),
-    };
-    if let Some(k) = body.get("kind").and_then(Value::as_str) {
-        if k != "Eviction" {
-            return error(400, &format!("expected kind Eviction, got {k:?}"));
-        }
-    }
-    if let Some(n) = body.pointer("/metadata/name").and_then(Value::as_str) {
-        if n != name {
-            return error(400, "name in URL does not match name in Eviction object");
-        }
-    }
-    let grace = body
-        .pointer("/deleteOptions/gracePeriodSeconds")
-        .and_then(Value::as_i64);
-    let dry_run = ctx.dry_run();
-
-    let want_uid = body
-        .pointer("/deleteOptions/preconditions/uid")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let outcome = shared.mutate(|s| {
-        let pod = s.get(Kind::Pod, ns, name).cloned();
-        let uid_of = |p: &Value| {
-            p.pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let outcome = match &pod {
-            None => EvictionOutcome::NotFound,
-            Some(p) if want_uid.as_ref().is_some_and(|u| *u != uid_of(p)) => {
-                EvictionOutcome::UidMismatch
-            }
-            Some(_) if s.protected.contains(&(ns.to_string(), name.to_string())) => {
-                EvictionOutcome::Blocked
-            }
-            Some(_) => EvictionOutcome::Accepted,
-        };
-        s.evictions.push(EvictionRecord {
-            at: Instant::now(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            grace_period_seconds: grace,
-            outcome,
-            body: body.clone(),
-        });
-        let mut schedule = None;
-        if let (EvictionOutcome::Accepted, Some(pod), false) = (outcome, &pod, dry_run) {
-            if pod.pointer("/metadata/deletionTimestamp").is_none() {
-                let secs = grace
-                    .or_else(|| {
-                        pod.pointer("/spec/terminationGracePeriodSeconds")
-                            .and_then(Value::as_i64)
-                    })
-                    .unwrap_or(30)
-                    .max(0);
-                s.update(Kind::Pod, ns, name, |p| {
-                    p["metadata"]["deletionTimestamp"] = json!(util::now_rfc3339());
-                    p["metadata"]["deletionGracePeriodSeconds"] = json!(secs);
-                });
-                let uid = pod.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
-                let delay = Duration::from_secs_f64(secs as f64 * s.grace_scale);
-                schedule = Some((uid, delay));
-            }
-        }
-        (outcome, schedule)
-    });
-    match outcome {
-        (EvictionOutcome::NotFound, _) => json_response(404, &status::not_found("pods", "", name)),
-        (EvictionOutcome::UidMismatch, _) => {
-            let have = shared
-                .read(|s| s.get(Kind::Pod, ns, name).cloned())
-                .and_then(|p| {
-                    p.pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                })
-                .unwrap_or_default();
-            json_response(
-                409,
-                &status::failure(
-                    409,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on pods \"{name}\": the UID in the precondition ({}) does not match the UID in record ({have}). The object might have been deleted and then recreated",
-                        want_uid.as_deref().unwrap_or("")
-                    ),
-                ),
-            )
-        }
-        (EvictionOutcome::Blocked, _) => json_response(429, &status::pdb_blocked()),
-        (EvictionOutcome::Accepted, schedule) => {
-            if let Some((uid, delay)) = schedule {
-                tokio::spawn(delete_after_grace(
-                    shared.clone(),
-                    ns.to_string(),
-                    name.to_string(),
-                    uid,
-                    delay,
-                ));
-            }
-            json_response(201, &status::eviction_success())
-        }
-    }
-}
-
-/// Deletes an evicted pod once its (scaled) grace period is over, then runs the hook.
-async fn delete_after_grace(
-    shared: Arc<Shared>,
-    ns: String,
-    name: String,
-    uid: Value,
-    delay: Duration,
-) {
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    if shared.is_shut_down() {
-        return;
-    }
-    let deleted = shared.mutate(|s| {
-        let same = s
-            .get(Kind::Pod, &ns, &name)
-            .is_some_and(|p| p.pointer("/metadata/uid").unwrap_or(&Value::Null) == &uid);
-        if same {
-            s.delete(Kind::Pod, &ns, &name)
-        } else {
-            None
-        }
-    });
-    if let Some(pod) = deleted {
-        tracing::info!(namespace = %ns, pod = %name, "evicted pod deleted");
-        if let Some(hook) = shared.evict_hook() {
-            hook(&pod);
-        }
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-// ---- patches ----
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PatchType {
-    Merge,
-    Json,
-}
-
-fn patch_type(ctx: &Ctx) -> Result<PatchType, ApiError> {
-    let ct = ctx
-        .content_type
-        .as_deref()
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match ct.as_str() {
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(PatchType::Merge),
-        "application/json-patch+json" => Ok(PatchType::Json),
-        _ => Err(ApiError::new(
-            415,
-            &format!(
-                "the body of the request was in an unknown format ({ct:?}) - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
-            ),
-        )),
-    }
-}
-
-/// Applies a patch to a copy of `current`; the error is the response to send.
-fn apply_patch(current: &Value, ctx: &Ctx) -> Result<Value, ApiError> {
-    let pt = patch_type(ctx)?;
-    let patch: Value = serde_json::from_slice(&ctx.body)
-        .map_err(|e| ApiError::new(400, &format!("the patch is not valid JSON: {e}")))?;
-    let mut obj = current.clone();
-    match pt {
-        PatchType::Merge => {
-            if !patch.is_object() {
-                return Err(ApiError::new(400, "a merge patch must be a JSON object"));
-            }
-            if let Some(want) = patch
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-            {
-                let have = current
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str);
-                if have != Some(want) {
-                    return Err(ApiError::with_status(
-                        409,
-                        status::failure(
-                            409,
-                            "Conflict",
-                            "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
-                        ),
-                    ));
-                }
-            }
-            merge_patch(&mut obj, &patch);
-        }
-        PatchType::Json => json_patch(&mut obj, &patch).map_err(|e| match e {
-            JsonPatchError::Malformed(m) => ApiError::new(400, &m),
-            failed @ JsonPatchError::Failed { .. } => ApiError::new(422, &failed.to_string()),
-        })?,
-    }
-    if !obj.is_object() {
-        return Err(ApiError::new(
-            422,
-            "the patched object is not a JSON object",
-        ));
-    }
-    Ok(obj)
-}
-
-fn patch_node(shared: &Shared, ctx: &Ctx, name: &str) -> Response<RespBody> {
-    let dry_run = ctx.dry_run();
-    shared.mutate(|s| {
-        let Some(current) = s.get(Kind::Node, "", name).cloned() else {
-            return json_response(404, &status::not_found("nodes", "", name));
-        };
-        let patched = match apply_patch(&current, ctx) {
-            Ok(p) => p,
-            Err(e) => return e.into_response(),
-        };
-        if dry_run {
-            return ok(&patched);
-        }
-        match s.update(Kind::Node, "", name, |n| *n = patched) {
-            Some(n) => ok(&n),
-            None => json_response(404, &status::not_found("nodes", "", name)),
-        }
-    })
-}
-
-// ---- events ----
-
-fn event_group(api: EventApi) -> &'static str {
-    match api {
-        EventApi::CoreV1 => "",
-        EventApi::EventsV1 => "events.k8s.io",
-    }
-}
-
-fn events_collection(shared: &Shared, ctx: &Ctx, api: EventApi, ns: &str) -> Response<RespBody> {
-    match ctx.method {
-        Method::GET => shared.read(|s| {
-            let items: Vec<&Value> = s
-                .events
-                .iter()
-                .filter(|e| e.api == api && e.namespace == ns)
-                .map(|e| &e.object)
-                .collect();
-            ok(&json!({
-                "kind": "EventList",
-                "apiVersion": api.api_version(),
-                "metadata": {"resourceVersion": s.rv.to_string()},
-                "items": items
-            }))
-        }),
-        Method::POST => create_event(shared, ctx, api, ns),
-        _ => error(
-            405,
-            "the server does not allow this method on the requested resource",
-        ),
-    }
-}
-
-fn create_event(shared: &Shared, ctx: &Ctx, api: EventApi, ns: &str) -> Response<RespBody> {
-    let mut obj: Value = match serde_json::from_slice(&ctx.body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return error(400, "an Event must be a JSON object"),
-        Err(e) => return error(400, &format!("the Event is not valid JSON: {e}")),
-    };
-    if let Some(k) = obj.get("kind").and_then(Value::as_str) {
-        if k != "Event" {
-            return error(400, &format!("expected kind Event, got {k:?}"));
-        }
-    }
-    if let Some(v) = obj.get("apiVersion").and_then(Value::as_str) {
-        if v != api.api_version() {
-            return error(
-                400,
-                &format!(
-                    "apiVersion {v:?} does not match the request's {:?}",
-                    api.api_version()
-                ),
-            );
-        }
-    }
-    if !obj.get("metadata").is_some_and(Value::is_object) {
-        obj["metadata"] = Value::Object(Map::new());
-    }
-    if let Some(body_ns) = obj.pointer("/metadata/namespace").and_then(Value::as_str) {
-        if !body_ns.is_empty() && body_ns != ns {
-            return error(
-                400,
-                "the namespace of the provided object does not match the namespace sent on the request",
-            );
-        }
-    }
-    let given = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string);
-    let generate = obj
-        .pointer("/metadata/generateName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string);
-    let name = match (given, generate) {
-        (Some(n), _) => n,
-        (None, Some(prefix)) => format!("{prefix}{}", util::name_suffix()),
-        (None, None) => return json_response(
-            422,
-            &status::failure(
-                422,
-                "Invalid",
-                "Event is invalid: metadata.name: Required value: name or generateName is required",
-            ),
-        ),
-    };
-    let dry_run = ctx.dry_run();
-    shared.mutate(|s| {
-        if s.events
-            .iter()
-            .any(|e| e.api == api && e.namespace == ns && e.name == name)
-        {
-            let mut st = status::failure(
-                409,
-                "AlreadyExists",
-                &format!(
-                    "events{} \"{name}\" already exists",
-                    dotted(event_group(api))
-                ),
-            );
-            st["details"] = json!({"name": name, "group": event_group(api), "kind": "events"});
-            return json_response(409, &st);
-        }
-        let rv = s.bump();
-        let meta = &mut obj["metadata"];
-        meta["name"] = json!(name);
-        meta["namespace"] = json!(ns);
-        meta["uid"] = json!(util::new_uid());
-        meta["resourceVersion"] = json!(rv.to_string());
-        meta["creationTimestamp"] = json!(util::now_rfc3339());
-        if let Some(o) = obj.as_object_mut() {
-            o.entry("kind").or_insert(json!("Event"));
-            o.entry("apiVersion").or_insert(json!(api.api_version()));
-        }
-        if !dry_run {
-            s.events.push(StoredEvent {
-                api,
-                namespace: ns.to_string(),
-                name: name.clone(),
-                object: obj.clone(),
-            });
-        }
-        json_response(201, &obj)
-    })
-}
-
-fn dotted(group: &str) -> String {
-    if group.is_empty() {
-        String::new()
-    } else {
-        format!(".{group}")
-    }
-}
-
-fn event_item(
-    shared: &Shared,
-    ctx: &Ctx,
-    api: EventApi,
-    ns: &str,
-    name: &str,
-) -> Response<RespBody> {
-    let not_found = || json_response(404, &status::not_found("events", event_group(api), name));
-    let dry_run = ctx.dry_run();
-    shared.mutate(|s| {
-        let Some(idx) = s
-            .events
-            .iter()
-            .position(|e| e.api == api && e.namespace == ns && e.name == name)
-        else {
-            return not_found();
-        };
-        match ctx.method {
-            Method::GET => ok(&s.events[idx].object),
-            Method::PATCH => {
-                let mut patched = match apply_patch(&s.events[idx].object, ctx) {
-                    Ok(p) => p,
-                    Err(e) => return e.into_response(),
-                };
-                let rv = s.bump();
-                patched["metadata"]["name"] = json!(name);
-                patched["metadata"]["namespace"] = json!(ns);
-                patched["metadata"]["resourceVersion"] = json!(rv.to_string());
-                if !dry_run {
-                    s.events[idx].object = patched.clone();
-                }
-                ok(&patched)
-            }
-            _ => error(
-                405,
-                "the server does not allow this method on the requested resource",
-            ),
-        }
-    })
 }

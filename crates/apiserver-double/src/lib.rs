@@ -9,6 +9,12 @@
 //! mutation bumps one global resourceVersion and is kept in a bounded history that watches
 //! replay from.
 //!
+//! An accepted eviction goes to a faithful kubelet ([`kubelet`]): after a watch latency the
+//! container's PID 1 gets SIGTERM (which a GitLab job's shell ignores), every process of the
+//! pod gets SIGKILL after `max(grace, 2 s)`, then the pod is deleted. It keeps real time, or
+//! a test's simulated clock ([`Builder::kubelet_stepped`]); the instant kill of earlier
+//! versions stays only as a named comparison ([`KubeletModel::Instant`]).
+//!
 //! Tests drive it through the [`ApiServer`] handle: seed objects, simulate foreign writers,
 //! protect pods with a simulated PodDisruptionBudget, inject faults ([`Fault`]), take the server
 //! down, simulate an API server restart ([`ApiServer::restart_history`]) and inspect every
@@ -36,10 +42,16 @@
 #![warn(missing_docs)]
 
 pub mod cgroups;
+mod discovery;
+mod events_api;
+mod evict;
 mod fault;
 mod fixtures;
 mod http;
+pub mod kubelet;
+mod kubelet_run;
 pub mod patch;
+mod patch_request;
 mod record;
 pub mod selector;
 mod server;
@@ -51,6 +63,8 @@ mod watch;
 pub use fault::{Fault, FaultAction};
 pub use fixtures::Fixtures;
 pub use hyper::Method;
+pub use kubelet::{EndCause, KubeletModel, KubeletOptions, Pid1Mode, StepKind};
+pub use kubelet_run::{KubeletAction, PodRuntime, SteppedClock};
 pub use record::{
     EventApi, EvictionOutcome, EvictionRecord, RecordedBody, RecordedRequest, StoredEvent,
 };

@@ -12,9 +12,9 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use apiserver_double::{cgroups, ApiServer, Fixtures};
+use apiserver_double::cgroups::CgroupRuntime;
+use apiserver_double::{ApiServer, Fixtures, KubeletModel, KubeletOptions, Pid1Mode};
 use clap::Parser;
-use serde_json::Value;
 
 /// A Kubernetes API server test double on plain HTTP: pods (get/list/watch/evict), nodes
 /// (get/list/watch/patch), events (core/v1 and events.k8s.io/v1).
@@ -29,14 +29,36 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     fixtures: Option<PathBuf>,
 
-    /// Multiplies eviction grace periods (0 deletes evicted pods at once).
-    #[arg(long, default_value_t = 1.0, value_name = "FLOAT")]
+    /// How the double plays the kubelet after an accepted eviction: `faithful` (watch
+    /// latency, SIGTERM to each container's PID 1, SIGKILL to the pod after max(grace, 2 s),
+    /// then the pod is deleted) or `instant` (killed and deleted after grace × scale: a
+    /// comparison only, no real node does it).
+    #[arg(long, default_value = "faithful", value_name = "faithful|instant")]
+    kubelet: KubeletModel,
+
+    /// Time from an accepted eviction to the kubelet acting on it.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    kubelet_watch_latency: Duration,
+
+    /// What PID 1 does with SIGTERM where no real processes are signalled (no
+    /// --kill-cgroups-under): `shell` ignores it, `exits` dies on it.
+    #[arg(long, default_value = "shell", value_name = "shell|exits")]
+    kubelet_pid1: Pid1Mode,
+
+    /// With `--kubelet instant`: multiplies eviction grace periods (0 kills at once).
+    #[arg(long, default_value_t = 0.0, value_name = "FLOAT")]
     eviction_grace_scale: f64,
 
-    /// When an evicted pod is deleted, write `1` to the `cgroup.kill` of every directory
-    /// under DIR whose name contains the pod's UID (with `-` or `_`).
+    /// Play the kubelet on real processes: a pod's cgroups are the directories under DIR
+    /// whose name contains its UID (with `-` or `_`); SIGTERM goes to each container
+    /// cgroup's PID 1, SIGKILL to the pod through `cgroup.kill`.
     #[arg(long, value_name = "DIR")]
     kill_cgroups_under: Option<PathBuf>,
+
+    /// Append every kubelet action (SIGTERM, SIGKILL, processes gone, pod deleted) to FILE
+    /// as one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    kubelet_log: Option<PathBuf>,
 
     /// How deep under --kill-cgroups-under to search.
     #[arg(long, default_value_t = 8, value_name = "N")]
@@ -97,9 +119,15 @@ async fn run(args: Args) -> Result<(), String> {
         Some(path) => Fixtures::from_file(path).map_err(|e| e.to_string())?,
         None => Fixtures::default(),
     };
+    let kubelet = KubeletOptions {
+        model: args.kubelet,
+        watch_latency: args.kubelet_watch_latency,
+        pid1: args.kubelet_pid1,
+        instant_grace_scale: args.eviction_grace_scale,
+    };
     let server = ApiServer::builder()
         .listen(args.listen)
-        .eviction_grace_scale(args.eviction_grace_scale)
+        .kubelet(kubelet)
         .bookmark_interval(args.bookmark_interval)
         .start()
         .await
@@ -107,8 +135,23 @@ async fn run(args: Args) -> Result<(), String> {
     server.load_fixtures(&fixtures).map_err(|e| e.to_string())?;
 
     if let Some(dir) = args.kill_cgroups_under.clone() {
-        let depth = args.cgroup_search_depth;
-        server.on_evict(move |pod: &Value| kill_cgroups(&dir, depth, pod));
+        server.set_pod_runtime(CgroupRuntime::new(dir, args.cgroup_search_depth));
+    }
+    if let Some(path) = &args.kubelet_log {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("--kubelet-log {}: {e}", path.display()))?;
+        let file = Mutex::new(file);
+        server.on_kubelet(move |action| {
+            let mut line = action.to_json().to_string();
+            line.push('\n');
+            let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                tracing::warn!(error = %e, "cannot append to the kubelet log");
+            }
+        });
     }
     if let Some(path) = &args.request_log {
         let file = OpenOptions::new()
@@ -137,6 +180,7 @@ async fn run(args: Args) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     tracing::info!(
         url = %server.url(),
+        kubelet = args.kubelet.as_str(),
         pods = fixtures.pods.len(),
         nodes = fixtures.nodes.len(),
         "apiserver-double serving"
@@ -146,39 +190,6 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!("signal received, shutting down");
     server.shutdown();
     Ok(())
-}
-
-fn kill_cgroups(dir: &std::path::Path, depth: usize, pod: &Value) {
-    let ns = pod
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let name = pod
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let Some(uid) = pod.pointer("/metadata/uid").and_then(Value::as_str) else {
-        tracing::warn!(
-            namespace = ns,
-            pod = name,
-            "evicted pod has no uid; no cgroup killed"
-        );
-        return;
-    };
-    let killed = cgroups::kill_pod_cgroups(dir, uid, depth);
-    if killed.is_empty() {
-        tracing::warn!(namespace = ns, pod = name, uid, under = %dir.display(), "no cgroup found for the evicted pod");
-    }
-    for k in killed {
-        match k.error {
-            None => {
-                tracing::info!(namespace = ns, pod = name, uid, cgroup = %k.path.display(), "killed cgroup")
-            }
-            Some(e) => {
-                tracing::warn!(namespace = ns, pod = name, uid, cgroup = %k.path.display(), error = %e, "cannot kill cgroup")
-            }
-        }
-    }
 }
 
 #[cfg(unix)]

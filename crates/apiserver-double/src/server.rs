@@ -13,11 +13,14 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::fault::Fault;
 use crate::fixtures::Fixtures;
+use crate::kubelet::KubeletOptions;
+use crate::kubelet_run::{KubeletAction, PodRuntime, SteppedClock};
 use crate::record::{EvictionOutcome, EvictionRecord, RecordedRequest, StoredEvent};
 use crate::state::{lock, sanitize_scale, Kind, Shared, State};
 use crate::{Error, Result};
 
-/// A hook called with the pod object when an evicted pod is deleted (after its grace period).
+/// A hook called with the pod object when the kubelet deletes an evicted pod (after its
+/// grace period; not for a grace of 0, which the API server deletes at once).
 pub type EvictHook = Box<dyn Fn(&Value) + Send + Sync>;
 /// A hook called with each request once its answer is known (or, for a hanging request, when
 /// it starts to hang).
@@ -27,7 +30,8 @@ pub type RequestHook = Box<dyn Fn(&RecordedRequest) + Send + Sync>;
 #[derive(Debug, Clone)]
 pub struct Builder {
     listen: SocketAddr,
-    eviction_grace_scale: f64,
+    kubelet: KubeletOptions,
+    stepped: Option<SteppedClock>,
     bookmark_interval: Duration,
     history_limit: usize,
 }
@@ -36,7 +40,8 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            eviction_grace_scale: 1.0,
+            kubelet: KubeletOptions::default(),
+            stepped: None,
             bookmark_interval: Duration::from_secs(1),
             history_limit: 10_000,
         }
@@ -51,11 +56,30 @@ impl Builder {
         self
     }
 
-    /// Multiplies every eviction grace period (default 1.0, real time; 0 deletes evicted pods
-    /// at once). Negative or non-finite values count as 0.
+    /// How the double plays the node's kubelet after an accepted eviction (default: the
+    /// faithful kubelet of [`crate::kubelet`]: 50 ms watch latency, SIGTERM to PID 1, a PID 1
+    /// that ignores it, SIGKILL after `max(grace, 2 s)`, then DELETED).
+    #[must_use]
+    pub fn kubelet(mut self, options: KubeletOptions) -> Self {
+        self.kubelet = options;
+        self
+    }
+
+    /// Runs the kubelet on a test's own clock: each accepted eviction is stamped with
+    /// `clock`'s reading, and the kubelet acts only when the test calls
+    /// [`ApiServer::kubelet_run_until`] — never on its own in real time.
+    #[must_use]
+    pub fn kubelet_stepped(mut self, clock: SteppedClock) -> Self {
+        self.stepped = Some(clock);
+        self
+    }
+
+    /// The instant comparison ([`KubeletOptions::instant`]): evicted pods are killed and
+    /// deleted when `grace × scale` has passed (0: at once). Not a real node's behaviour;
+    /// guard tests use the default faithful kubelet. Negative or non-finite values count as 0.
     #[must_use]
     pub fn eviction_grace_scale(mut self, scale: f64) -> Self {
-        self.eviction_grace_scale = scale;
+        self.kubelet = KubeletOptions::instant(sanitize_scale(scale));
         self
     }
 
@@ -86,12 +110,8 @@ impl Builder {
             addr: self.listen,
             source,
         })?;
-        let state = State::new(
-            self.eviction_grace_scale,
-            self.bookmark_interval,
-            self.history_limit,
-        );
-        let shared = Arc::new(Shared::new(state, addr));
+        let state = State::new(self.kubelet, self.bookmark_interval, self.history_limit);
+        let shared = Arc::new(Shared::new(state, addr, self.stepped));
         tokio::spawn(accept_loop(listener, shared.clone()));
         tracing::debug!(%addr, "apiserver-double listening");
         Ok(ApiServer {
@@ -116,7 +136,7 @@ impl Drop for Guard {
 /// [`shutdown`](ApiServer::shutdown) is called or the last handle is dropped.
 #[derive(Clone)]
 pub struct ApiServer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     #[allow(dead_code)] // held for its Drop
     guard: Arc<Guard>,
 }
@@ -287,16 +307,47 @@ impl ApiServer {
         });
     }
 
-    /// Sets the hook called with the pod when an evicted pod is deleted after its grace
-    /// period. It runs on the server's runtime: keep it short (no blocking waits).
+    /// Sets the hook called with the pod when the kubelet deletes an evicted pod. It runs on
+    /// the server's runtime: keep it short (no blocking waits).
     pub fn on_evict(&self, hook: impl Fn(&Value) + Send + Sync + 'static) {
         *lock(&self.shared.evict_hook) = Some(Arc::new(hook));
     }
 
-    /// Changes the eviction grace scale (see [`Builder::eviction_grace_scale`]).
+    /// Switches to the instant comparison with this scale (see
+    /// [`Builder::eviction_grace_scale`]), for evictions accepted from now on.
     pub fn set_eviction_grace_scale(&self, scale: f64) {
-        self.shared
-            .mutate(|s| s.grace_scale = sanitize_scale(scale));
+        self.set_kubelet(KubeletOptions::instant(sanitize_scale(scale)));
+    }
+
+    /// Changes how the kubelet treats evictions accepted from now on.
+    pub fn set_kubelet(&self, options: KubeletOptions) {
+        self.shared.mutate(|s| s.kubelet = options);
+    }
+
+    /// Lets a stepped kubelet ([`Builder::kubelet_stepped`]) run up to `until` on its clock:
+    /// carries out every step due by then, in order — deleting pods (DELETED on the watch)
+    /// — and returns them, so the caller ends its simulated processes where an action
+    /// [`ends_processes`](KubeletAction::ends_processes), at the action's own instant. A
+    /// real-time kubelet acts on its own: this returns nothing then.
+    pub fn kubelet_run_until(&self, until: Duration) -> Vec<KubeletAction> {
+        crate::kubelet_run::run_until(&self.shared, until)
+    }
+
+    /// Every step the kubelet has carried out, in order.
+    pub fn kubelet_actions(&self) -> Vec<KubeletAction> {
+        self.shared.read(|s| s.kubelet_log.clone())
+    }
+
+    /// Lets the kubelet signal real processes: SIGTERM to PID 1 and SIGKILL to the pod go
+    /// through `runtime` (the binary's `--kill-cgroups-under`). Real-time kubelet only.
+    pub fn set_pod_runtime(&self, runtime: impl PodRuntime + 'static) {
+        *lock(&self.shared.pod_runtime) = Some(Arc::new(runtime));
+    }
+
+    /// Sets a hook called with each kubelet action as it is carried out (the binary's
+    /// `--kubelet-log`). Keep it short.
+    pub fn on_kubelet(&self, hook: impl Fn(&KubeletAction) + Send + Sync + 'static) {
+        *lock(&self.shared.kubelet_hook) = Some(Arc::new(hook));
     }
 
     /// Changes the bookmark interval for watches started from now on.

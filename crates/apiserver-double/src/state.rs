@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::fault::{Fault, FaultAction};
+use crate::kubelet::KubeletOptions;
+use crate::kubelet_run::{KubeletAction, KubeletHookArc, Pending, PodRuntime, SteppedClock};
 use crate::record::{EvictionRecord, RecordedRequest, StoredEvent};
 use crate::util;
 
@@ -17,6 +19,7 @@ use crate::util;
 pub(crate) enum Kind {
     Pod,
     Node,
+    Lease,
 }
 
 impl Kind {
@@ -24,6 +27,7 @@ impl Kind {
         match self {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
+            Kind::Lease => "Lease",
         }
     }
 
@@ -31,6 +35,7 @@ impl Kind {
         match self {
             Kind::Pod => "PodList",
             Kind::Node => "NodeList",
+            Kind::Lease => "LeaseList",
         }
     }
 
@@ -38,11 +43,19 @@ impl Kind {
         match self {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
+            Kind::Lease => "leases",
         }
     }
 
     pub(crate) fn namespaced(self) -> bool {
-        matches!(self, Kind::Pod)
+        matches!(self, Kind::Pod | Kind::Lease)
+    }
+
+    pub(crate) fn api_version(self) -> &'static str {
+        match self {
+            Kind::Lease => "coordination.k8s.io/v1",
+            Kind::Pod | Kind::Node => "v1",
+        }
     }
 }
 
@@ -95,12 +108,20 @@ pub(crate) struct State {
     pub(crate) next_request_id: u64,
     pub(crate) faults: Vec<Fault>,
     pub(crate) down: bool,
-    pub(crate) grace_scale: f64,
+    pub(crate) kubelet: KubeletOptions,
+    /// Kubelet steps waiting for a stepped clock, and what the kubelet has done.
+    pub(crate) kubelet_pending: Vec<Pending>,
+    pub(crate) kubelet_seq: u64,
+    pub(crate) kubelet_log: Vec<KubeletAction>,
     pub(crate) bookmark_interval: Duration,
 }
 
 impl State {
-    pub(crate) fn new(grace_scale: f64, bookmark_interval: Duration, history_limit: usize) -> Self {
+    pub(crate) fn new(
+        kubelet: KubeletOptions,
+        bookmark_interval: Duration,
+        history_limit: usize,
+    ) -> Self {
         State {
             rv: 1,
             compacted_rv: 0,
@@ -114,7 +135,10 @@ impl State {
             next_request_id: 1,
             faults: Vec::new(),
             down: false,
-            grace_scale: sanitize_scale(grace_scale),
+            kubelet,
+            kubelet_pending: Vec::new(),
+            kubelet_seq: 0,
+            kubelet_log: Vec::new(),
             bookmark_interval,
         }
     }
@@ -175,7 +199,7 @@ impl State {
         let rv = self.bump();
         meta.insert("resourceVersion".into(), json!(rv.to_string()));
         if let Some(o) = obj.as_object_mut() {
-            o.entry("apiVersion").or_insert(json!("v1"));
+            o.entry("apiVersion").or_insert(json!(kind.api_version()));
             o.entry("kind").or_insert(json!(kind.kind()));
         }
         self.objects.insert(key, obj.clone());
@@ -315,6 +339,11 @@ pub(crate) struct Shared {
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) evict_hook: Mutex<Option<EvictHookArc>>,
     pub(crate) request_hook: Mutex<Option<RequestHookArc>>,
+    pub(crate) kubelet_hook: Mutex<Option<KubeletHookArc>>,
+    pub(crate) pod_runtime: Mutex<Option<Arc<dyn PodRuntime>>>,
+    /// The harness's clock, when the kubelet is stepped; else it keeps real time from `epoch`.
+    pub(crate) stepped: Option<SteppedClock>,
+    pub(crate) epoch: std::time::Instant,
     pub(crate) addr: std::net::SocketAddr,
     /// Every request passes this fair lock; a frozen server holds it (`frozen_guard`).
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
@@ -329,7 +358,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(state: State, addr: std::net::SocketAddr) -> Self {
+    pub(crate) fn new(
+        state: State,
+        addr: std::net::SocketAddr,
+        stepped: Option<SteppedClock>,
+    ) -> Self {
         let rv = state.rv;
         Shared {
             state: Mutex::new(state),
@@ -338,6 +371,10 @@ impl Shared {
             shutdown: watch::Sender::new(false),
             evict_hook: Mutex::new(None),
             request_hook: Mutex::new(None),
+            kubelet_hook: Mutex::new(None),
+            pod_runtime: Mutex::new(None),
+            stepped,
+            epoch: std::time::Instant::now(),
             addr,
             gate: Arc::new(tokio::sync::Mutex::new(())),
             frozen_guard: Mutex::new(None),
@@ -388,5 +425,13 @@ impl Shared {
 
     pub(crate) fn request_hook(&self) -> Option<RequestHookArc> {
         lock(&self.request_hook).clone()
+    }
+
+    pub(crate) fn kubelet_hook(&self) -> Option<KubeletHookArc> {
+        lock(&self.kubelet_hook).clone()
+    }
+
+    pub(crate) fn pod_runtime(&self) -> Option<Arc<dyn PodRuntime>> {
+        lock(&self.pod_runtime).clone()
     }
 }

@@ -48,7 +48,7 @@ pods:
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binary_serves_fixtures_kills_cgroups_logs_requests_and_exits_on_sigterm() {
+async fn binary_serves_fixtures_plays_the_kubelet_on_real_processes_logs_and_exits_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = dir.path().join("fixtures.yaml");
     std::fs::write(&fixtures, FIXTURES).unwrap();
@@ -59,18 +59,25 @@ async fn binary_serves_fixtures_kills_cgroups_logs_requests_and_exits_on_sigterm
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
         UID.replace('-', "_")
     ));
-    std::fs::create_dir_all(podcg.join("cri-containerd-0123.scope")).unwrap();
+    let ctr = podcg.join("cri-containerd-0123.scope");
+    std::fs::create_dir_all(&ctr).unwrap();
     std::fs::write(podcg.join("cgroup.kill"), "").unwrap();
+    // The container's one process (its PID 1): a real process that dies on SIGTERM.
+    let mut job = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(ctr.join("cgroup.procs"), format!("{}\n", job.id())).unwrap();
+    let kubelet_log = dir.path().join("kubelet.jsonl");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_apiserver-double"))
         .args([
             "--listen",
             "127.0.0.1:0",
-            "--eviction-grace-scale",
-            "0",
+            "--kubelet-watch-latency",
+            "20ms",
             "--bookmark-interval",
             "200ms",
         ])
+        .arg("--kubelet-log")
+        .arg(&kubelet_log)
         .arg("--fixtures")
         .arg(&fixtures)
         .arg("--kill-cgroups-under")
@@ -136,19 +143,48 @@ async fn binary_serves_fixtures_kills_cgroups_logs_requests_and_exits_on_sigterm
         .await
         .unwrap();
     assert_eq!(st.code, 201);
-    // --kill-cgroups-under: the pod's cgroup got `1` in cgroup.kill
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            std::fs::read_to_string(podcg.join("cgroup.kill")).is_ok_and(|s| s == "1")
-        })
+    // The faithful kubelet: SIGTERM to the container's PID 1, which dies of it...
+    let t0 = Instant::now();
+    let reaped = tokio::task::spawn_blocking(move || job.wait().unwrap())
         .await
-    );
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(reaped.signal(), Some(15), "{reaped:?}");
+    // ...so the pod is deleted without waiting out its 5 s grace, and nothing is SIGKILLed.
     assert!(
-        eventually(Duration::from_secs(5), || async {
+        eventually(Duration::from_secs(3), || async {
             ci.get_opt("job-1").await.is_ok_and(|p| p.is_none())
         })
         .await
     );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(
+        std::fs::read_to_string(podcg.join("cgroup.kill")).unwrap(),
+        ""
+    );
+    let actions: Vec<serde_json::Value> = std::fs::read_to_string(&kubelet_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| a["action"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["sigterm", "exited_on_sigterm", "deleted"],
+        "{actions:#?}"
+    );
+    assert!(
+        actions[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("cri-containerd-0123.scope: SIGTERM to pid")),
+        "{actions:#?}"
+    );
+    assert!(actions
+        .iter()
+        .all(|a| a["pod"] == "job-1" && a["timeUnix"].is_f64()));
 
     // SIGTERM: clean exit
     let status = Command::new("kill")

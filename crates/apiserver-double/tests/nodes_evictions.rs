@@ -220,7 +220,9 @@ fn eviction(name: &str, ns: &str, grace: i64) -> Eviction {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eviction_marks_then_deletes_after_the_grace_period_and_runs_the_hook() {
+async fn instant_kubelet_marks_then_deletes_after_grace_times_scale_and_runs_the_hook() {
+    // The instant comparison (`eviction_grace_scale`), not a real node: tests/kubelet.rs
+    // has the faithful kubelet every guard test uses.
     let server = ApiServer::builder()
         .eviction_grace_scale(0.0)
         .start()
@@ -291,11 +293,7 @@ async fn eviction_marks_then_deletes_after_the_grace_period_and_runs_the_hook() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pdb_blocked_eviction_comes_back_fast_without_default_retry() {
-    let server = ApiServer::builder()
-        .eviction_grace_scale(0.0)
-        .start()
-        .await
-        .unwrap();
+    let server = ApiServer::start().await.unwrap();
     server
         .add_pod(pod("ci", "guarded", "n1", json!({})))
         .unwrap();
@@ -385,11 +383,7 @@ async fn pdb_blocked_eviction_comes_back_fast_without_default_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_body_traps_in_kube_5() {
-    let server = ApiServer::builder()
-        .eviction_grace_scale(0.0)
-        .start()
-        .await
-        .unwrap();
+    let server = ApiServer::start().await.unwrap();
     server.add_pod(pod("ci", "p", "n1", json!({}))).unwrap();
     let pods: Api<Pod> = Api::namespaced(no_retry_client(&server), "ci");
 

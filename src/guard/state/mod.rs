@@ -19,9 +19,9 @@ pub use outcomes::ABORT_PAUSE;
 use super::decision::{Decision, EvictionOutcome};
 use super::levels::{Levels, Pressure};
 use super::policy::{Mode, Policy};
+use super::read_cadence;
 use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, RefusedPod};
 use super::trend::Trend;
-use super::watch;
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -301,26 +301,22 @@ impl Guard {
         self.gpus.values().any(|s| s.pressure != Pressure::None)
     }
 
-    /// How often the fast watch should read memory now (`super::watch`): the shortest
+    /// How often the fast watch should read memory now (`super::read_cadence`): the shortest
     /// interval any GPU wants while the guard may act; `fastInterval` while it may not but
     /// a GPU is below soft (the pressure metric still follows); `None` otherwise.
     pub fn watch_interval(&self) -> Option<Duration> {
         if self.policy.mode == Mode::Off {
             return self.any_below_soft().then_some(self.policy.fast_interval);
         }
-        let wanted = self
-            .gpus
-            .values()
-            .filter_map(|s| match (&s.memory, &s.levels) {
-                (Some(m), Ok(l)) if s.health == GpuHealth::Ok => Some(watch::gpu_interval(
-                    &self.policy,
-                    m,
-                    l,
-                    s.pressure,
-                    s.last_rise,
-                )),
-                _ => None,
-            });
+        let wanted =
+            self.gpus
+                .values()
+                .filter_map(|s| match (&s.memory, &s.levels) {
+                    (Some(m), Ok(l)) if s.health == GpuHealth::Ok => Some(
+                        read_cadence::gpu_interval(&self.policy, m, l, s.pressure, s.last_rise),
+                    ),
+                    _ => None,
+                });
         Some(wanted.min().unwrap_or(self.policy.fast_interval))
     }
 

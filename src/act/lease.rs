@@ -1,0 +1,465 @@
+//! The shell that keeps this agent's Lease (`coordination.k8s.io/v1`, in the agent's own
+//! namespace, named after the node): the agent's liveness and its current free-VRAM figures,
+//! renewed every `--lease-renew-interval` (docs/annotations.md, "Liveness").
+//!
+//! Follows the kubelet's node-lease controller (`component-helpers/apimachinery/lease/controller.go`):
+//! renew with an optimistic update (PUT) of the copy last written; on a 409 Conflict or a
+//! 404, read the Lease again (or create it) and retry once; back off on other errors. Unlike
+//! the kubelet's it renews only with a snapshot newer than the last one written (the
+//! [`AnnotationPlanner`]'s heartbeat rule), so a wedged sampler lets the Lease age and the
+//! extender's staleness rule takes over. A change of the figures (a quantum, a pressure
+//! level, the replicas) renews early, at most every [`LEASE_MIN_INTERVAL`] (a pressure rise
+//! at once). The Lease carries the four annotation values the Node would, so the Node
+//! itself can be written only on a slow cadence. At shutdown the figures are taken off the
+//! Lease (the agent's RBAC has no `delete`), which the extender reads as "no figures".
+
+use crate::model::backoff::Backoff;
+use crate::model::clock::Clock;
+use crate::publish::annotations::{AnnotationConfig, AnnotationPatch, AnnotationPlanner};
+use crate::publish::state::Published;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, PostParams};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+/// A change of the figures renews the Lease early, but never more often than this (a
+/// pressure rise excepted).
+pub const LEASE_MIN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Label every agent Lease carries, so an operator (and the extender's watch) can tell
+/// them from other Leases in the namespace.
+pub const LEASE_LABEL: (&str, &str) = ("app.kubernetes.io/component", "gpu-warden-liveness");
+
+/// Field manager recorded in the Lease's `managedFields`.
+pub const FIELD_MANAGER: &str = "gpu-warden";
+
+/// Where the Lease lives and how often it is renewed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// The agent's namespace (`POD_NAMESPACE`, from the Downward API).
+    pub namespace: String,
+    /// The Lease's name: the node's (what the extender looks up).
+    pub name: String,
+    /// `spec.holderIdentity`: the agent's pod name, else the node's.
+    pub holder: String,
+    /// Renew at least this often.
+    pub renew_interval: Duration,
+    /// `spec.leaseDurationSeconds`.
+    pub duration: Duration,
+}
+
+/// Why a Lease write did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The API server answered with an error or could not be reached.
+    #[error("writing lease {namespace}/{name}: {source}")]
+    Api {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What kube reported.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within the request timeout.
+    #[error("writing lease {namespace}/{name}: no answer within {timeout:?}")]
+    Timeout {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The limit that passed.
+        timeout: Duration,
+    },
+}
+
+/// The annotation planner's settings for the Lease: the Node's prefix and quantum, the
+/// renewal interval as its heartbeat.
+pub fn lease_planner_config(node: &AnnotationConfig, renew_interval: Duration) -> AnnotationConfig {
+    AnnotationConfig {
+        heartbeat: renew_interval,
+        min_interval: LEASE_MIN_INTERVAL.min(renew_interval),
+        pressure_rise_at_once: true,
+        ..node.clone()
+    }
+}
+
+/// The Lease as this agent writes it: `base` (the last copy read or written, for its
+/// resourceVersion) with a new renewal time and `figures` as its annotations under the
+/// prefix (others' annotations kept). `figures` empty: the figures are taken off.
+pub fn lease_object(
+    base: Option<&Lease>,
+    cfg: &LeaseConfig,
+    prefix: &str,
+    figures: &BTreeMap<String, String>,
+    wall: SystemTime,
+) -> Lease {
+    let mut lease = base.cloned().unwrap_or_default();
+    let meta = &mut lease.metadata;
+    meta.name = Some(cfg.name.clone());
+    meta.namespace = Some(cfg.namespace.clone());
+    meta.managed_fields = None;
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(LEASE_LABEL.0.into(), LEASE_LABEL.1.into());
+    let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+    let ours = format!("{prefix}/");
+    ann.retain(|k, _| !k.starts_with(&ours));
+    ann.extend(figures.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    let now = micro_time(wall);
+    if spec.holder_identity.as_deref() != Some(cfg.holder.as_str()) {
+        spec.holder_identity = Some(cfg.holder.clone());
+        spec.acquire_time = Some(now.clone());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.lease_duration_seconds = Some(i32::try_from(cfg.duration.as_secs()).unwrap_or(i32::MAX));
+    spec.renew_time = Some(now);
+    lease
+}
+
+fn micro_time(wall: SystemTime) -> MicroTime {
+    // A host clock before 1970 or past jiff's range must not stop the renewals.
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::try_from(wall)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// Runs the Lease task; [`shutdown`](Self::shutdown) takes the figures off.
+pub struct LeaseHandle {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    limit: Duration,
+}
+
+impl LeaseHandle {
+    /// Stops renewing and takes the figures off the Lease, within `limit` (3 s) and a grace.
+    pub fn shutdown(self) -> impl Future<Output = ()> + Send + 'static {
+        let LeaseHandle { stop, task, limit } = self;
+        async move {
+            let _ = stop.send(());
+            let abort = task.abort_handle();
+            if tokio::time::timeout(limit + Duration::from_millis(500), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+                tracing::warn!("the lease task did not stop in time; its figures age into the extender's staleness rule");
+            }
+        }
+    }
+}
+
+/// Starts the Lease task. `node_cfg` is the Node annotations' configuration (its prefix and
+/// quantum are the Lease's); `client` should have kube's retry off (the `direct` client).
+pub fn spawn_lease(
+    client: kube::Client,
+    cfg: LeaseConfig,
+    node_cfg: &AnnotationConfig,
+    published: watch::Receiver<Option<Arc<Published>>>,
+    clock: Arc<dyn Clock>,
+) -> LeaseHandle {
+    let seed = clock
+        .wall()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ crate::model::ids::fnv64(&[&cfg.name, "lease"]);
+    let task = Task {
+        api: Api::namespaced(client, &cfg.namespace),
+        planner: AnnotationPlanner::new(lease_planner_config(node_cfg, cfg.renew_interval)),
+        prefix: node_cfg.prefix.clone(),
+        cfg,
+        published,
+        feed_open: true,
+        clock,
+        backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30), seed),
+        retry_at: None,
+        failures: 0,
+        last: None,
+        timeout: Duration::from_secs(10),
+    };
+    let (stop_tx, stop_rx) = oneshot::channel();
+    LeaseHandle {
+        stop: stop_tx,
+        task: tokio::spawn(task.run(stop_rx)),
+        limit: Duration::from_secs(3),
+    }
+}
+
+struct Task {
+    api: Api<Lease>,
+    planner: AnnotationPlanner,
+    prefix: String,
+    cfg: LeaseConfig,
+    published: watch::Receiver<Option<Arc<Published>>>,
+    feed_open: bool,
+    clock: Arc<dyn Clock>,
+    backoff: Backoff,
+    retry_at: Option<Duration>,
+    failures: u64,
+    /// The Lease as last read or written (its resourceVersion makes the next update safe).
+    last: Option<Lease>,
+    timeout: Duration,
+}
+
+impl Task {
+    async fn run(mut self, mut stop: oneshot::Receiver<()>) {
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                _ = self.step() => {}
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                changed = self.published.changed(), if self.feed_open => {
+                    if changed.is_err() {
+                        self.feed_open = false;
+                    }
+                }
+                _ = sleep_for(wake), if wake.is_some() => {}
+            }
+        }
+        self.take_figures_off().await;
+    }
+
+    /// The next moment to ask the planner without a new publication: a held-back change,
+    /// a retry, or the renewal itself (polls normally come first).
+    fn next_wake(&self) -> Option<Duration> {
+        let now = self.clock.mono();
+        let renewal = self
+            .planner
+            .last_success()
+            .map(|t| t + self.cfg.renew_interval);
+        [self.retry_at, self.planner.next_due(), renewal]
+            .into_iter()
+            .flatten()
+            .map(|t| t.saturating_sub(now))
+            .min()
+    }
+
+    async fn step(&mut self) {
+        let now = self.clock.mono();
+        match self.retry_at {
+            Some(t) if now < t => return,
+            _ => self.retry_at = None,
+        }
+        let latest = self.published.borrow_and_update().clone();
+        let Some(p) = latest else { return };
+        let Some(patch) =
+            self.planner
+                .plan_with_replicas(&p.snapshot, &p.pressure, p.replicas.as_deref(), now)
+        else {
+            return;
+        };
+        let figures = patch.values.to_annotations(&self.prefix);
+        match self.write(&figures).await {
+            Ok(()) => self.succeeded(&patch),
+            Err(e) => self.failed(&patch, e),
+        }
+    }
+
+    fn succeeded(&mut self, patch: &AnnotationPatch) {
+        self.planner.patch_succeeded(self.clock.mono());
+        self.backoff.reset();
+        if self.failures > 0 {
+            tracing::info!(lease = %self.cfg.name, failures = self.failures, "lease renewed again");
+            self.failures = 0;
+        }
+        tracing::debug!(lease = %self.cfg.name, reason = patch.reason.as_str(), "lease renewed");
+    }
+
+    fn failed(&mut self, patch: &AnnotationPatch, error: LeaseError) {
+        self.planner.patch_failed(self.clock.mono());
+        self.failures += 1;
+        let delay = self.backoff.next_delay();
+        self.retry_at = Some(self.clock.mono() + delay);
+        let forbidden =
+            matches!(&error, LeaseError::Api { source: kube::Error::Api(s), .. } if s.code == 403);
+        if forbidden {
+            tracing::warn!(lease = %self.cfg.name, namespace = %self.cfg.namespace, error = %error, "writing the lease is forbidden: the extender reads this node's figures from its Node, at the Node's slower cadence (grant leases get/create/update in the agent's namespace, docs/deploy.md)");
+        } else {
+            tracing::warn!(lease = %self.cfg.name, reason = patch.reason.as_str(), failures = self.failures, retry_in = ?delay, error = %error, "renewing the lease failed; will retry");
+        }
+    }
+
+    /// One renewal: update the copy last seen; on a conflict or a missing Lease read it
+    /// again (or create it) and update once more.
+    async fn write(&mut self, figures: &BTreeMap<String, String>) -> Result<(), LeaseError> {
+        if self.last.is_some() {
+            match self.replace(figures).await {
+                Ok(()) => return Ok(()),
+                Err(LeaseError::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 409 || s.code == 404 => self.last = None,
+                Err(e) => return Err(e),
+            }
+        }
+        match self.bounded(self.api.get_opt(&self.cfg.name)).await? {
+            Some(current) => {
+                self.last = Some(current);
+                self.replace(figures).await
+            }
+            None => {
+                let body = lease_object(None, &self.cfg, &self.prefix, figures, self.clock.wall());
+                let created = self
+                    .bounded(self.api.create(&self.post_params(), &body))
+                    .await?;
+                self.last = Some(created);
+                Ok(())
+            }
+        }
+    }
+
+    async fn replace(&mut self, figures: &BTreeMap<String, String>) -> Result<(), LeaseError> {
+        let body = lease_object(
+            self.last.as_ref(),
+            &self.cfg,
+            &self.prefix,
+            figures,
+            self.clock.wall(),
+        );
+        let written = self
+            .bounded(self.api.replace(&self.cfg.name, &self.post_params(), &body))
+            .await?;
+        self.last = Some(written);
+        Ok(())
+    }
+
+    fn post_params(&self) -> PostParams {
+        PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        }
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, LeaseError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(source)) => Err(LeaseError::Api {
+                namespace: self.cfg.namespace.clone(),
+                name: self.cfg.name.clone(),
+                source,
+            }),
+            Err(_) => Err(LeaseError::Timeout {
+                namespace: self.cfg.namespace.clone(),
+                name: self.cfg.name.clone(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    /// At shutdown: the Lease stays (no `delete` in the RBAC) but without figures, so the
+    /// extender sees no figures rather than the last ones. Only when a Lease was written.
+    async fn take_figures_off(mut self) {
+        if self.last.is_none() {
+            return;
+        }
+        self.timeout = Duration::from_secs(2);
+        let empty = BTreeMap::new();
+        let result = tokio::time::timeout(Duration::from_secs(3), self.write(&empty)).await;
+        match result {
+            Ok(Ok(())) => tracing::info!(lease = %self.cfg.name, "lease figures removed"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "removing the lease figures failed; they age into the extender's staleness rule"),
+            Err(_) => tracing::warn!("removing the lease figures did not finish in time; they age into the extender's staleness rule"),
+        }
+    }
+}
+
+async fn sleep_for(d: Option<Duration>) {
+    if let Some(d) = d {
+        tokio::time::sleep(d).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LeaseConfig {
+        LeaseConfig {
+            namespace: "gpu-warden".into(),
+            name: "gpu-1".into(),
+            holder: "gpu-warden-abcde".into(),
+            renew_interval: Duration::from_secs(15),
+            duration: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn the_lease_carries_the_figures_and_keeps_others_annotations() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let figures = BTreeMap::from([(
+            "gpu-warden.io/vram-free-mib".to_string(),
+            "1024".to_string(),
+        )]);
+        let first = lease_object(None, &cfg(), "gpu-warden.io", &figures, t0);
+        let spec = first.spec.clone().unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("gpu-warden-abcde"));
+        assert_eq!(spec.lease_duration_seconds, Some(60));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(spec.renew_time, spec.acquire_time);
+        assert_eq!(
+            first.metadata.labels.as_ref().unwrap()[LEASE_LABEL.0],
+            LEASE_LABEL.1
+        );
+
+        let mut stored = first.clone();
+        stored.metadata.resource_version = Some("42".into());
+        stored
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("example.com/note".into(), "x".into());
+        let t1 = t0 + Duration::from_secs(15);
+        let off = lease_object(Some(&stored), &cfg(), "gpu-warden.io", &BTreeMap::new(), t1);
+        let ann = off.metadata.annotations.unwrap();
+        assert_eq!(ann.len(), 1, "our keys are gone, others' stay: {ann:?}");
+        assert_eq!(ann["example.com/note"], "x");
+        assert_eq!(
+            off.metadata.resource_version.as_deref(),
+            Some("42"),
+            "an optimistic update"
+        );
+        let spec = off.spec.unwrap();
+        assert_eq!(
+            spec.lease_transitions,
+            Some(1),
+            "same holder: no transition"
+        );
+        assert!(spec.renew_time > spec.acquire_time);
+    }
+
+    #[test]
+    fn the_planner_renews_on_the_interval_and_changes_early() {
+        let node = AnnotationConfig::default();
+        let c = lease_planner_config(&node, Duration::from_secs(15));
+        assert_eq!(c.heartbeat, Duration::from_secs(15));
+        assert_eq!(c.min_interval, LEASE_MIN_INTERVAL);
+        assert_eq!(
+            (c.prefix.as_str(), c.quantum_mib),
+            (node.prefix.as_str(), node.quantum_mib)
+        );
+        assert_eq!(c.validate(), Ok(()));
+        let short = lease_planner_config(&node, Duration::from_secs(2));
+        assert_eq!(
+            short.min_interval,
+            Duration::from_secs(2),
+            "never above the renewal"
+        );
+    }
+}

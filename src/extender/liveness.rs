@@ -1,0 +1,209 @@
+//! A node's liveness, from its agent's Lease (docs/annotations.md, "Liveness").
+//!
+//! Pure. Each agent keeps a `coordination.k8s.io/v1` Lease named after its node, in the
+//! agent's namespace, renewed every few seconds and carrying the same four annotation values
+//! as the Node; the Node itself is written on a slow cadence. [`effective`] turns a node's
+//! annotations and its Lease into the annotations the verdicts read:
+//!
+//! - **No Lease** (an agent from before Leases, or none at all): the Node's annotations as
+//!   they are; staleness follows their `vram-observed-at` (the fallback of the upgrade path).
+//! - **A Lease**: the Lease is the truth, whatever the Node says. Its figures replace the
+//!   Node's, and `vram-observed-at` becomes the older of the figures' own time and the
+//!   Lease's `renewTime`, so an agent that stopped renewing goes stale by the extender's
+//!   `staleAfter` even while its Node still shows recent figures. A Lease without figures
+//!   (taken off at the agent's shutdown) means no figures.
+
+use crate::publish::annotations::{KEY_FREE, KEY_MAX_FREE, KEY_OBSERVED_AT, KEY_VRAM};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// The name of the Lease of `node`'s agent (in the agents' namespace): the node's own.
+pub fn lease_name(node: &str) -> &str {
+    node
+}
+
+/// What the extender needs of a Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// `spec.renewTime`; `None` reads as never renewed.
+    pub renew_time: Option<SystemTime>,
+    /// `metadata.annotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The annotations to judge `node_annotations` by, given the node's Lease (if any).
+pub fn effective(
+    node_annotations: &BTreeMap<String, String>,
+    lease: Option<&LeaseView>,
+    prefix: &str,
+) -> BTreeMap<String, String> {
+    let Some(lease) = lease else {
+        return node_annotations.clone();
+    };
+    let keys = [KEY_FREE, KEY_MAX_FREE, KEY_VRAM, KEY_OBSERVED_AT].map(|k| format!("{prefix}/{k}"));
+    let mut out = node_annotations.clone();
+    for k in &keys {
+        out.remove(k);
+    }
+    let vram_key = &keys[2];
+    let Some(vram) = lease.annotations.get(vram_key) else {
+        return out;
+    };
+    out.insert(vram_key.clone(), vram.clone());
+    for k in &keys[..2] {
+        if let Some(v) = lease.annotations.get(k) {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    let observed_key = &keys[3];
+    let figures_at = lease
+        .annotations
+        .get(observed_key)
+        .and_then(|t| humantime::parse_rfc3339(t).ok());
+    // The older of the two: fresh figures on a Lease nobody renews are not fresh, and a
+    // renewal never makes older figures newer than they are.
+    let at = match (figures_at, lease.renew_time) {
+        (Some(f), Some(r)) => Some(f.min(r)),
+        _ => None,
+    };
+    let at = at.unwrap_or(SystemTime::UNIX_EPOCH);
+    out.insert(
+        observed_key.clone(),
+        humantime::format_rfc3339_seconds(at).to_string(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::judge::{judge, JudgePolicy, Reason};
+    use crate::extender::nodes::{read_node, NodeState};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    const P: &str = "gpu-warden.io";
+    const T0: u64 = 1_780_000_000;
+
+    fn at(s: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(T0 + s)
+    }
+
+    /// The four keys as an agent writes them: `free` MiB on one 24 GiB GPU, observed at `t`.
+    fn figures(free: u64, t: u64) -> BTreeMap<String, String> {
+        let ts = humantime::format_rfc3339_seconds(at(t)).to_string();
+        let vram = format!(
+            r#"{{"v":1,"observedAt":"{ts}","gpus":[{{"index":0,"uuid":"GPU-0","totalMiB":24576,"usedMiB":{},"freeMiB":{free},"pressure":"none"}}]}}"#,
+            24576 - free
+        );
+        BTreeMap::from([
+            (format!("{P}/vram-free-mib"), free.to_string()),
+            (format!("{P}/vram-max-free-mib"), free.to_string()),
+            (format!("{P}/vram"), vram),
+            (format!("{P}/vram-observed-at"), ts),
+        ])
+    }
+
+    fn with_other(mut m: BTreeMap<String, String>) -> BTreeMap<String, String> {
+        m.insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
+        m
+    }
+
+    /// The judge as the extender runs it, 4 GiB wanted, at `now`.
+    fn verdict(ann: &BTreeMap<String, String>, now: u64) -> Reason {
+        judge(
+            &read_node(ann, P),
+            &[],
+            Some(4096),
+            &JudgePolicy::default(),
+            at(now),
+        )
+        .reason
+    }
+
+    #[test]
+    fn without_a_lease_the_node_is_read_as_before() {
+        // An old agent: Node heartbeat every 60 s, no Lease.
+        let node = with_other(figures(8192, 0));
+        assert_eq!(effective(&node, None, P), node);
+        assert_eq!(verdict(&effective(&node, None, P), 100), Reason::Fits);
+        assert_eq!(verdict(&effective(&node, None, P), 121), Reason::Stale);
+    }
+
+    #[test]
+    fn a_fresh_lease_vouches_for_its_figures_over_an_old_node() {
+        // A new agent: the Node was written 4 minutes ago (its slow cadence) with 8 GiB
+        // free; the Lease, renewed 10 s ago, says 2 GiB.
+        let node = with_other(figures(8192, 0));
+        let lease = LeaseView {
+            renew_time: Some(at(240)),
+            annotations: figures(2048, 239),
+        };
+        let eff = effective(&node, Some(&lease), P);
+        assert_eq!(
+            eff["node.alpha.kubernetes.io/ttl"], "0",
+            "others' keys stay"
+        );
+        assert_eq!(eff[&format!("{P}/vram-free-mib")], "2048");
+        let NodeState::Known(v) = read_node(&eff, P) else {
+            panic!("{eff:?}")
+        };
+        assert_eq!(v.observed_at, at(239));
+        assert_eq!(v.gpus[0].free_mib, 2048);
+        assert_eq!(
+            verdict(&eff, 250),
+            Reason::NoRoom,
+            "the Lease's figures, not the Node's"
+        );
+    }
+
+    #[test]
+    fn a_stale_lease_means_stale_figures_whatever_the_node_says() {
+        // The agent stopped renewing at 100 s; the Node (written by someone at 290 s) looks new.
+        let node = with_other(figures(20480, 290));
+        let lease = LeaseView {
+            renew_time: Some(at(100)),
+            annotations: figures(20480, 300),
+        };
+        let eff = effective(&node, Some(&lease), P);
+        let NodeState::Known(v) = read_node(&eff, P) else {
+            panic!()
+        };
+        assert_eq!(
+            v.observed_at,
+            at(100),
+            "the renewal bounds the figures' age"
+        );
+        assert_eq!(verdict(&eff, 300), Reason::Stale);
+        // Never renewed at all: stale too.
+        let never = LeaseView {
+            renew_time: None,
+            annotations: figures(20480, 300),
+        };
+        assert_eq!(
+            verdict(&effective(&node, Some(&never), P), 300),
+            Reason::Stale
+        );
+    }
+
+    #[test]
+    fn a_lease_without_figures_means_none() {
+        // Taken off at the agent's shutdown; the Node's keys (if the removal there failed)
+        // do not come back through the fallback.
+        let node = with_other(figures(8192, 0));
+        let lease = LeaseView {
+            renew_time: Some(at(5)),
+            annotations: BTreeMap::new(),
+        };
+        let eff = effective(&node, Some(&lease), P);
+        assert_eq!(read_node(&eff, P), NodeState::Missing);
+        assert_eq!(eff.len(), 1);
+    }
+
+    #[test]
+    fn the_lease_name_is_the_node_name() {
+        assert_eq!(
+            lease_name("ip-10-0-1-7.ec2.internal"),
+            "ip-10-0-1-7.ec2.internal"
+        );
+    }
+}
