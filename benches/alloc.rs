@@ -7,20 +7,16 @@
 #![allow(clippy::disallowed_methods)]
 
 use alloc_count::{measure, Counting, Stats};
-use gpu_warden::agent::Core;
-use gpu_warden::attribute::attributor::ProcAttributor;
-use gpu_warden::attribute::pods::{index_json, StaticPods};
-use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::guard::policy::Policy;
-use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::clock::Clock;
 use gpu_warden::model::pressure::Pressure;
-use gpu_warden::publish::metrics::MetricsConfig;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::{scenario_pods, SimSource};
+use gpu_warden::sample::sim::SimSource;
 use gpu_warden::sample::{GpuSource, PollRequest};
 use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden::testkit::scenarios::BenchNode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -28,22 +24,9 @@ use std::time::{Duration, UNIX_EPOCH};
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// `gpus` H100s and `procs` processes spread over them, each in its own pod (the shape of
-/// benches/core.rs).
+/// The test kit's benchmark node (the shape of benches/core.rs).
 fn scenario(gpus: u32, procs: u32) -> Scenario {
-    let mut y = format!(
-        "gpus:\n  - {{model: NVIDIA H100 80GB HBM3, count: {gpus}, memory_mib: 81559, reserved_mib: 520, sm_clock_mhz: 1980, mem_clock_mhz: 2619, gpu_temp_c: 41, memory_temp_c: 49, power_w: 412.3, mem_copy_util_pct: 27, enc_util_pct: 0, dec_util_pct: 0, pcie_replays: 0, remapped_rows: {{}}}}\nprocesses:\n"
-    );
-    for i in 0..procs {
-        y.push_str(&format!(
-            "  - {{pid: {}, gpu: {}, name: \"python\", memory: {{constant: {}}}, sm_util: 0.1, pod: {{namespace: ci, name: job-{i}, container: build, priority: {}}}}}\n",
-            1000 + i,
-            i % gpus,
-            100 + (i % 7) * 10,
-            i % 3
-        ));
-    }
-    Scenario::parse(&y, "alloc").expect("alloc scenario")
+    Scenario::parse(&BenchNode::new(gpus, procs).yaml(), "alloc").expect("alloc scenario")
 }
 
 /// Mean allocations per call of `f` over `n` calls, after `warm` calls that are not counted
@@ -73,12 +56,9 @@ fn main() {
     for (gpus, procs) in [(1u32, 4u32), (8, 64)] {
         let shape = format!("{gpus} × {procs}");
         let sc = scenario(gpus, procs);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
-        let mut src = SimSource::new(sc.clone())
-            .with_proc_root(dir.path())
-            .expect("proc root");
-        let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
+        // The stamper's inputs come straight from a simulator; the core is the test kit's,
+        // whose attributor reads the simulated `/proc` of its own simulator (same pids).
+        let mut src = SimSource::new(sc.clone());
         let req = PollRequest {
             process_utilization: true,
             slow_counters: true,
@@ -111,19 +91,18 @@ fn main() {
             }),
         );
 
-        let mut core = Core::new(
-            MetricsConfig {
-                hostname: "node".into(),
-                ..Default::default()
+        let mut staged = Rig::from_scenario(
+            sc.clone(),
+            RigOptions {
+                metrics: Some(SelfMetrics::new("alloc").expect("metrics")),
+                wall_origin: UNIX_EPOCH,
+                ..RigOptions::default()
             },
-            SelfMetrics::new("alloc").expect("metrics"),
-            clock.clone(),
         )
-        .with_attributor(Box::new(ProcAttributor::new(
-            ProcFs::new(dir.path()),
-            pods.clone(),
-            None,
-        )));
+        .expect("rig");
+        // Its first poll lays out the simulated `/proc` the attributor reads.
+        staged.sample();
+        let core = &mut staged.core;
         let fresh = Stamper::default().stamp(raw.clone(), Duration::ZERO, UNIX_EPOCH);
         let mut snaps = vec![fresh.clone(); (warm + n) as usize];
         row(
@@ -143,11 +122,7 @@ fn main() {
             "core: `Core::publish` (the exposition)",
             &shape,
             per_call(warm, n, || {
-                let p = core.publish(
-                    attributed.clone(),
-                    pressure.clone(),
-                    serde_json::Value::Null,
-                );
+                let p = core.publish(attributed.clone(), pressure.clone(), None);
                 std::hint::black_box(p);
             }),
         );

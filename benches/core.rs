@@ -5,83 +5,45 @@
 #![allow(clippy::disallowed_methods)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpu_warden::agent::Core;
-use gpu_warden::attribute::attributor::ProcAttributor;
 use gpu_warden::attribute::cgroup::parse_proc_cgroup;
-use gpu_warden::attribute::pods::{index_json, StaticPods};
-use gpu_warden::attribute::procfs::ProcFs;
 use gpu_warden::guard::policy::Policy;
 use gpu_warden::guard::rank::rank;
-use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::metrics::{self, MetricsConfig};
 use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::{scenario_pods, SimSource};
-use gpu_warden::sample::{GpuSource, PollRequest};
 use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden::testkit::scenarios::BenchNode;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-/// A scenario with `gpus` H100s and `procs` processes spread over them, each in its own pod.
+/// The test kit's benchmark node: `gpus` H100s, `procs` processes, each in its own pod.
 fn scenario(gpus: u32, procs: u32) -> Scenario {
-    let mut y = format!(
-        "gpus:\n  - {{model: NVIDIA H100 80GB HBM3, count: {gpus}, memory_mib: 81559, reserved_mib: 520, sm_clock_mhz: 1980, mem_clock_mhz: 2619, gpu_temp_c: 41, memory_temp_c: 49, power_w: 412.3, mem_copy_util_pct: 27, enc_util_pct: 0, dec_util_pct: 0, pcie_replays: 0, remapped_rows: {{}}}}\nprocesses:\n"
-    );
-    for i in 0..procs {
-        y.push_str(&format!(
-            "  - {{pid: {}, gpu: {}, name: \"python\", memory: {{constant: {}}}, sm_util: 0.1, pod: {{namespace: ci, name: job-{i}, container: build, priority: {}}}}}\n",
-            1000 + i,
-            i % gpus,
-            100 + (i % 7) * 10,
-            i % 3
-        ));
-    }
-    Scenario::parse(&y, "bench").expect("bench scenario")
+    Scenario::parse(&BenchNode::new(gpus, procs).yaml(), "bench").expect("bench scenario")
 }
 
-fn attributed_snapshot(
-    gpus: u32,
-    procs: u32,
-    dir: &std::path::Path,
-) -> (Snapshot, Core, Arc<StaticPods>) {
-    let sc = scenario(gpus, procs);
-    let pods = Arc::new(StaticPods(Arc::new(index_json(scenario_pods(&sc, "node")))));
-    let mut src = SimSource::new(sc).with_proc_root(dir).expect("proc root");
-    let clock = Arc::new(ManualClock::new(UNIX_EPOCH));
-    let raw = src.poll(
-        Duration::ZERO,
-        PollRequest {
-            process_utilization: true,
-            slow_counters: true,
+/// A snapshot of the benchmark node, attributed by the test kit's core (the real attributor
+/// over the simulated `/proc`), and the rig it came from.
+fn attributed_snapshot(gpus: u32, procs: u32) -> (Snapshot, Rig) {
+    let mut rig = Rig::from_scenario(
+        scenario(gpus, procs),
+        RigOptions {
+            metrics: Some(SelfMetrics::new("bench").expect("metrics")),
+            wall_origin: UNIX_EPOCH,
+            ..RigOptions::default()
         },
-    );
-    let mut snap = Stamper::default().stamp(raw, Duration::ZERO, clock.wall());
-    let mut core = Core::new(
-        MetricsConfig {
-            hostname: "node".into(),
-            ..Default::default()
-        },
-        SelfMetrics::new("bench").expect("metrics"),
-        clock,
     )
-    .with_attributor(Box::new(ProcAttributor::new(
-        ProcFs::new(dir),
-        pods.clone(),
-        None,
-    )));
-    core.prepare(&mut snap, Duration::from_micros(100));
-    (snap, core, pods)
+    .expect("rig");
+    let mut snap = rig.sample();
+    rig.core.prepare(&mut snap, Duration::from_micros(100));
+    (snap, rig)
 }
 
 fn exposition(c: &mut Criterion) {
     let mut g = c.benchmark_group("exposition");
     for gpus in [1u32, 8] {
         for procs in [0u32, 10, 100] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let (snap, _, _) = attributed_snapshot(gpus, procs, dir.path());
+            let (snap, _rig) = attributed_snapshot(gpus, procs);
             let cfg = MetricsConfig {
                 hostname: "node".into(),
                 ..Default::default()
@@ -139,11 +101,10 @@ fn cgroup_parsing(c: &mut Criterion) {
 fn ranking(c: &mut Criterion) {
     let mut g = c.benchmark_group("rank");
     for n in [10u32, 100, 1000] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (snap, _, pods) = attributed_snapshot(1, n, dir.path());
+        let (snap, rig) = attributed_snapshot(1, n);
         let policy = Policy::default();
         let refused = Default::default();
-        let pods = gpu_warden::attribute::ports::PodSource::pods(pods.as_ref());
+        let pods = rig.pods.pods();
         g.throughput(Throughput::Elements(u64::from(n)));
         g.bench_with_input(BenchmarkId::from_parameter(n), &snap, |b, snap| {
             b.iter(|| {

@@ -51,7 +51,8 @@ CRD_SCHEMAS = {
 OVERLAYS = {
     # overlay: guard mode, runtimeClassName expected, prometheus-operator objects, port
     "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400),
-    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400),
+    # UID 0 with CAP_KILL only: the guard stops the victim's GPU processes (onDecision: stop).
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, kill=True),
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401),
@@ -73,7 +74,8 @@ OWN_NAMES = ["gpu_warden_container_gpu_memory_used_bytes", "gpu_warden_gpu_memor
 # Namespace unless told to (namespace-create).
 HELM = {
     "default": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False),
-    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, namespace_object=False, policy=True),
+    "enforce": dict(mode="enforce", runtime_class=True, prom=False, port=9400, namespace_object=False, policy=True,
+                    kill=True),
     "no-runtimeclass": dict(mode="dry-run", runtime_class=False, prom=False, port=9400, namespace_object=False),
     "prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400, namespace_object=False),
     "beside-dcgm-exporter": dict(mode="dry-run", runtime_class=True, prom=False, port=9401, namespace_object=False),
@@ -234,8 +236,9 @@ def check_daemonset(overlay, objects, out_dir):
         p.append("must run as ServiceAccount gpu-warden with its token")
     psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
     uid = csc.get("runAsUser", psc.get("runAsUser"))
-    if exp.get("root"):
-        # Root without any capability: it owns the kubelet's socket, nothing more.
+    if exp.get("root") or exp.get("kill"):
+        # Root without any capability (but KILL, for stop at decision): it owns the
+        # kubelet's socket, or may signal the victim's processes; nothing more.
         if uid != 0 or csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not False:
             p.append(f"runAsUser must be 0 with runAsNonRoot false in this overlay, is {uid}")
     elif not (psc.get("runAsNonRoot") and csc.get("runAsNonRoot", True)):
@@ -249,7 +252,10 @@ def check_daemonset(overlay, objects, out_dir):
     if csc.get("privileged"):
         p.append("privileged must not be set")
     caps = csc.get("capabilities", {})
-    if caps.get("drop") != ["ALL"] or caps.get("add"):
+    if exp.get("kill"):
+        if caps.get("drop") != ["ALL"] or caps.get("add") != ["KILL"]:
+            p.append(f"capabilities must drop ALL and add only KILL (stop at decision): {caps}")
+    elif caps.get("drop") != ["ALL"] or caps.get("add"):
         p.append(f"capabilities must drop ALL and add nothing: {caps}")
     if c.get("image") != exp["image"]:
         p.append(f"image {c.get('image')} != {exp['image']}")

@@ -219,7 +219,8 @@ def scheduler_self_test(objects):
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}), ok=False)
     expect("extender may patch nodes", lambda o: find(o, "ClusterRole")["rules"][0]["verbs"].append("patch"), ok=False)
     expect("scheduler bound to cluster-admin", lambda o: find(o, "ClusterRoleBinding")["roleRef"].update(name="cluster-admin"), ok=False)
-    expect("any lease", lambda o: find(o, "Role")["rules"][1].pop("resourceNames"), ok=False)
+    sched_lease = lambda objs: next(r for r in objs if r["kind"] == "Role" and r["rules"] == LEASE_RULES)  # noqa: E731
+    expect("any lease", lambda o: sched_lease(o)["rules"][1].pop("resourceNames"), ok=False)
     expect("extender may update leases", lambda o: [r["rules"][0]["verbs"].append("update") for r in o
         if r["kind"] == "Role" and r["rules"] == EXTENDER_LEASE_RULES], ok=False)
     expect("extender uses the scheduler's token", lambda o: [

@@ -18,6 +18,8 @@
 
 use crate::act::client::KubeClients;
 use crate::act::event_sender::EventSender;
+use crate::act::eviction_answer::{self, Answer, DETAIL_LIMIT};
+use crate::act::stop::{self, Stopper};
 use crate::attribute::pods::pod_info;
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{self, EventDraft};
@@ -49,10 +51,6 @@ pub const DEFAULT_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// could evict for the same pressure.
 pub const DEFAULT_WALK_BUDGET: Duration = Duration::from_secs(20);
 
-/// Longest API-server message kept in a `Blocked`/`Failed` outcome: it lands in the
-/// guard's state, /state and the Node Event.
-const DETAIL_LIMIT: usize = 300;
-
 /// Carries out guard decisions: evictions (enforce), Events and metrics.
 pub struct Enforcer {
     evict: kube::Client,
@@ -66,7 +64,12 @@ pub struct Enforcer {
     event_timeout: Duration,
     walk_budget: Duration,
     events: EventSender,
+    /// Stops (or kills) the victims' GPU processes at decision, and resumes them.
+    stopper: Option<Arc<Stopper>>,
 }
+
+/// What was done to the victims' processes during a walk: `(pod uid, what)`, in order.
+type Actions = Vec<(String, String)>;
 
 impl Enforcer {
     /// An enforcer for `node` using `clients.direct` (no retry) for fresh reads and
@@ -94,7 +97,16 @@ impl Enforcer {
             event_timeout: DEFAULT_EVENT_TIMEOUT,
             walk_budget: DEFAULT_WALK_BUDGET,
             events: EventSender::new(clients.main.clone(), node),
+            stopper: None,
         }
+    }
+
+    /// Stops (or kills) each victim's GPU processes before its eviction, as `stopper`'s
+    /// action says, and resumes them when the eviction does not happen.
+    #[must_use]
+    pub fn with_stopper(mut self, stopper: Arc<Stopper>) -> Self {
+        self.stopper = Some(stopper);
+        self
     }
 
     /// Sets the per-eviction-request timeout and the budget of a decision's Events.
@@ -128,11 +140,12 @@ impl Enforcer {
     ///   allowance evicts nobody). Each victim is first read fresh: a read that fails or
     ///   times out is `Aborted` and ends the walk; a pod gone, terminating, finished or
     ///   re-created under its name is `AlreadyGone`; one that changed so that the policy
-    ///   now excludes it (or moved to another node) is `Skipped`. Then the Eviction: a 429
-    ///   (PDB) or another answer that says it was refused records the pod and moves
-    ///   straight on; 404 is `AlreadyGone`; no answer (timeout, connection lost, a
-    ///   gateway's 502/503/504) is `InDoubt` and ends the walk. Candidates not reached get
-    ///   no outcome.
+    ///   now excludes it (or moved to another node) is `Skipped`. Then the Eviction, its
+    ///   answer read by [`eviction_answer::classify`]: an answer about this pod (its PDB's
+    ///   429, 404) records the pod and moves on; an answer about the server (APF's 429, 403,
+    ///   400) ends the walk with nothing more tried; no answer or an ambiguous one (timeout,
+    ///   connection lost, 500, a gateway's 502/503/504) is `InDoubt` and ends the walk.
+    ///   Candidates not reached get no outcome.
     /// - Dry-run: evicts nothing and returns nothing, so the guard cools down on the
     ///   planned victims' processes exactly as its dry-run semantics say.
     /// - Off: never reaches here (a guard in mode off makes no decision).
@@ -148,7 +161,7 @@ impl Enforcer {
             .decisions
             .with_label_values(&[decision.mode.as_str(), decision.trigger.as_str()])
             .inc();
-        let outcomes = match decision.mode {
+        let (outcomes, actions) = match decision.mode {
             Mode::Enforce => self.walk(decision).await,
             _ => {
                 tracing::info!(
@@ -158,18 +171,24 @@ impl Enforcer {
                     planned = decision.planned,
                     "dry-run: evicting nothing"
                 );
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         };
-        self.announce(decision, &outcomes, pods).await;
+        self.announce(decision, &outcomes, &actions, pods).await;
         outcomes
     }
 
-    async fn walk(&self, decision: &Decision) -> Vec<(String, EvictionOutcome)> {
+    async fn walk(&self, decision: &Decision) -> (Vec<(String, EvictionOutcome)>, Actions) {
         let started = self.clock.mono();
         let elapsed = |since: Duration| self.clock.mono().saturating_sub(since);
         let mut outcomes: Vec<(String, EvictionOutcome)> = Vec::new();
         let mut gone: Vec<String> = Vec::new();
+        let mut actions: Actions = Vec::new();
+        let mut act = |uid: &str, what: Option<String>| {
+            if let Some(what) = what {
+                actions.push((uid.to_string(), what));
+            }
+        };
         for (rank, victim) in decision.candidates.iter().enumerate() {
             let refs: Vec<&str> = gone.iter().map(String::as_str).collect();
             if decision.done(&refs) {
@@ -188,14 +207,23 @@ impl Enforcer {
                 break;
             }
             let t0 = self.clock.mono();
+            // Stopping is undone if the fresh read disagrees, so it comes first: the
+            // growth stops one API round trip sooner. A kill waits for the read.
+            let stopper = self.stopper.as_deref();
+            act(&victim.uid, stopper.and_then(|s| s.stop(decision, victim)));
             let outcome = match self.recheck(victim, self.read_timeout.min(left)).await {
                 Some(outcome) => outcome,
                 None => {
+                    act(&victim.uid, stopper.and_then(|s| s.kill(decision, victim)));
                     let left = self.walk_budget.saturating_sub(elapsed(started));
                     self.evict_one(victim, self.eviction_timeout.min(left))
                         .await
                 }
             };
+            act(
+                &victim.uid,
+                stopper.and_then(|s| s.after(decision.id, victim, &outcome)),
+            );
             let elapsed_ms = elapsed(t0).as_millis() as u64;
             self.metrics
                 .evictions
@@ -229,7 +257,7 @@ impl Enforcer {
             elapsed_ms = elapsed(started).as_millis() as u64,
             "eviction walk finished"
         );
-        outcomes
+        (outcomes, actions)
     }
 
     /// The fresh read before an eviction: `None` to go ahead, else the outcome that stands
@@ -264,20 +292,16 @@ impl Enforcer {
         recheck::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
     }
 
-    /// One Eviction, bounded by `timeout`.
+    /// One Eviction, bounded by `timeout`. Sent as a raw request so the answer's status,
+    /// `Retry-After` and body all reach [`eviction_answer::classify`]: kube's typed call
+    /// drops the header, and APF's 429 is not even a `Status`.
     async fn evict_one(&self, victim: &Victim, timeout: Duration) -> EvictionOutcome {
-        let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
-        let eviction = eviction_for(victim, self.grace_period_seconds);
-        let pp = PostParams::default();
-        // The Eviction struct itself, not its bytes: kube serializes `data`.
-        let call = api.create_subresource::<Eviction, serde_json::Value>(
-            "eviction",
-            &victim.name,
-            &pp,
-            &eviction,
-        );
-        match tokio::time::timeout(timeout, call).await {
-            Ok(result) => outcome_of(result.map(|_| ())),
+        match tokio::time::timeout(timeout, self.post_eviction(victim)).await {
+            Ok(Ok(answer)) => eviction_answer::classify(&answer),
+            Ok(Err(e)) => EvictionOutcome::InDoubt(notes::clean(
+                &format!("{e}; the eviction may still be carried out"),
+                DETAIL_LIMIT,
+            )),
             Err(_) => EvictionOutcome::InDoubt(format!(
                 "no answer within {} ms; the eviction may still be carried out",
                 timeout.as_millis()
@@ -285,13 +309,39 @@ impl Enforcer {
         }
     }
 
+    async fn post_eviction(&self, victim: &Victim) -> Result<Answer, kube::Error> {
+        use http_body_util::BodyExt;
+        let eviction = eviction_for(victim, self.grace_period_seconds);
+        let body = serde_json::to_vec(&eviction).map_err(kube::Error::SerdeError)?;
+        let url = format!("/api/v1/namespaces/{}/pods", victim.namespace);
+        let request = kube::core::Request::new(url)
+            .create_subresource("eviction", &victim.name, &PostParams::default(), body)
+            .map_err(kube::Error::BuildRequest)?;
+        let response = self
+            .evict
+            .send(request.map(kube::client::Body::from))
+            .await?;
+        let code = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = response.into_body().collect().await?.to_bytes();
+        // Only the start of a body is read into the outcome.
+        let cut = &bytes[..bytes.len().min(64 * 1024)];
+        Ok(Answer::new(code, retry_after.as_deref(), cut))
+    }
+
     async fn announce(
         &self,
         decision: &Decision,
         outcomes: &[(String, EvictionOutcome)],
+        actions: &Actions,
         pods: &PodMap,
     ) {
-        let drafts = notes::drafts(decision, outcomes, pods, &self.node);
+        let mut drafts = notes::drafts(decision, outcomes, pods, &self.node);
+        stop::annotate(&mut drafts, decision, actions);
         let at = self.clock.wall();
         let sends = drafts.iter().map(|d| self.send_event(decision, d, at));
         if tokio::time::timeout(self.event_timeout, futures::future::join_all(sends))
@@ -321,6 +371,24 @@ impl DecisionExecutor for Enforcer {
     fn execute(&self, decision: Decision, pods: Arc<PodMap>) -> Executing<'_> {
         Box::pin(async move { Enforcer::execute(self, &decision, &pods).await })
     }
+
+    fn resolved(&self, uid: &str, outcome: &EvictionOutcome) {
+        if let Some(s) = &self.stopper {
+            s.resolved(uid, outcome);
+        }
+    }
+
+    fn shutdown(&self) {
+        if let Some(s) = &self.stopper {
+            s.resume_all("the agent is shutting down");
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        self.stopper
+            .as_ref()
+            .map_or(serde_json::Value::Null, |s| s.status())
+    }
 }
 
 /// The policy/v1 Eviction for `victim`. The UID precondition makes sure a pod recreated
@@ -340,41 +408,6 @@ pub fn eviction_for(victim: &Victim, grace_period_seconds: i64) -> Eviction {
             }),
             ..DeleteOptions::default()
         }),
-    }
-}
-
-/// What an Eviction's answer means for the guard. A 2xx whose body does not parse is an
-/// accepted eviction all the same. An `Err` that is not an API status (connection reset,
-/// TLS, …) and a gateway's 502/503/504 are in doubt: the request may have reached the
-/// server and may still be carried out. Other API statuses say it was not.
-pub fn outcome_of(result: Result<(), kube::Error>) -> EvictionOutcome {
-    match result {
-        Ok(()) | Err(kube::Error::SerdeError(_)) => EvictionOutcome::Evicted,
-        Err(kube::Error::Api(s)) => {
-            let detail = || {
-                let reason = if s.reason.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {}", s.reason)
-                };
-                notes::clean(&format!("{}{reason}: {}", s.code, s.message), DETAIL_LIMIT)
-            };
-            match s.code {
-                404 => EvictionOutcome::AlreadyGone,
-                // Only the UID precondition's conflict means "the pod we chose is gone";
-                // a 409 can also be the PDB's status update losing a race.
-                409 if s.message.to_ascii_lowercase().contains("precondition") => {
-                    EvictionOutcome::AlreadyGone
-                }
-                429 => EvictionOutcome::Blocked(detail()),
-                502..=504 => EvictionOutcome::InDoubt(detail()),
-                _ => EvictionOutcome::Failed(detail()),
-            }
-        }
-        Err(e) => EvictionOutcome::InDoubt(notes::clean(
-            &format!("{e}; the eviction may still be carried out"),
-            DETAIL_LIMIT,
-        )),
     }
 }
 
@@ -411,7 +444,17 @@ fn log_outcome(
         EvictionOutcome::Evicted => log!(warn, "pod evicted to relieve GPU memory pressure"),
         EvictionOutcome::AlreadyGone => log!(info, "pod already gone"),
         EvictionOutcome::Blocked(_) => log!(warn, "eviction blocked; trying the next candidate"),
-        EvictionOutcome::Failed(_) => log!(warn, "eviction failed; trying the next candidate"),
+        EvictionOutcome::Failed(_) => {
+            log!(warn, "eviction refused for a reason not about the pod; walk stopped, GPU paused")
+        }
+        EvictionOutcome::Throttled { .. } => log!(
+            warn,
+            "API server busy (429 without a disruption-budget cause); walk stopped, retrying the same pod after the server's Retry-After"
+        ),
+        EvictionOutcome::Forbidden(_) => log!(
+            error,
+            "the agent is not allowed to evict (RBAC or an admission webhook); walk stopped, no pod will be evicted until this is fixed"
+        ),
         EvictionOutcome::InDoubt(_) => log!(
             warn,
             "eviction outcome unknown; no further eviction on this GPU until the pod's fate is known"
@@ -446,52 +489,6 @@ fn log_event_error(decision: &Decision, draft: &EventDraft, api: &str, e: &kube:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::Status;
-
-    fn api(code: u16, reason: &str, message: &str) -> Result<(), kube::Error> {
-        Err(kube::Error::Api(
-            Status::failure(message, reason).with_code(code).boxed(),
-        ))
-    }
-
-    #[test]
-    fn answers_map_to_outcomes() {
-        let serde_err = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
-        let rows: Vec<(&str, Result<(), kube::Error>, EvictionOutcome)> = vec![
-            ("201", Ok(()), EvictionOutcome::Evicted),
-            ("2xx, odd body", Err(kube::Error::SerdeError(serde_err)), EvictionOutcome::Evicted),
-            ("404", api(404, "NotFound", "pods \"a\" not found"), EvictionOutcome::AlreadyGone),
-            (
-                "409 UID precondition",
-                api(409, "Conflict", "Operation cannot be fulfilled on pods \"a\": the UID in the precondition (1) does not match the UID in record (2)"),
-                EvictionOutcome::AlreadyGone,
-            ),
-            (
-                "409 PDB race",
-                api(409, "Conflict", "the object has been modified"),
-                EvictionOutcome::Failed("409 Conflict: the object has been modified".into()),
-            ),
-            (
-                "429 PDB",
-                api(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."),
-                EvictionOutcome::Blocked(
-                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's disruption budget.".into(),
-                ),
-            ),
-            ("500", api(500, "InternalError", "boom"), EvictionOutcome::Failed("500 InternalError: boom".into())),
-            ("403", api(403, "Forbidden", "no"), EvictionOutcome::Failed("403 Forbidden: no".into())),
-            ("503 no reason", api(503, "", "down"), EvictionOutcome::InDoubt("503: down".into())),
-            ("504", api(504, "Timeout", "slow"), EvictionOutcome::InDoubt("504 Timeout: slow".into())),
-        ];
-        for (name, result, want) in rows {
-            assert_eq!(outcome_of(result), want, "{name}");
-        }
-        let long = outcome_of(api(500, "X", &"y\n".repeat(1000)));
-        let EvictionOutcome::Failed(d) = long else {
-            panic!("{long:?}")
-        };
-        assert!(d.len() <= DETAIL_LIMIT && !d.contains('\n'));
-    }
 
     #[test]
     fn eviction_body_has_grace_period_and_uid_precondition() {

@@ -11,7 +11,8 @@
 //! level, the replicas) renews early, at most every [`LEASE_MIN_INTERVAL`] (a pressure rise
 //! at once). The Lease carries the four annotation values the Node would, so the Node
 //! itself can be written only on a slow cadence. At shutdown the figures are taken off the
-//! Lease (the agent's RBAC has no `delete`), which the extender reads as "no figures".
+//! Lease (the agent's RBAC has no `delete`); the extender then reads the Node, whose keys the
+//! annotator removes at the same time.
 
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;

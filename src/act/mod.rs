@@ -6,5 +6,8 @@ pub mod client;
 pub mod enforce;
 pub mod event_sender;
 pub mod events;
+pub mod eviction_answer;
 pub mod lease;
 pub mod node_annotations;
+pub mod signal;
+pub mod stop;

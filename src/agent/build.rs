@@ -9,6 +9,8 @@ use crate::act::enforce::Enforcer;
 use crate::act::event_sender::EventSender;
 use crate::act::lease::{spawn_lease, LeaseConfig};
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
+use crate::act::signal::ProcSignals;
+use crate::act::stop::Stopper;
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::podresources::feed::{self, FeedConfig};
 use crate::attribute::pods::{self, StaticPods};
@@ -195,6 +197,7 @@ fn guard_parts(
     node: &str,
     self_metrics: &SelfMetrics,
     clock: &Arc<dyn Clock>,
+    proc: ProcFs,
 ) -> GuardParts {
     let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
         Some(c) if policy.mode != Mode::Off => {
@@ -204,16 +207,24 @@ fn guard_parts(
                 .cooldown_timeout
                 .saturating_sub(Duration::from_secs(10))
                 .max(Duration::from_secs(5));
-            Some(Arc::new(
-                Enforcer::new(
-                    c,
-                    node.to_string(),
+            let mut enforcer = Enforcer::new(
+                c,
+                node.to_string(),
+                self_metrics.clone(),
+                &policy,
+                clock.clone(),
+            )
+            .with_walk_budget(budget);
+            // Dry-run never signals: only an enforcing guard gets the stopper.
+            if policy.mode == Mode::Enforce && policy.on_decision.signals() {
+                enforcer = enforcer.with_stopper(Arc::new(Stopper::new(
+                    policy.on_decision,
+                    Arc::new(ProcSignals::new(proc)),
                     self_metrics.clone(),
-                    &policy,
                     clock.clone(),
-                )
-                .with_walk_budget(budget),
-            ))
+                )));
+            }
+            Some(Arc::new(enforcer))
         }
         _ => None,
     };
@@ -224,7 +235,7 @@ fn guard_parts(
         );
         policy.mode = Mode::Off;
     } else {
-        tracing::info!(mode = policy.mode.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
+        tracing::info!(mode = policy.mode.as_str(), on_decision = policy.on_decision.as_str(), hard = ?policy.hard, soft = ?policy.soft, "OOM guard");
     }
     GuardParts {
         guard: Guard::new(policy),
@@ -308,6 +319,7 @@ impl Wiring {
             &self.node,
             &self.metrics,
             &self.clock,
+            ProcFs::new(&opened.proc_root),
         );
         let mut core = Core::new(
             MetricsConfig {

@@ -5,24 +5,24 @@
 
 use crate::attribute::ports::{Attributor, PodSource};
 use crate::guard::decision::{Decision, EvictionOutcome};
-use crate::guard::notes::{EventDraft, EventType, Regarding};
-use crate::guard::policy::Mode;
+use crate::guard::history::{GuardView, History};
+use crate::guard::hold::hold_reason;
 use crate::guard::ports::{DecisionExecutor, Outcomes};
 use crate::guard::state::Guard;
-use crate::guard::status::GuardStatus;
 use crate::model::clock::Clock;
+use crate::model::event::EventDraft;
 use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
-use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
-use crate::publish::job_peaks::{JobPeak, JobPeaks};
+use crate::model::snapshot::{MemoryInfo, Snapshot};
+use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
 use crate::publish::self_metrics::SelfMetrics;
-use crate::publish::state::Published;
+use crate::publish::state::{Published, StatePart};
 use crate::sample::MemoryReading;
 use bytes::Bytes;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,34 +39,12 @@ pub struct GuardParts {
 /// (the shell hands in a read of its channel, so the core names no runtime type).
 pub type LatestReplicas = Box<dyn FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send>;
 
-/// How many recent decisions `/state` shows.
-const RECENT_DECISIONS: usize = 16;
-
 /// A decision to execute, with the pod view it was taken on.
 pub type Dispatch = (Decision, Arc<PodMap>);
 
 struct GuardCore {
     parts: GuardParts,
-    recent: VecDeque<Recent>,
-}
-
-/// A recent decision and what became of each pod tried, as /state shows it.
-struct Recent {
-    decision: Decision,
-    outcomes: BTreeMap<String, EvictionOutcome>,
-}
-
-/// One pod of a recent decision in /state: planned or tried, and its outcome.
-#[derive(serde::Serialize)]
-struct RecentVictim<'a> {
-    namespace: &'a str,
-    name: &'a str,
-    reason: &'a str,
-    /// An [`EvictionOutcome`] label, `pending` (planned, no outcome yet), `not_tried` (the
-    /// walk ended first) or `dry_run`.
-    result: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<&'a str>,
+    history: History,
 }
 
 /// The agent's state between events: one step per full poll (sample in, then attribute,
@@ -91,7 +69,7 @@ pub struct Core {
 }
 
 /// The Event reason of a pod's recorded VRAM peak.
-pub const PEAK_REASON: &str = "GPUMemoryPeak";
+pub use crate::publish::job_peaks::PEAK_REASON;
 
 impl Core {
     /// A core rendering with `cfg` and recording into `self_metrics`, without an attributor
@@ -127,7 +105,7 @@ impl Core {
     pub fn with_guard(mut self, parts: GuardParts) -> Self {
         self.guard = Some(GuardCore {
             parts,
-            recent: VecDeque::new(),
+            history: History::default(),
         });
         self
     }
@@ -156,27 +134,7 @@ impl Core {
     /// Records the poll's metrics and attributes the fresh snapshot's processes in place (if
     /// an attributor is set); the caller then shares it, immutable, as an `Arc`.
     pub fn prepare(&mut self, snap: &mut Snapshot, took: Duration) {
-        let m = &self.self_metrics;
-        m.poll_duration.observe(took.as_secs_f64());
-        for (call, n) in &snap.errors {
-            m.nvml_errors.with_label_values(&[call]).inc_by(*n);
-        }
-        let (mut ok, mut degraded, mut lost) = (0, 0, 0);
-        for g in &snap.gpus {
-            match g.health {
-                GpuHealth::Ok => ok += 1,
-                GpuHealth::Degraded(_) => degraded += 1,
-                GpuHealth::Lost(_) => lost += 1,
-            }
-        }
-        m.gpus.with_label_values(&["ok"]).set(ok);
-        m.gpus.with_label_values(&["degraded"]).set(degraded);
-        m.gpus.with_label_values(&["lost"]).set(lost);
-        let unix = snap
-            .wall
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        m.last_poll.set(unix);
+        self.self_metrics.record_poll(snap, took);
         if let Some(a) = &mut self.attributor {
             a.attribute(snap);
         }
@@ -188,7 +146,7 @@ impl Core {
         &mut self,
         snap: Arc<Snapshot>,
         pressure: BTreeMap<u32, Pressure>,
-        guard: serde_json::Value,
+        guard: Option<Arc<dyn StatePart>>,
     ) -> Published {
         let replicas = self.replicas.as_mut().and_then(|latest| latest(&snap));
         let out = &mut self.buf;
@@ -221,7 +179,7 @@ impl Core {
         let snap = Arc::new(snap);
         let now = self.clock.mono();
         let mut out = Vec::new();
-        let (pressure, guard_json) = match &mut self.guard {
+        let (pressure, guard_view) = match &mut self.guard {
             Some(g) => {
                 g.refresh_hold();
                 let pods = g.parts.pods.pods();
@@ -234,9 +192,9 @@ impl Core {
                     .iter()
                     .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
                     .collect();
-                (pressure, g.status_json())
+                (pressure, Some(Arc::new(g.view()) as Arc<dyn StatePart>))
             }
-            None => (Default::default(), serde_json::Value::Null),
+            None => (Default::default(), None),
         };
         if let Some(jp) = &mut self.job_peaks {
             let pods = self
@@ -249,10 +207,10 @@ impl Core {
                 ended
                     .iter()
                     .filter(|p| p.pod_exists)
-                    .map(|p| peak_notice(p, jp.request_annotation())),
+                    .map(|p| p.notice(jp.request_annotation())),
             );
         }
-        (self.publish(snap, pressure, guard_json), out)
+        (self.publish(snap, pressure, guard_view), out)
     }
 
     /// A memory-only reading between full polls (the guard's fast watch). Returns whether a
@@ -285,7 +243,7 @@ impl Core {
                         "a fresh read of pod {uid} disagrees with the pod view ({why})"
                     ));
                 }
-                g.record(id, &uid, &outcome);
+                g.history.record(id, &uid, &outcome);
                 g.parts.guard.record_outcome(id, &uid, outcome, now);
             }
         }
@@ -314,23 +272,13 @@ impl Core {
 
     /// The guard's status as /state shows it (None without a guard).
     pub fn guard_json(&self) -> Option<serde_json::Value> {
-        self.guard.as_ref().map(|g| g.status_json())
+        self.guard.as_ref().map(|g| g.view().to_json())
     }
 }
 
 impl GuardCore {
     fn refresh_hold(&mut self) {
-        let st = self.parts.pods.status();
-        let reason = if !st.synced {
-            Some("the pod view has not synced yet".to_string())
-        } else if !st.healthy {
-            Some(format!(
-                "the pod watch is failing: {}",
-                st.last_error.unwrap_or_default()
-            ))
-        } else {
-            None
-        };
+        let reason = hold_reason(&self.parts.pods.status());
         if reason.as_deref() != self.parts.guard.held() {
             match &reason {
                 Some(r) => tracing::warn!(reason = %r, "guard decisions paused"),
@@ -338,13 +286,6 @@ impl GuardCore {
             }
         }
         self.parts.guard.hold_decisions(reason);
-    }
-
-    /// Keeps `outcome` of pod `uid` with its recent decision, for /state.
-    fn record(&mut self, id: u64, uid: &str, outcome: &EvictionOutcome) {
-        if let Some(r) = self.recent.iter_mut().find(|r| r.decision.id == id) {
-            r.outcomes.insert(uid.to_string(), outcome.clone());
-        }
     }
 
     /// Logs what the guard learned of evictions that were in doubt.
@@ -363,7 +304,10 @@ impl GuardCore {
                     "eviction that was in doubt was not carried out"
                 ),
             }
-            self.record(r.decision_id, &r.uid, &r.outcome);
+            self.history.record(r.decision_id, &r.uid, &r.outcome);
+            if let Some(exec) = &self.parts.executor {
+                exec.resolved(&r.uid, &r.outcome);
+            }
         }
     }
 
@@ -379,13 +323,7 @@ impl GuardCore {
                 "{}",
                 d.summary()
             );
-            self.recent.push_back(Recent {
-                decision: d.clone(),
-                outcomes: BTreeMap::new(),
-            });
-            while self.recent.len() > RECENT_DECISIONS {
-                self.recent.pop_front();
-            }
+            self.history.push(d.clone());
             if self.parts.executor.is_some() {
                 out.push((d, pods.clone()));
             }
@@ -393,91 +331,26 @@ impl GuardCore {
         out
     }
 
-    fn status_json(&self) -> serde_json::Value {
-        let view = GuardView {
-            status: self.parts.guard.status(),
-            held: self.parts.guard.held(),
-            recent_decisions: self
-                .recent
-                .iter()
-                .map(|r| RecentView {
-                    id: r.decision.id,
-                    gpu: r.decision.gpu,
-                    uuid: &r.decision.uuid,
-                    mode: r.decision.mode,
-                    trigger: r.decision.trigger.as_str(),
-                    summary: r.decision.summary(),
-                    victims: recent_victims(r),
-                })
-                .collect(),
-        };
-        // Through a JSON value, whose objects keep their keys sorted: /state's layout.
-        serde_json::to_value(&view).unwrap_or_default()
+    fn view(&self) -> GuardView {
+        // What stop-at-decision did and holds (`act::stop`), when the executor stops.
+        let on_decision = self
+            .parts
+            .executor
+            .as_ref()
+            .map_or(serde_json::Value::Null, |e| e.status());
+        self.history.view(
+            self.parts.guard.status(),
+            self.parts.guard.held(),
+            on_decision,
+        )
     }
 }
 
-/// The guard's part of `/state`.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct GuardView<'a> {
-    status: GuardStatus,
-    held: Option<&'a str>,
-    recent_decisions: Vec<RecentView<'a>>,
-}
-
-/// One recent decision in `/state`.
-#[derive(serde::Serialize)]
-struct RecentView<'a> {
-    id: u64,
-    gpu: u32,
-    uuid: &'a str,
-    mode: Mode,
-    trigger: &'static str,
-    summary: String,
-    victims: Vec<RecentVictim<'a>>,
-}
-
-/// The Normal Event on a pod whose peak was recorded.
-fn peak_notice(p: &JobPeak, annotation: &str) -> EventDraft {
-    EventDraft {
-        namespace: p.namespace.clone(),
-        regarding: Regarding::Pod {
-            namespace: p.namespace.clone(),
-            name: p.pod.clone(),
-            uid: p.uid.clone(),
-        },
-        type_: EventType::Normal,
-        reason: PEAK_REASON,
-        action: "Observe",
-        note: p.note(annotation),
+/// `/state` reads the guard's view through publish's port.
+impl StatePart for GuardView {
+    fn to_json(&self) -> serde_json::Value {
+        GuardView::to_json(self)
     }
-}
-
-/// The planned victims and every other pod tried, in rank order, with what became of each.
-fn recent_victims(r: &Recent) -> Vec<RecentVictim<'_>> {
-    let d = &r.decision;
-    let walked = !r.outcomes.is_empty();
-    d.candidates
-        .iter()
-        .enumerate()
-        .filter(|(i, v)| *i < d.planned || r.outcomes.contains_key(&v.uid))
-        .map(|(_, v)| {
-            let outcome = r.outcomes.get(&v.uid);
-            let result = match (outcome, d.mode) {
-                (Some(o), _) => o.as_str(),
-                (None, Mode::DryRun) => "dry_run",
-                (None, _) if walked => "not_tried",
-                (None, _) => "pending",
-            };
-            RecentVictim {
-                namespace: &v.namespace,
-                name: &v.name,
-                reason: &v.reason,
-                result,
-                detail: outcome.and_then(EvictionOutcome::detail),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -538,7 +411,7 @@ mod tests {
         let snap = Arc::new(snap);
         clock.advance(Duration::from_secs(1));
         let pressure = [(0, Pressure::Soft)].into_iter().collect();
-        let out = p.publish(snap, pressure, serde_json::Value::Null);
+        let out = p.publish(snap, pressure, None);
         let text = String::from_utf8(out.metrics.to_vec()).unwrap();
         assert!(text.contains("DCGM_FI_DEV_GPU_TEMP{"), "{text}");
         assert!(text.contains("pod=\"pod-9\""), "{text}");

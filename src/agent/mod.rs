@@ -160,6 +160,10 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
             sampler.set_fast(want);
         }
     }
+    // Nothing will resolve a doubt after this: resume what is still stopped.
+    if let Some(exec) = &executor {
+        exec.shutdown();
+    }
     // Dropping the receiver first unblocks a sampler waiting to send.
     drop(rx);
     let stop = tokio::task::spawn_blocking(move || sampler.stop());

@@ -8,4 +8,5 @@ pub mod pods;
 pub mod ports;
 pub mod procfs;
 pub mod resolve;
+pub mod view_bounds;
 pub mod watch;

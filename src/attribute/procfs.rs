@@ -33,14 +33,25 @@ const MAX_PROC_FILE: u64 = 64 * 1024;
 
 /// The process start time (`starttime`, field 22 of `/proc/<pid>/stat`, clock ticks since
 /// boot). With the pid it identifies a process across pid reuse.
-pub fn parse_start_time(stat: &str) -> Result<u64, String> {
+pub fn parse_start_time(stat: &str) -> Result<u64, StatError> {
     let field = fields_after_name(stat)
-        .ok_or_else(|| "no ')' after the command name".to_string())?
+        .ok_or(StatError::NoName)?
         .nth(19)
-        .ok_or_else(|| "fewer than 22 fields".to_string())?;
+        .ok_or(StatError::TooFewFields)?;
     field
         .parse::<u64>()
-        .map_err(|_| format!("starttime {field:?} is not a number"))
+        .map_err(|_| StatError::StartTime(field.to_string()))
+}
+
+/// A `/proc/<pid>/stat` line that does not have the shape the kernel writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatError {
+    #[error("no ')' after the command name")]
+    NoName,
+    #[error("fewer than 22 fields")]
+    TooFewFields,
+    #[error("starttime {0:?} is not a number")]
+    StartTime(String),
 }
 
 /// Which `/proc/<pid>` directory this is: its inode number and change time.
@@ -122,10 +133,10 @@ impl ProcFs {
     /// The process start time, see [`parse_start_time`].
     pub fn start_time(&self, pid: u32) -> Result<u64, ProcError> {
         let stat = self.read(pid, "stat")?;
-        parse_start_time(&stat).map_err(|message| ProcError::Malformed {
+        parse_start_time(&stat).map_err(|e| ProcError::Malformed {
             pid,
             file: "stat",
-            message,
+            message: e.to_string(),
         })
     }
 

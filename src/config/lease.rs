@@ -1,7 +1,7 @@
 //! The Lease flags (`--lease-*`): where the agent keeps its liveness Lease and how often it
 //! renews it (docs/annotations.md, "Liveness").
 
-use super::{parse_interval, Switch};
+use super::flag_values::{parse_interval, Switch};
 use std::time::Duration;
 
 /// The agent's Lease.

@@ -13,7 +13,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod flag_values;
 pub mod lease;
+
+pub use flag_values::{parse_interval, IntervalError, Switch};
 
 /// Which GPU source to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,31 +75,11 @@ pub enum KubeMode {
     Off,
 }
 
-/// On/off switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// Parses a duration flag: `1s`, `250ms`, `2m`. Zero and sub-millisecond values are
-/// refused because every interval here paces a loop.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::model::units::parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_millis(1) {
-        return Err("must be at least 1ms".into());
-    }
-    if d > Duration::from_secs(3600) {
-        return Err("must be at most 1h".into());
-    }
-    Ok(d)
 }
 
 /// gpu-warden: GPU metrics, free-VRAM node annotations and an OOM guard for Kubernetes nodes.
@@ -228,12 +211,12 @@ pub struct Cli {
 
     /// Re-patch the Node's annotations at least this often (liveness itself is on the Lease;
     /// an extender without Leases judges staleness by it).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
     pub annotation_heartbeat: Duration,
 
     /// Never patch the Node more often than this, except for a pressure rise (the Lease
     /// carries changes within seconds).
-    #[arg(long, default_value = "5m", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
     pub annotation_min_interval: Duration,
 
     /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the

@@ -20,7 +20,7 @@
 use super::core::ExtenderPolicy;
 use super::judge::{JudgePolicy, ScoreMode, UnknownNode};
 use super::need::{DefaultNeed, NeedRules, UnknownNeed};
-use crate::config::{parse_interval, LogArgs};
+use crate::config::{parse_interval, IntervalError, LogArgs};
 use clap::Parser;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -138,25 +138,46 @@ pub enum ConfigError {
         /// The file.
         path: String,
         /// What is wrong.
-        reason: String,
+        reason: PolicyError,
     },
 }
 
-fn duration(key: &str, v: Option<&str>, default: Duration) -> Result<Duration, String> {
+/// What is wrong with a policy file; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// Not YAML of the policy's shape (serde names the key).
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("{key}: {source}")]
+    Duration {
+        key: &'static str,
+        source: IntervalError,
+    },
+    #[error("staleAfter must be more than 0")]
+    ZeroStaleAfter,
+    #[error("defaults[{0}].mib must be more than 0")]
+    ZeroDefault(usize),
+}
+
+fn duration(
+    key: &'static str,
+    v: Option<&str>,
+    default: Duration,
+) -> Result<Duration, PolicyError> {
     match v {
         None => Ok(default),
-        Some(s) => parse_interval(s).map_err(|e| format!("{key}: {e}")),
+        Some(s) => parse_interval(s).map_err(|source| PolicyError::Duration { key, source }),
     }
 }
 
 impl PolicyFile {
     /// Parses YAML text.
-    pub fn parse(text: &str) -> Result<PolicyFile, String> {
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<PolicyFile, PolicyError> {
+        Ok(serde_yaml_ng::from_str(text)?)
     }
 
     /// The policy, defaults filled in and checked.
-    pub fn policy(&self) -> Result<ExtenderPolicy, String> {
+    pub fn policy(&self) -> Result<ExtenderPolicy, PolicyError> {
         let prefix = self
             .annotation_prefix
             .clone()
@@ -169,7 +190,7 @@ impl PolicyFile {
             score: self.score.unwrap_or(d.score),
         };
         if judge.stale_after.is_zero() {
-            return Err("staleAfter must be more than 0".into());
+            return Err(PolicyError::ZeroStaleAfter);
         }
         let ledger_ttl = duration(
             "ledgerTtl",
@@ -177,7 +198,7 @@ impl PolicyFile {
             Duration::from_secs(180),
         )?;
         if let Some(i) = self.defaults.iter().position(|d| d.mib == 0) {
-            return Err(format!("defaults[{i}].mib must be more than 0"));
+            return Err(PolicyError::ZeroDefault(i));
         }
         Ok(ExtenderPolicy {
             needs: NeedRules {
@@ -260,7 +281,8 @@ mod tests {
         ] {
             let err = PolicyFile::parse(text)
                 .and_then(|f| f.policy())
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }

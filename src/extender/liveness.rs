@@ -10,8 +10,10 @@
 //! - **A Lease**: the Lease is the truth, whatever the Node says. Its figures replace the
 //!   Node's, and `vram-observed-at` becomes the older of the figures' own time and the
 //!   Lease's `renewTime`, so an agent that stopped renewing goes stale by the extender's
-//!   `staleAfter` even while its Node still shows recent figures. A Lease without figures
-//!   (taken off at the agent's shutdown) means no figures.
+//!   `staleAfter` even while its Node still shows recent figures.
+//! - **A Lease without figures** (taken off at the agent's graceful shutdown): the Node's
+//!   annotations, as without a Lease. The stopping agent removed those too, so the node reads
+//!   as missing; an older agent started there afterwards (a downgrade) is read by its Node.
 
 use crate::publish::annotations::{KEY_FREE, KEY_MAX_FREE, KEY_OBSERVED_AT, KEY_VRAM};
 use std::collections::BTreeMap;
@@ -37,7 +39,8 @@ pub fn effective(
     lease: Option<&LeaseView>,
     prefix: &str,
 ) -> BTreeMap<String, String> {
-    let Some(lease) = lease else {
+    let Some(lease) = lease.filter(|l| l.annotations.contains_key(&format!("{prefix}/{KEY_VRAM}")))
+    else {
         return node_annotations.clone();
     };
     let keys = [KEY_FREE, KEY_MAX_FREE, KEY_VRAM, KEY_OBSERVED_AT].map(|k| format!("{prefix}/{k}"));
@@ -46,10 +49,9 @@ pub fn effective(
         out.remove(k);
     }
     let vram_key = &keys[2];
-    let Some(vram) = lease.annotations.get(vram_key) else {
-        return out;
-    };
-    out.insert(vram_key.clone(), vram.clone());
+    if let Some(vram) = lease.annotations.get(vram_key) {
+        out.insert(vram_key.clone(), vram.clone());
+    }
     for k in &keys[..2] {
         if let Some(v) = lease.annotations.get(k) {
             out.insert(k.clone(), v.clone());
@@ -186,17 +188,93 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_without_figures_means_none() {
-        // Taken off at the agent's shutdown; the Node's keys (if the removal there failed)
-        // do not come back through the fallback.
-        let node = with_other(figures(8192, 0));
+    fn a_lease_without_figures_falls_back_to_the_node() {
+        // Taken off at the agent's shutdown, which removed the Node's keys too: missing.
         let lease = LeaseView {
             renew_time: Some(at(5)),
             annotations: BTreeMap::new(),
         };
-        let eff = effective(&node, Some(&lease), P);
-        assert_eq!(read_node(&eff, P), NodeState::Missing);
-        assert_eq!(eff.len(), 1);
+        let bare = with_other(BTreeMap::new());
+        assert_eq!(
+            read_node(&effective(&bare, Some(&lease), P), P),
+            NodeState::Missing
+        );
+        // An agent from before Leases started there later (a downgrade): read by its Node.
+        let node = with_other(figures(8192, 100));
+        assert_eq!(effective(&node, Some(&lease), P), node);
+        assert_eq!(
+            verdict(&effective(&node, Some(&lease), P), 110),
+            Reason::Fits
+        );
+    }
+
+    /// An extender from before Leases reads only the Node, which new agents write at most
+    /// every 5½ minutes (the real planner, its default configuration, a steady GPU, 20 min).
+    #[test]
+    fn an_old_extender_with_new_agents_needs_a_longer_stale_after() {
+        use crate::model::snapshot::{
+            GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Snapshot, MIB,
+        };
+        use crate::publish::annotations::{AnnotationConfig, AnnotationPlanner};
+        let mut g = GpuSample::empty(
+            GpuIdentity {
+                index: 0,
+                uuid: "GPU-0".into(),
+                pci_bus_id: "00000000:1E:00.0".into(),
+                device: "nvidia0".into(),
+                model: "NVIDIA A10G".into(),
+            },
+            GpuHealth::Ok,
+        );
+        g.memory = Some(MemoryInfo {
+            total: 23028 * MIB,
+            used: 4096 * MIB,
+            free: 18932 * MIB,
+            reserved: 0,
+        });
+        let mut planner = AnnotationPlanner::new(AnnotationConfig {
+            pressure_rise_at_once: false,
+            ..AnnotationConfig::default()
+        });
+        let mut node = BTreeMap::new();
+        let (mut stale_by_default, mut stale_at_12m, mut polls) = (0, 0, 0);
+        let old_default = JudgePolicy::default();
+        let widened = JudgePolicy {
+            stale_after: Duration::from_secs(720),
+            ..JudgePolicy::default()
+        };
+        for t in 0..1200u64 {
+            let snap = Snapshot {
+                seq: t + 1,
+                at: Duration::from_secs(t),
+                wall: at(t),
+                driver_version: "570".into(),
+                gpus: vec![g.clone()],
+                processes: vec![],
+                errors: vec![],
+            };
+            if let Some(p) = planner.plan(&snap, &BTreeMap::new(), snap.at) {
+                planner.patch_succeeded(snap.at);
+                node = p.values.to_annotations(P);
+            }
+            // The old extender: the Node's annotations, no Lease.
+            let state = read_node(&node, P);
+            polls += 1;
+            stale_by_default += usize::from(
+                judge(&state, &[], Some(4096), &old_default, at(t)).reason == Reason::Stale,
+            );
+            stale_at_12m += usize::from(
+                judge(&state, &[], Some(4096), &widened, at(t)).reason == Reason::Stale,
+            );
+        }
+        assert!(
+            stale_by_default > polls / 2,
+            "{stale_by_default} of {polls}: 120 s is too short for a 5-minute Node"
+        );
+        assert_eq!(
+            stale_at_12m, 0,
+            "staleAfter: 12m (docs/deploy.md, Upgrade) accepts every poll"
+        );
     }
 
     #[test]

@@ -42,15 +42,32 @@ pub enum EvictionOutcome {
     Evicted,
     /// 404: the pod was already gone; its memory is going away all the same.
     AlreadyGone,
-    /// 429: a PodDisruptionBudget forbids it now. The pod is skipped for `cooldownTimeout`.
+    /// Refused because of this pod: its PodDisruptionBudget forbids it now (a 429 with the
+    /// `DisruptionBudget` cause, and the other budget answers of docs/guard.md). The pod is
+    /// skipped for `cooldownTimeout` and the walk moves on.
     Blocked(String),
-    /// An answer that says the eviction was not carried out (403, a 409 that is not the UID
-    /// precondition, 500 and the other API errors). The pod is skipped for `cooldownTimeout`.
+    /// Not carried out, for a reason that is not about the pod (a malformed request, 400 or
+    /// 422; or, resolved from a doubt, still running long after): the walk stops and the
+    /// GPU pauses briefly, as after `Aborted`.
     Failed(String),
+    /// The server is busy (a 429 without the `DisruptionBudget` cause: API Priority and
+    /// Fairness, max-in-flight). Nothing was done; the walk stops and the GPU waits
+    /// `retry_after_ms` (as told, within bounds) before deciding again — on the same pod.
+    Throttled {
+        /// The server's answer.
+        detail: String,
+        /// The server's `Retry-After`, in milliseconds.
+        retry_after_ms: u64,
+    },
+    /// The agent may not evict (403 from RBAC or an admission webhook, 401): every pod
+    /// would get the same answer. The walk stops, the GPU pauses for `cooldownTimeout`,
+    /// and the agent says so loudly (an error log, `/state`, the Node Event).
+    Forbidden(String),
     /// Nobody knows: the request was sent and no answer came (timeout, connection lost, a
-    /// gateway's 502/503/504). The eviction may still happen, so the walk stops, the pod's
-    /// memory counts as reclaimed-pending, and no further eviction happens on that GPU until
-    /// the pod is seen gone (or still running after `inDoubtTimeout` on a current view).
+    /// gateway's 502/503/504), or an internal error (500: `etcdserver: request timed out` is
+    /// a write etcd may still commit). The eviction may still happen, so the walk stops, the
+    /// pod's memory counts as reclaimed-pending, and no further eviction happens on that GPU
+    /// until the pod is seen gone (or still running after `inDoubtTimeout` on a current view).
     InDoubt(String),
     /// Not attempted: the fresh read just before the eviction showed the pod no longer
     /// eligible (the pod view was behind). Skipped for `cooldownTimeout`; the walk moves on.
@@ -68,6 +85,8 @@ impl EvictionOutcome {
             EvictionOutcome::AlreadyGone => "already_gone",
             EvictionOutcome::Blocked(_) => "blocked",
             EvictionOutcome::Failed(_) => "failed",
+            EvictionOutcome::Throttled { .. } => "throttled",
+            EvictionOutcome::Forbidden(_) => "forbidden",
             EvictionOutcome::InDoubt(_) => "in_doubt",
             EvictionOutcome::Skipped(_) => "skipped",
             EvictionOutcome::Aborted(_) => "aborted",
@@ -80,18 +99,41 @@ impl EvictionOutcome {
             EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => None,
             EvictionOutcome::Blocked(d)
             | EvictionOutcome::Failed(d)
+            | EvictionOutcome::Throttled { detail: d, .. }
+            | EvictionOutcome::Forbidden(d)
             | EvictionOutcome::InDoubt(d)
             | EvictionOutcome::Skipped(d)
             | EvictionOutcome::Aborted(d) => Some(d),
         }
     }
 
-    /// Whether the enforcer must stop the walk after this outcome: the eviction may have
-    /// happened (in doubt), or the API cannot be trusted to act on (aborted).
+    /// Whether the enforcer must stop the walk after this outcome. It walks on only after
+    /// an answer about *this pod* (blocked by its budget, skipped, gone, evicted): an answer
+    /// about the server (throttled, forbidden, failed, aborted) would be the same for the
+    /// next pod, and one in doubt may still be carried out.
     pub fn ends_walk(&self) -> bool {
         matches!(
             self,
-            EvictionOutcome::InDoubt(_) | EvictionOutcome::Aborted(_)
+            EvictionOutcome::InDoubt(_)
+                | EvictionOutcome::Aborted(_)
+                | EvictionOutcome::Throttled { .. }
+                | EvictionOutcome::Forbidden(_)
+                | EvictionOutcome::Failed(_)
+        )
+    }
+
+    /// Whether the pod was left as it was: the eviction was not carried out (and, unlike an
+    /// outcome in doubt, never will be). A pod whose processes were stopped at decision is
+    /// resumed after such an outcome.
+    pub fn not_carried_out(&self) -> bool {
+        matches!(
+            self,
+            EvictionOutcome::Blocked(_)
+                | EvictionOutcome::Failed(_)
+                | EvictionOutcome::Throttled { .. }
+                | EvictionOutcome::Forbidden(_)
+                | EvictionOutcome::Skipped(_)
+                | EvictionOutcome::Aborted(_)
         )
     }
 

@@ -1,6 +1,10 @@
-//! The OOM guard: pure policy and trend, and the enforcer shell.
+//! The OOM guard's pure core: policy, levels and trend, eligibility and ranking, the
+//! decision state machine, Event prose and the port decisions go out through. The enforcer
+//! shell that carries them out is `act::enforce`.
 
 pub mod decision;
+pub mod history;
+pub mod hold;
 pub mod levels;
 pub mod notes;
 pub mod policy;
@@ -11,4 +15,5 @@ pub mod recheck;
 pub mod selector;
 pub mod state;
 pub mod status;
+pub mod stop;
 pub mod trend;

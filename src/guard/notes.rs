@@ -41,60 +41,7 @@ const CI_VALUE_LIMIT: usize = 256;
 /// Outcome details quoted in the Node note are cut to this, for the same reason.
 const DETAIL_LIMIT: usize = 160;
 
-/// `type` of an Event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    /// Nothing went wrong (dry-run announcements).
-    Normal,
-    /// Someone should look (an eviction, or pressure the guard could not relieve).
-    Warning,
-}
-
-impl EventType {
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
-
-/// The object an Event is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Regarding {
-    /// A victim pod.
-    Pod {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// `metadata.uid`: `kubectl describe pod` selects Events by it.
-        uid: String,
-    },
-    /// This agent's Node.
-    Node {
-        /// Node name.
-        name: String,
-    },
-}
-
-/// One Event to send, before it is dressed as an API object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventDraft {
-    /// Namespace the Event object is created in.
-    pub namespace: String,
-    /// What it is about.
-    pub regarding: Regarding,
-    /// Normal or Warning.
-    pub type_: EventType,
-    /// `reason`.
-    pub reason: &'static str,
-    /// `action`.
-    pub action: &'static str,
-    /// Human-readable text, at most [`NOTE_LIMIT`] bytes.
-    pub note: String,
-}
+pub use crate::model::event::{EventDraft, EventType, Regarding};
 
 /// The Events of one decision: in dry-run, a Normal Event on each planned victim; in
 /// enforce, a Warning Event on each pod the Eviction API accepted (`outcomes`, in the order

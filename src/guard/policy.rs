@@ -69,6 +69,43 @@ impl fmt::Display for Mode {
     }
 }
 
+/// What the guard does to the victim's GPU processes when it decides (policy `onDecision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnDecision {
+    /// Evict only: the processes run (and grow) until the kubelet kills them.
+    Evict,
+    /// SIGSTOP them, then evict; SIGCONT whenever the eviction does not happen.
+    #[default]
+    Stop,
+    /// SIGKILL them once the fresh read agrees, then evict (for the Event, the pod's
+    /// status and the cleanup). Not undoable: a pod whose eviction is then refused (its
+    /// PodDisruptionBudget) has lost its processes all the same.
+    Kill,
+}
+
+impl OnDecision {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDecision::Evict => "evict",
+            OnDecision::Stop => "stop",
+            OnDecision::Kill => "kill",
+        }
+    }
+
+    /// Whether the action signals processes (and so needs CAP_KILL).
+    pub fn signals(self) -> bool {
+        self != OnDecision::Evict
+    }
+}
+
+impl fmt::Display for OnDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A free-memory level, either relative to the GPU's total or absolute, so one policy
 /// serves a node group that mixes 24 GiB and 141 GiB GPUs.
 ///
@@ -83,6 +120,17 @@ pub enum Threshold {
     Bytes(u64),
 }
 
+/// A threshold that does not parse; the message says which spellings are accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("invalid threshold {0:?}: expected a percentage like \"5%\", a size like \"2048Mi\" or \"2Gi\", or a bare integer of MiB")]
+    Invalid(String),
+    #[error("invalid threshold {input:?}: decimal suffix `{unit}` is ambiguous next to NVML's binary units; write `{unit}i` (e.g. \"2Gi\")")]
+    Decimal { input: String, unit: String },
+    #[error("invalid threshold {0:?}: too large")]
+    TooLarge(String),
+}
+
 impl Threshold {
     /// A threshold of `mib` MiB.
     pub const fn mib(mib: u64) -> Threshold {
@@ -90,10 +138,9 @@ impl Threshold {
     }
 
     /// Parses the configuration spelling; the error says which spellings are accepted.
-    pub fn parse(input: &str) -> Result<Threshold, String> {
+    pub fn parse(input: &str) -> Result<Threshold, ThresholdError> {
         let s = input.trim();
-        let expected = "expected a percentage like \"5%\", a size like \"2048Mi\" or \"2Gi\", or a bare integer of MiB";
-        let bad = || format!("invalid threshold {input:?}: {expected}");
+        let bad = || ThresholdError::Invalid(input.to_string());
         if let Some(num) = s.strip_suffix('%') {
             let p: f64 = num.trim().parse().map_err(|_| bad())?;
             if !p.is_finite() {
@@ -105,7 +152,7 @@ impl Threshold {
             return mib
                 .checked_mul(MIB)
                 .map(Threshold::Bytes)
-                .ok_or_else(|| format!("invalid threshold {input:?}: too large"));
+                .ok_or_else(|| ThresholdError::TooLarge(input.to_string()));
         }
         let split = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -123,16 +170,17 @@ impl Threshold {
             "Gi" => GIB,
             "Ti" => TIB,
             "K" | "k" | "M" | "G" | "T" => {
-                return Err(format!(
-                    "invalid threshold {input:?}: decimal suffix `{unit}` is ambiguous next to NVML's binary units; write `{unit}i` (e.g. \"2Gi\")"
-                ))
+                return Err(ThresholdError::Decimal {
+                    input: input.to_string(),
+                    unit: unit.to_string(),
+                })
             }
             _ => return Err(bad()),
         };
         let n: f64 = num.parse().map_err(|_| bad())?;
         let bytes = (n * scale as f64).round();
         if !bytes.is_finite() || bytes > u64::MAX as f64 {
-            return Err(format!("invalid threshold {input:?}: too large"));
+            return Err(ThresholdError::TooLarge(input.to_string()));
         }
         Ok(Threshold::Bytes(bytes as u64))
     }
@@ -328,6 +376,10 @@ pub struct Policy {
     pub rate_limit: RateLimit,
     /// `deleteOptions.gracePeriodSeconds` sent with each eviction (default 5).
     pub eviction_grace_period_seconds: i64,
+    /// What is done to the victim's GPU processes when the guard decides, before the
+    /// eviction (default `stop`; docs/guard.md, "Stopping the growth at decision"). Only in
+    /// enforce mode; dry-run never signals.
+    pub on_decision: OnDecision,
     /// Prefix of the pod annotations the guard reads: `<prefix>/evict: "never"` and
     /// `<prefix>/vram-request-mib: "<int>"`. The agent has one prefix for node and pod
     /// annotations, `--annotation-prefix`: the agent's configuration fills this in from the
@@ -357,6 +409,7 @@ impl Default for Policy {
             in_doubt_timeout: Duration::from_secs(60),
             rate_limit: RateLimit::default(),
             eviction_grace_period_seconds: 5,
+            on_decision: OnDecision::Stop,
             annotation_prefix: None,
         }
     }
@@ -619,7 +672,10 @@ mod tests {
             let r = Threshold::parse(bad);
             assert!(r.is_err(), "{bad:?} parsed as {r:?}");
         }
-        assert!(Threshold::parse("2G").unwrap_err().contains("`Gi`"));
+        assert!(Threshold::parse("2G")
+            .unwrap_err()
+            .to_string()
+            .contains("`Gi`"));
         // "-5%" parses so that validation can refuse it naming the field.
         assert_eq!(Threshold::parse("-5%"), Ok(Threshold::Percent(-5.0)));
     }

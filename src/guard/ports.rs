@@ -19,4 +19,17 @@ pub trait DecisionExecutor: Send + Sync {
         decision: Decision,
         pods: Arc<PodMap>,
     ) -> Pin<Box<dyn Future<Output = Outcomes> + Send + '_>>;
+
+    /// The guard resolved an eviction that was in doubt (pod `uid`): the executor undoes
+    /// what it did before the eviction (resumes stopped processes) if it was not carried out.
+    fn resolved(&self, _uid: &str, _outcome: &EvictionOutcome) {}
+
+    /// The agent is stopping: undo whatever is still pending (resume stopped processes),
+    /// since nobody will resolve it.
+    fn shutdown(&self) {}
+
+    /// The executor's own part of /state (JSON null when it has none).
+    fn status(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }

@@ -160,17 +160,34 @@ fn parse_term(raw: &str) -> Result<Requirement, SelectorError> {
         }
         Requirement::Exists { key } | Requirement::NotExists { key } => (key, None),
     };
-    check_key(key).map_err(|r| err(&r))?;
+    check_key(key).map_err(|r| err(&r.to_string()))?;
     if let Some(v) = value {
-        check_value(v).map_err(|r| err(&r))?;
+        check_value(v).map_err(|r| err(&r.to_string()))?;
     }
     Ok(req)
 }
 
+/// Why a label key or value is not one Kubernetes accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum LabelError {
+    #[error("missing label key")]
+    NoKey,
+    #[error(
+        "label key prefix `{0}` is not a DNS subdomain (lowercase letters, digits, `-` and `.`)"
+    )]
+    Prefix(String),
+    #[error("label key has an empty name after its prefix")]
+    NoName,
+    #[error("label key name `{0}` must be at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit")]
+    Name(String),
+    #[error("label value `{0}` must be empty or at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit")]
+    Value(String),
+}
+
 /// A label key is `[prefix/]name`: the prefix a DNS subdomain, the name a qualified name.
-fn check_key(key: &str) -> Result<(), String> {
+fn check_key(key: &str) -> Result<(), LabelError> {
     if key.is_empty() {
-        return Err("missing label key".into());
+        return Err(LabelError::NoKey);
     }
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
@@ -188,29 +205,23 @@ fn check_key(key: &str) -> Result<(), String> {
                     && !part.ends_with('-')
             });
         if !ok {
-            return Err(format!(
-                "label key prefix `{p}` is not a DNS subdomain (lowercase letters, digits, `-` and `.`)"
-            ));
+            return Err(LabelError::Prefix(p.to_string()));
         }
     }
     if name.is_empty() {
-        return Err("label key has an empty name after its prefix".into());
+        return Err(LabelError::NoName);
     }
     if !is_qualified_name(name) {
-        return Err(format!(
-            "label key name `{name}` must be at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit"
-        ));
+        return Err(LabelError::Name(name.to_string()));
     }
     Ok(())
 }
 
-fn check_value(value: &str) -> Result<(), String> {
+fn check_value(value: &str) -> Result<(), LabelError> {
     if value.is_empty() || is_qualified_name(value) {
         Ok(())
     } else {
-        Err(format!(
-            "label value `{value}` must be empty or at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit"
-        ))
+        Err(LabelError::Value(value.to_string()))
     }
 }
 

@@ -116,4 +116,7 @@ pub struct GuardStatus {
     pub evictions_allowed: usize,
     /// Pods skipped after a refused or failed eviction.
     pub refused: Vec<RefusedPod>,
+    /// The API server's last answer saying the agent may not evict at all (RBAC, an
+    /// admission webhook), until an eviction goes through again.
+    pub forbidden: Option<String>,
 }

@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod event;
 pub mod ids;
 pub mod pod;
 pub mod pressure;

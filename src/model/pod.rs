@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// One container of a pod and its current runtime container ID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -79,21 +79,60 @@ impl PodInfo {
 /// Pods on this node by UID.
 pub type PodMap = HashMap<String, PodInfo>;
 
-/// How much the pod view can be trusted right now.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// How much the pod view can be trusted right now (the watch shell, `attribute::watch`,
+/// fills it in; the guard decides only on a [`trustworthy`](PodViewStatus::trustworthy) view).
+///
+/// The view is *proven* when the API server showed it current: a LIST answered (proven as
+/// of when the LIST was sent, at the LIST's resourceVersion), or a watch from the view's
+/// resourceVersion delivered an event or a bookmark or ended at its timeout. A proof lasts a
+/// bounded time (docs/guard.md, "When the API server does not answer"). A failure of the
+/// server (an error answer, a dropped connection, a request timeout, a silent stall) or a
+/// fresh read that disagrees drops the proof at once; a watch answered `410 Expired` does
+/// not: the server is working and says only that it cannot resume from that
+/// resourceVersion, so the view stays as proven as its last proof while it is relisted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PodViewStatus {
     /// The initial list has completed at least once.
     pub synced: bool,
-    /// The watch is connected and current (no error since the last successful event).
+    /// The view is proven now (see above): synced, and its last proof is recent enough.
     pub healthy: bool,
-    /// The last watch error, if the watch is not healthy.
+    /// The latest failure since a watch last worked. May be set on a healthy view (a watch
+    /// answered 410 while LISTs prove the view).
     pub last_error: Option<String>,
+    /// How long before this status was taken the server last proved the view current;
+    /// `None` before the first proof and after a failure or a distrust dropped it.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub proven_ago: Option<Duration>,
+    /// The resourceVersion the view is current at (its last LIST's, or the last event's or
+    /// bookmark's since).
+    pub resource_version: Option<String>,
+    /// The API server's measured latency: the slowest of its last few answers to the view's
+    /// LISTs and watch requests (timeouts count as their length).
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub api_latency: Option<Duration>,
 }
 
 impl PodViewStatus {
+    /// The status of a view that is current by construction (a fixed set of pods).
+    pub fn fixed() -> Self {
+        PodViewStatus {
+            synced: true,
+            healthy: true,
+            proven_ago: Some(Duration::ZERO),
+            ..PodViewStatus::default()
+        }
+    }
+
     /// Whether decisions that depend on pods (evictions) may be taken on this view.
     pub fn trustworthy(&self) -> bool {
         self.synced && self.healthy
+    }
+}
+
+fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs_f64()),
+        None => s.serialize_none(),
     }
 }
 

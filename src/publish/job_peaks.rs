@@ -7,6 +7,7 @@
 //! renders it.
 
 use super::text::{Family, Kind, LabelTail};
+use crate::model::event::{EventDraft, EventType, Regarding};
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{Owner, Snapshot, MIB};
 use std::collections::{BTreeMap, HashMap};
@@ -55,7 +56,27 @@ pub struct JobPeak {
     pub pod_exists: bool,
 }
 
+/// The Event reason of a pod's recorded VRAM peak.
+pub const PEAK_REASON: &str = "GPUMemoryPeak";
+
 impl JobPeak {
+    /// The Normal Event on the pod whose peak this is; `annotation` is where its declared
+    /// need is read (named in the note when it declares none).
+    pub fn notice(&self, annotation: &str) -> EventDraft {
+        EventDraft {
+            namespace: self.namespace.clone(),
+            regarding: Regarding::Pod {
+                namespace: self.namespace.clone(),
+                name: self.pod.clone(),
+                uid: self.uid.clone(),
+            },
+            type_: EventType::Normal,
+            reason: PEAK_REASON,
+            action: "Observe",
+            note: self.note(annotation),
+        }
+    }
+
     /// The Event note: "GPU peak 9.3 GiB on GPU 0 (NVIDIA A10G, 24 GiB); declared 8 GiB".
     pub fn note(&self, annotation: &str) -> String {
         let declared = match self.declared {

@@ -5,9 +5,11 @@
 //! family objects.
 
 use super::text::{Family, Kind};
+use crate::model::snapshot::{GpuHealth, Snapshot};
 use prometheus::IntGauge;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Handles to the self metrics.
 #[derive(Clone)]
@@ -21,6 +23,12 @@ pub struct SelfMetrics {
     pub evictions: Labelled<Counter>,
     /// `gpu_warden_guard_decisions_total{mode,trigger}`.
     pub decisions: Labelled<Counter>,
+    /// `gpu_warden_guard_stops_total{result}`: what stop-at-decision did to victims' GPU
+    /// processes, one per process (docs/guard.md).
+    pub guard_stops: Labelled<Counter>,
+    /// `gpu_warden_guard_stop_permitted`: 1 when the agent may signal victims' processes
+    /// (CAP_KILL), 0 when it evicts only.
+    pub guard_stop_permitted: IntGauge,
     /// `gpu_warden_node_annotation_patches_total{result}`.
     pub annotation_patches: Labelled<Counter>,
     /// `gpu_warden_node_annotation_last_success_timestamp_seconds`.
@@ -220,6 +228,31 @@ fn write_gauge(out: &mut Vec<u8>, name: &str, help: &str, g: &IntGauge) {
 }
 
 impl SelfMetrics {
+    /// Records a full poll of `snap` that took `took`: its latency, its NVML errors, the GPUs
+    /// by health and the poll's wall time.
+    pub fn record_poll(&self, snap: &Snapshot, took: Duration) {
+        self.poll_duration.observe(took.as_secs_f64());
+        for (call, n) in &snap.errors {
+            self.nvml_errors.with_label_values(&[call]).inc_by(*n);
+        }
+        let (mut ok, mut degraded, mut lost) = (0, 0, 0);
+        for g in &snap.gpus {
+            match g.health {
+                GpuHealth::Ok => ok += 1,
+                GpuHealth::Degraded(_) => degraded += 1,
+                GpuHealth::Lost(_) => lost += 1,
+            }
+        }
+        self.gpus.with_label_values(&["ok"]).set(ok);
+        self.gpus.with_label_values(&["degraded"]).set(degraded);
+        self.gpus.with_label_values(&["lost"]).set(lost);
+        let unix = snap
+            .wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.last_poll.set(unix);
+    }
+
     /// Every self metric at zero; `version` goes into `gpu_warden_build_info`. Fails only
     /// if a metric's name were invalid.
     pub fn new(version: &str) -> Result<SelfMetrics, prometheus::Error> {
@@ -235,6 +268,11 @@ impl SelfMetrics {
             nvml_errors: Labelled::new(&["call"]),
             evictions: Labelled::new(&["namespace", "result"]),
             decisions: Labelled::new(&["mode", "trigger"]),
+            guard_stops: Labelled::new(&["result"]),
+            guard_stop_permitted: IntGauge::new(
+                "gpu_warden_guard_stop_permitted",
+                "1 when the agent may stop or kill a victim's GPU processes (CAP_KILL), 0 when it evicts only.",
+            )?,
             annotation_patches,
             annotation_last_success: IntGauge::new(
                 "gpu_warden_node_annotation_last_success_timestamp_seconds",
@@ -279,6 +317,18 @@ impl SelfMetrics {
             out,
             "gpu_warden_guard_decisions_total",
             "Decisions the OOM guard took, by mode and trigger.",
+            Kind::Counter,
+        );
+        write_gauge(
+            out,
+            "gpu_warden_guard_stop_permitted",
+            "1 when the agent may stop or kill a victim's GPU processes (CAP_KILL), 0 when it evicts only.",
+            &self.guard_stop_permitted,
+        );
+        self.guard_stops.write(
+            out,
+            "gpu_warden_guard_stops_total",
+            "GPU processes of eviction victims the OOM guard stopped, killed or resumed (or could not), by result.",
             Kind::Counter,
         );
         write_gauge(
@@ -331,9 +381,10 @@ mod tests {
         errors: IntCounterVec,
         evictions: IntCounterVec,
         decisions: IntCounterVec,
+        stops: IntCounterVec,
         patches: IntCounterVec,
         gpus: IntGaugeVec,
-        gauges: [IntGauge; 3],
+        gauges: [IntGauge; 4],
     }
 
     fn oracle(version: &str) -> Oracle {
@@ -364,6 +415,11 @@ mod tests {
             "Decisions the OOM guard took, by mode and trigger.",
             &["mode", "trigger"],
         );
+        let stops = vec(
+            "gpu_warden_guard_stops_total",
+            "GPU processes of eviction victims the OOM guard stopped, killed or resumed (or could not), by result.",
+            &["result"],
+        );
         let patches = vec(
             "gpu_warden_node_annotation_patches_total",
             "PATCH requests of the Node's free-VRAM annotations, by result.",
@@ -393,6 +449,11 @@ mod tests {
                 "Unix time of the last full poll.",
             )
             .unwrap(),
+            IntGauge::new(
+                "gpu_warden_guard_stop_permitted",
+                "1 when the agent may stop or kill a victim's GPU processes (CAP_KILL), 0 when it evicts only.",
+            )
+            .unwrap(),
         ];
         let build_info = IntGaugeVec::new(
             Opts::new("gpu_warden_build_info", "Build information; always 1."),
@@ -404,7 +465,7 @@ mod tests {
             patches.with_label_values(&[result]);
         }
         registry.register(Box::new(poll.clone())).unwrap();
-        for c in [&errors, &evictions, &decisions, &patches] {
+        for c in [&errors, &evictions, &decisions, &stops, &patches] {
             registry.register(Box::new(c.clone())).unwrap();
         }
         for g in &gauges {
@@ -418,6 +479,7 @@ mod tests {
             errors,
             evictions,
             decisions,
+            stops,
             patches,
             gpus,
             gauges,
@@ -463,6 +525,9 @@ mod tests {
             o.decisions.with_label_values(&["enforce", trigger]).inc();
             m.annotation_patches.with_label_values(&["success"]).inc();
             o.patches.with_label_values(&["success"]).inc();
+            let stop = ["stopped", "resumed", "refused"][i % 3];
+            m.guard_stops.with_label_values(&[stop]).inc_by(2);
+            o.stops.with_label_values(&[stop]).inc_by(2);
             for (state, n) in [("ok", 8 - i as i64), ("lost", i as i64), ("degraded", 0)] {
                 m.gpus.with_label_values(&[state]).set(n);
                 o.gpus.with_label_values(&[state]).set(n);
@@ -471,6 +536,7 @@ mod tests {
                 &m.annotation_last_success,
                 &m.invisible_processes,
                 &m.last_poll,
+                &m.guard_stop_permitted,
             ];
             for (k, (a, b)) in mine.into_iter().zip(&o.gauges).enumerate() {
                 let v = 1_780_000_000 * (k as i64 % 2) + i as i64 - 3;

@@ -1,5 +1,6 @@
 //! What one poll publishes to every reader: the snapshot, the exposition bytes rendered
-//! from it, and the guard's view for `/state`.
+//! from it, and the guard's view for `/state` (the [`StatePart`] port, so this room names
+//! no guard type).
 
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
@@ -19,8 +20,9 @@ pub struct Published {
     pub metrics: Bytes,
     /// Monotonic time at which it was published (for `/healthz`).
     pub published_at: Duration,
-    /// The guard's per-GPU state and recent decisions (JSON), or `null` when it is off.
-    pub guard: serde_json::Value,
+    /// The guard's per-GPU state and recent decisions, or `None` when it is off; made
+    /// JSON only when `/state` is read.
+    pub guard: Option<Arc<dyn StatePart>>,
     /// Memory pressure per GPU index as the guard classified it (empty when it is off);
     /// the annotations publish it.
     pub pressure: BTreeMap<u32, Pressure>,
@@ -29,10 +31,17 @@ pub struct Published {
     pub replicas: Option<Arc<ReplicaView>>,
 }
 
+/// A part of `/state` another room keeps (the guard's view), written out only when `/state`
+/// is read rather than per poll.
+pub trait StatePart: std::fmt::Debug + Send + Sync {
+    /// The part as `/state` shows it.
+    fn to_json(&self) -> serde_json::Value;
+}
+
 #[derive(Serialize)]
 struct StateView<'a> {
     snapshot: &'a Snapshot,
-    guard: &'a serde_json::Value,
+    guard: serde_json::Value,
     /// True when no poll has finished for too long: the snapshot is the last good one.
     stale: bool,
     /// Why it is stale (null while it is current).
@@ -54,7 +63,10 @@ impl Published {
     pub fn state_json_marked(&self, stale_reason: Option<&str>) -> Vec<u8> {
         let view = StateView {
             snapshot: &self.snapshot,
-            guard: &self.guard,
+            guard: self
+                .guard
+                .as_ref()
+                .map_or(serde_json::Value::Null, |g| g.to_json()),
             stale: stale_reason.is_some(),
             stale_reason,
             replicas: self

@@ -186,9 +186,14 @@ struct LinearRepr {
     max: Option<u64>,
 }
 
+/// A `memory:` that is not exactly one trajectory.
+#[derive(Debug, thiserror::Error)]
+#[error("memory needs exactly one of `constant`, `linear` or `steps`")]
+pub struct TrajectoryShapeError;
+
 impl TryFrom<TrajectoryRepr> for Trajectory {
-    type Error = String;
-    fn try_from(r: TrajectoryRepr) -> Result<Self, String> {
+    type Error = TrajectoryShapeError;
+    fn try_from(r: TrajectoryRepr) -> Result<Self, TrajectoryShapeError> {
         match (r.constant, r.linear, r.steps) {
             (Some(c), None, None) => Ok(Trajectory::Constant(c)),
             (None, Some(l), None) => Ok(Trajectory::Linear {
@@ -197,7 +202,7 @@ impl TryFrom<TrajectoryRepr> for Trajectory {
                 max: l.max,
             }),
             (None, None, Some(s)) => Ok(Trajectory::Steps(s)),
-            _ => Err("memory needs exactly one of `constant`, `linear` or `steps`".into()),
+            _ => Err(TrajectoryShapeError),
         }
     }
 }
@@ -308,8 +313,8 @@ fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
 }
 
 /// Parses a duration like `10s`, `250ms`, `2m`, or `0` (see [`crate::model::units`]).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::model::units::parse_duration(s).map_err(|e| e.to_string())
+pub fn parse_duration(s: &str) -> Result<Duration, crate::model::units::DurationError> {
+    crate::model::units::parse_duration(s)
 }
 
 /// serde_yaml_ng's message, made to say where: some scanner errors carry no line

@@ -1,9 +1,12 @@
 //! The test kit every test, soak and bench uses: table builders for snapshots and pods
-//! ([`fixtures`]), a simulated node on the real agent core ([`rig`]), and a bounded wait.
-//! It is part of the library so the integration tests and benches share one copy.
+//! ([`fixtures`]), a simulated node on the real agent core ([`rig`]), the benchmark node
+//! generator ([`scenarios`]) and a bounded wait. It is part of the library so the
+//! integration tests and benches share one copy, behind the `testkit` feature (which they
+//! enable as a dev-dependency on this package) so the shipped library does not contain it.
 
 pub mod fixtures;
 pub mod rig;
+pub mod scenarios;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 use crate::agent::{Core, Dispatch, GuardParts};
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::pods::{index_json, StaticPods};
-use crate::attribute::ports::PodSource;
+use crate::attribute::ports::{Attributor, PodSource};
 use crate::attribute::procfs::ProcFs;
 use crate::guard::policy::Policy;
 use crate::guard::ports::DecisionExecutor;
@@ -14,7 +14,7 @@ use crate::guard::state::Guard;
 use crate::model::clock::{Clock, ManualClock};
 use crate::model::snapshot::Snapshot;
 use crate::publish::job_peaks::{JobPeaks, DEFAULT_MAX_SERIES};
-use crate::publish::metrics::MetricsConfig;
+use crate::publish::metrics::{HostnameLabel, MetricsConfig};
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
 use crate::sample::sampler::Stamper;
@@ -50,6 +50,10 @@ pub struct RigOptions {
     pub proc_parent: Option<PathBuf>,
     /// Record each pod's VRAM peak (`--job-peaks on`); default off.
     pub job_peaks: bool,
+    /// The hostname label's name (`--hostname-label`); default `Hostname`.
+    pub hostname_label: HostnameLabel,
+    /// Who attributes processes; default: the real attributor over the simulated `/proc`.
+    pub attributor: Option<Box<dyn Attributor>>,
 }
 
 impl Default for RigOptions {
@@ -65,6 +69,8 @@ impl Default for RigOptions {
             clock: None,
             proc_parent: None,
             job_peaks: false,
+            hostname_label: HostnameLabel::default(),
+            attributor: None,
         }
     }
 }
@@ -137,20 +143,23 @@ impl Rig {
             Some(m) => m,
             None => SelfMetrics::new("rig")?,
         };
+        let attributor = options.attributor.unwrap_or_else(|| {
+            Box::new(ProcAttributor::new(
+                ProcFs::new(&proc_root),
+                pods.clone(),
+                None,
+            ))
+        });
         let core = Core::new(
             MetricsConfig {
+                hostname_label: options.hostname_label,
                 hostname: options.node.clone(),
                 per_process: options.per_process,
-                ..Default::default()
             },
             metrics.clone(),
             clock.clone(),
         )
-        .with_attributor(Box::new(ProcAttributor::new(
-            ProcFs::new(&proc_root),
-            pods.clone(),
-            None,
-        )));
+        .with_attributor(attributor);
         let core = if options.job_peaks {
             let key = options
                 .policy

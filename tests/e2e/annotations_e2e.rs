@@ -99,7 +99,7 @@ impl Feed {
             snapshot: Arc::new(snap),
             metrics: Bytes::new(),
             published_at: at,
-            guard: Value::Null,
+            guard: None,
             pressure: pressure.iter().copied().collect(),
             replicas: None,
         })));

@@ -5,18 +5,14 @@
 //! descriptors) are masked; their names, help and types stay pinned.
 //! Regenerate deliberately with `UPDATE_GOLDEN=1 cargo test --test e2e golden_exposition`.
 
-use gpu_warden::agent::Core;
 use gpu_warden::attribute::ports::Attributor;
-use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::snapshot::{Owner, PodRef, Snapshot};
-use gpu_warden::publish::metrics::{HostnameLabel, MetricsConfig};
+use gpu_warden::publish::metrics::HostnameLabel;
 use gpu_warden::publish::process_metrics::{self, ProcessSource, FAMILIES};
 use gpu_warden::publish::process_reader::SelfProcess;
 use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::SimSource;
-use gpu_warden::sample::{GpuSource, PollRequest};
+use gpu_warden::testkit::rig::{Rig, RigOptions};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -49,33 +45,23 @@ impl Attributor for FromScenario {
 fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let scenario = Scenario::load(&root.join(scenario_file)).unwrap();
-    let clock = Arc::new(ManualClock::new(
-        UNIX_EPOCH + Duration::from_secs(1_780_000_000),
-    ));
-    clock.set(at);
-    let mut src = SimSource::new(scenario.clone());
-    let raw = src.poll(
-        at,
-        PollRequest {
-            process_utilization: true,
-            slow_counters: true,
-        },
-    );
-    let snap = Arc::new(Stamper::default().stamp(raw, at, clock.wall()));
-    let mut core = Core::new(
-        MetricsConfig {
+    let mut rig = Rig::from_scenario(
+        scenario.clone(),
+        RigOptions {
+            node: "ip-10-0-12-34.ec2.internal".into(),
             hostname_label: HostnameLabel::Hostname,
-            hostname: "ip-10-0-12-34.ec2.internal".into(),
             per_process,
+            metrics: Some(SelfMetrics::new("golden").unwrap()),
+            wall_origin: UNIX_EPOCH + Duration::from_secs(1_780_000_000),
+            attributor: Some(Box::new(FromScenario(scenario))),
+            ..RigOptions::default()
         },
-        SelfMetrics::new("golden").unwrap(),
-        clock.clone(),
     )
-    .with_attributor(Box::new(FromScenario(scenario)));
-    let mut snap = Arc::unwrap_or_clone(snap);
-    core.prepare(&mut snap, Duration::from_micros(850));
-    let snap = Arc::new(snap);
-    let published = core.publish(snap, Default::default(), serde_json::Value::Null);
+    .unwrap();
+    rig.set(at);
+    let mut snap = rig.sample();
+    rig.core.prepare(&mut snap, Duration::from_micros(850));
+    let published = rig.core.publish(Arc::new(snap), Default::default(), None);
     String::from_utf8(published.metrics.to_vec()).unwrap()
 }
 

@@ -131,7 +131,7 @@ impl Rig {
             snapshot: Arc::new(snap),
             metrics: Bytes::new(),
             published_at: at,
-            guard: Value::Null,
+            guard: None,
             pressure: BTreeMap::from([(0, pressure)]),
             replicas: None,
         })));

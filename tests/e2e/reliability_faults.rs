@@ -468,7 +468,12 @@ fn the_guard_decides_only_on_gpus_whose_data_is_current() {
         if step % 10 == 0 {
             let (published, dispatches) = rig.full();
             decided.extend(dispatches.iter().map(|(d, _)| (d.gpu, now)));
-            let guard = &published.guard["status"]["gpus"];
+            let guard = published
+                .guard
+                .as_ref()
+                .map(|g| g.to_json())
+                .unwrap_or_default();
+            let guard = &guard["status"]["gpus"];
             let reason = |i: usize| guard[i]["inactive_reason"].as_str().map(str::to_string);
             if now < Duration::from_secs(5) {
                 assert!(

@@ -59,9 +59,15 @@ impl Fault {
     pub(crate) fn matches(&self, method: &Method, path: &str, is_watch: bool) -> bool {
         if matches!(
             self.action,
-            FaultAction::DropWatchAfter(_) | FaultAction::StallWatch
+            FaultAction::DropWatchAfter(_)
+                | FaultAction::StallWatch
+                | FaultAction::ExpireWatch
+                | FaultAction::DropWatchEvents
         ) && !is_watch
         {
+            return false;
+        }
+        if matches!(self.action, FaultAction::SlowList(_)) && is_watch {
             return false;
         }
         if self.times == Some(0) {
@@ -90,6 +96,38 @@ pub enum FaultAction {
     /// more (no events, no bookmarks, no end) while the connection stays open: a watch that
     /// stalls silently, as behind a proxy that lost its upstream.
     StallWatch,
+    /// Answer as API Priority and Fairness does when it rejects a request
+    /// (`tooManyRequests` in apiserver's server/filters/priority-and-fairness.go): `429`,
+    /// `Retry-After: <seconds>`, and a plain-text body (`http.Error`), not a `Status` — so
+    /// no `DisruptionBudget` cause. The request is not carried out.
+    ApfReject {
+        /// The `Retry-After` header, in seconds.
+        retry_after_seconds: u32,
+    },
+    /// Answer `500 InternalError` "Internal error occurred: etcdserver: request timed out",
+    /// as the API server wraps an etcd timeout (`errors.NewInternalError`). With
+    /// `apply: true` the request is carried out first — etcd may commit a write it timed
+    /// out on — so the client cannot tell from the answer whether it happened.
+    EtcdTimeout {
+        /// Whether the request takes effect before the 500.
+        apply: bool,
+    },
+    /// Answer `403 Forbidden` as RBAC denies a request its authorizer does not allow
+    /// (`responsewriters.Forbidden`): `<resource> "<name>" is forbidden: User "…" cannot
+    /// <verb> resource "<resource>" …`, with `details.kind` the resource.
+    Forbidden,
+    /// For watch requests only: answer `200`, then one `ERROR` event carrying `410 Expired`,
+    /// then end the watch — as kube-apiserver answers a watch from a resourceVersion its
+    /// watch cache no longer holds (`cacher.Watch` returns `newErrWatcher` with the
+    /// `ResourceExpired` error), whatever LISTs answer meanwhile.
+    ExpireWatch,
+    /// For watch requests only: serve the watch, but never send its `ADDED`/`MODIFIED`/
+    /// `DELETED` events; bookmarks still flow and carry the resourceVersion past the lost
+    /// events (a server that shows life but loses changes; only a relist sees them).
+    DropWatchEvents,
+    /// For requests other than watches (a LIST, a GET): wait this long, then serve the
+    /// request normally, while watches on the same path answer at once.
+    SlowList(Duration),
     /// Read the whole request body, then break the connection without an answer. With
     /// `apply: true` the request is carried out first (the client cannot know it was);
     /// with `apply: false` it is not.

@@ -43,6 +43,25 @@ pub(crate) fn error(code: u16, message: &str) -> Response<RespBody> {
     json_response(code, &status::failure_code(code, message))
 }
 
+/// API Priority and Fairness's rejection ([`FaultAction::ApfReject`]).
+fn apf_reject(retry_after_seconds: u32) -> Response<RespBody> {
+    let mut resp = Response::new(full(status::APF_REJECT_BODY));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        h.insert(RETRY_AFTER, v);
+    }
+    resp
+}
+
 pub(crate) fn ok(v: &Value) -> Response<RespBody> {
     json_response(200, v)
 }
@@ -78,8 +97,8 @@ pub(crate) struct Ctx {
     pub(crate) content_type: Option<String>,
     pub(crate) body: Bytes,
     pub(crate) drop_after: Option<usize>,
-    /// Serve a watch's headers, then nothing ([`FaultAction::StallWatch`]).
-    pub(crate) stall: bool,
+    /// How a watch misbehaves ([`FaultAction::StallWatch`] and the like).
+    pub(crate) watch_fault: Option<watch::WatchFault>,
 }
 
 impl Ctx {
@@ -189,8 +208,9 @@ async fn handle_inner(
         return Ok(finish(&shared, id, error(413, "request body too large")));
     }
     let mut drop_after = None;
-    let mut stall = false;
+    let mut watch_fault = None;
     let mut drop_connection = None;
+    let mut etcd_timeout = None;
     match fault {
         Some(FaultAction::Status(code)) => {
             let mut resp = error(code, &format!("injected fault: HTTP {code}"));
@@ -200,16 +220,38 @@ async fn handle_inner(
             }
             return Ok(finish(&shared, id, resp));
         }
-        Some(FaultAction::Delay(d)) => tokio::time::sleep(d).await,
+        Some(FaultAction::Delay(d) | FaultAction::SlowList(d)) => tokio::time::sleep(d).await,
         Some(FaultAction::Hang) => {
             notify(&shared, id);
             // never answer; the connection task drops us on shutdown or set_down
             return std::future::pending().await;
         }
         Some(FaultAction::DropWatchAfter(n)) => drop_after = Some(n),
-        Some(FaultAction::StallWatch) => stall = true,
+        Some(FaultAction::StallWatch) => watch_fault = Some(watch::WatchFault::Stall),
+        Some(FaultAction::ExpireWatch) => watch_fault = Some(watch::WatchFault::Expire),
+        Some(FaultAction::DropWatchEvents) => watch_fault = Some(watch::WatchFault::DropEvents),
         Some(FaultAction::DropAfterBody { apply }) => drop_connection = Some(apply),
+        Some(FaultAction::ApfReject {
+            retry_after_seconds,
+        }) => return Ok(finish(&shared, id, apf_reject(retry_after_seconds))),
+        Some(FaultAction::Forbidden) => {
+            let verb = if method == Method::POST {
+                "create"
+            } else {
+                "get"
+            };
+            let body = status::rbac_forbidden(verb, &path);
+            return Ok(finish(&shared, id, json_response(403, &body)));
+        }
+        Some(FaultAction::EtcdTimeout { apply }) => etcd_timeout = Some(apply),
         None => {}
+    }
+    if etcd_timeout == Some(false) {
+        return Ok(finish(
+            &shared,
+            id,
+            json_response(500, &status::etcd_timeout()),
+        ));
     }
     if drop_connection == Some(false) {
         notify(&shared, id);
@@ -222,9 +264,14 @@ async fn handle_inner(
         content_type,
         body: bytes,
         drop_after,
-        stall,
+        watch_fault,
     };
     let resp = route(&shared, &ctx);
+    let resp = match etcd_timeout {
+        // Carried out, then answered as if etcd had timed out.
+        Some(true) => json_response(500, &status::etcd_timeout()),
+        _ => resp,
+    };
     let resp = finish(&shared, id, resp);
     if drop_connection.is_some() {
         return Err(DropConnection);
@@ -389,7 +436,7 @@ fn list_or_watch(
             bookmarks: ctx.flag("allowWatchBookmarks"),
             timeout,
             drop_after: ctx.drop_after,
-            stall: ctx.stall,
+            fault: ctx.watch_fault,
         };
         let body = watch::start(shared.clone(), req);
         let mut resp = Response::new(body.boxed());

@@ -94,3 +94,47 @@ pub(crate) fn expired() -> Value {
         "code": 410,
     })
 }
+
+/// The plain-text body API Priority and Fairness rejects a request with (`http.Error`
+/// appends the newline).
+pub(crate) const APF_REJECT_BODY: &str = "Too many requests, please try again later.\n";
+
+/// The `500` an etcd timeout becomes (`errors.NewInternalError(err)`).
+pub(crate) fn etcd_timeout() -> Value {
+    let mut s = failure(
+        500,
+        "InternalError",
+        "Internal error occurred: etcdserver: request timed out",
+    );
+    s["details"] = json!({"causes": [{"message": "etcdserver: request timed out"}]});
+    s
+}
+
+/// The `403` RBAC answers for `verb` on `path` (`responsewriters.Forbidden`, whose message
+/// `authorizer` builds from the request's attributes).
+pub(crate) fn rbac_forbidden(verb: &str, path: &str) -> Value {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // /api/v1/namespaces/<ns>/<resource>/<name>[/<subresource>]
+    let (ns, resource, name, sub) = match segs.as_slice() {
+        ["api", "v1", "namespaces", ns, resource, name, sub, ..] => {
+            (*ns, *resource, *name, Some(*sub))
+        }
+        ["api", "v1", "namespaces", ns, resource, name] => (*ns, *resource, *name, None),
+        ["api", "v1", "namespaces", ns, resource] => (*ns, *resource, "", None),
+        _ => ("", "", "", None),
+    };
+    let full = match sub {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    };
+    let user = "system:serviceaccount:gpu-warden:gpu-warden";
+    let mut s = failure(
+        403,
+        "Forbidden",
+        &format!(
+            "{resource} \"{name}\" is forbidden: User \"{user}\" cannot {verb} resource \"{full}\" in API group \"\" in the namespace \"{ns}\""
+        ),
+    );
+    s["details"] = json!({"name": name, "kind": resource});
+    s
+}

@@ -45,8 +45,19 @@ pub(crate) struct WatchRequest {
     pub(crate) timeout: Duration,
     /// Break the connection after this many events.
     pub(crate) drop_after: Option<usize>,
+    /// How the watch misbehaves, if it does.
+    pub(crate) fault: Option<WatchFault>,
+}
+
+/// The ways a watch can misbehave (from [`crate::FaultAction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WatchFault {
     /// Send nothing at all after the headers ([`crate::FaultAction::StallWatch`]).
-    pub(crate) stall: bool,
+    Stall,
+    /// One `410 Expired` ERROR event, then the end ([`crate::FaultAction::ExpireWatch`]).
+    Expire,
+    /// Bookmarks only, no object events ([`crate::FaultAction::DropWatchEvents`]).
+    DropEvents,
 }
 
 impl WatchRequest {
@@ -82,11 +93,22 @@ impl WatchRequest {
 /// Starts a watch task; returns the response body it feeds.
 pub(crate) fn start(shared: Arc<Shared>, req: WatchRequest) -> ChannelBody {
     let (tx, rx) = mpsc::channel(256);
-    if req.stall {
+    match req.fault {
         // Keep the stream open and silent until the client goes away.
-        tokio::spawn(async move { tx.closed().await });
-    } else {
-        tokio::spawn(run(shared, req, tx));
+        Some(WatchFault::Stall) => {
+            tokio::spawn(async move { tx.closed().await });
+        }
+        // kube-apiserver's errWatcher: the one event, then the end of the stream.
+        Some(WatchFault::Expire) => {
+            let mut out = Sender::new(&shared, &req, tx);
+            tokio::spawn(async move {
+                out.event(&json!({"type": "ERROR", "object": status::expired()}))
+                    .await;
+            });
+        }
+        _ => {
+            tokio::spawn(run(shared, req, tx));
+        }
     }
     ChannelBody { rx }
 }
@@ -113,10 +135,22 @@ struct Sender {
     tx: Tx,
     sent: usize,
     drop_after: Option<usize>,
+    /// Object events are lost on the way ([`WatchFault::DropEvents`]); errors still go out.
+    drop_events: bool,
     frozen: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Sender {
+    fn new(shared: &Shared, req: &WatchRequest, tx: Tx) -> Self {
+        Sender {
+            tx,
+            sent: 0,
+            drop_after: req.drop_after,
+            drop_events: req.fault == Some(WatchFault::DropEvents),
+            frozen: shared.frozen.subscribe(),
+        }
+    }
+
     async fn thawed(&mut self) {
         let _ = self.frozen.wait_for(|f| !*f).await;
     }
@@ -124,6 +158,9 @@ impl Sender {
     /// `false` when the stream is over (client gone, or the fault broke it).
     async fn event(&mut self, v: &Value) -> bool {
         self.thawed().await;
+        if self.drop_events && v.get("type").and_then(Value::as_str) != Some("ERROR") {
+            return true;
+        }
         if self.tx.send(Ok(line(v))).await.is_err() {
             return false;
         }
@@ -158,12 +195,7 @@ impl Sender {
 async fn run(shared: Arc<Shared>, req: WatchRequest, tx: Tx) {
     let deadline = Instant::now() + req.timeout;
     let mut changed = shared.changed.subscribe();
-    let mut out = Sender {
-        tx,
-        sent: 0,
-        drop_after: req.drop_after,
-        frozen: shared.frozen.subscribe(),
-    };
+    let mut out = Sender::new(&shared, &req, tx);
     // Where the stream starts: replay after the given RV, or the current state.
     let (mut cursor, initial, interval) = {
         let start = shared.read(|s| {

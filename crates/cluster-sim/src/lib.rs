@@ -4,7 +4,7 @@
 //! It calls gpu-warden's real code wherever a decision is made: the guard is
 //! `guard::state::Guard` fed full polls (its ranking, levels and reclaim plan included),
 //! the extender's inputs are the agent's own annotation values
-//! (`publish::annotations::annotation_values_with`, serialised by `to_annotations`) and its
+//! (`publish::annotations::values::annotation_values_with`, serialised by `to_annotations`) and its
 //! verdicts come from `extender::core::{evaluate, filter_result, prioritize_result}` with
 //! the real reservation ledger. The simulator owns only the world: jobs, memory growth,
 //! OOM, the scheduler's loop and the device plugin's GPU choice

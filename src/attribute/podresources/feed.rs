@@ -9,6 +9,10 @@
 //! withdrawn, one when it comes back; one when `GetAllocatableResources` stops or starts
 //! answering; one per new set of device IDs that name no GPU.
 
+// Its staleness and poll timing bound real I/O to the kubelet on tokio's timers
+// (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 use super::client::{AllocatableError, PodResourcesClient, PodResourcesError, MAX_MESSAGE};
 use super::model::answer;
 use crate::attribute::ports::PodSource;

@@ -156,6 +156,8 @@ pub struct Guard {
     refresh_wanted: bool,
     /// Evictions in doubt resolved since the last [`Guard::take_resolutions`].
     resolutions: Vec<Resolution>,
+    /// The last answer saying the agent may not evict (403), until an eviction succeeds.
+    forbidden: Option<String>,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -183,6 +185,7 @@ impl Guard {
             hold: None,
             refresh_wanted: false,
             resolutions: Vec::new(),
+            forbidden: None,
         }
     }
 
@@ -357,6 +360,7 @@ impl Guard {
             evictions_in_window: self.evictions.len(),
             evictions_allowed: self.allowance(None),
             refused,
+            forbidden: self.forbidden.clone(),
         }
     }
 }
@@ -457,9 +461,77 @@ mod tests {
             if o.reclaims() {
                 gone.push(v.uid.clone());
             }
+            let stop = o.ends_walk();
             g.record_outcome(d.id, &v.uid, o, secs(t));
+            if stop {
+                break;
+            }
         }
         gone
+    }
+
+    /// An answer about the server (throttled, forbidden, failed) ends the walk without
+    /// marking the pod refused: the GPU pauses — as long as `Retry-After` said, bounded —
+    /// and then the same pod is first again. A 403 is kept in /state until an eviction
+    /// goes through.
+    #[test]
+    fn answers_about_the_server_pause_the_gpu_and_keep_the_same_pod_first() {
+        // (answer for "a", pause until, forbidden shown)
+        let throttled = |ms| EvictionOutcome::Throttled {
+            detail: "429: Too many requests, please try again later.".into(),
+            retry_after_ms: ms,
+        };
+        let rows: Vec<(EvictionOutcome, f64, bool)> = vec![
+            (throttled(3000), 3.1, false),
+            (throttled(0), 0.3, false),
+            (throttled(600_000), 30.1, false),
+            (
+                EvictionOutcome::Forbidden("403 Forbidden: no".into()),
+                30.1,
+                true,
+            ),
+            (
+                EvictionOutcome::Failed("400 BadRequest: x".into()),
+                5.1,
+                false,
+            ),
+        ];
+        for (answer, until, forbidden) in rows {
+            let name = format!("{answer:?}");
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("b").priority(1)],
+                vec![proc_in("a", 0, 900), proc_in("b", 0, 900)],
+            );
+            let d = one(w.poll(0.0, 9600));
+            let tried = std::cell::RefCell::new(vec![]);
+            let gone = enforcer(&mut w.guard, &d, 0.1, |uid| {
+                tried.borrow_mut().push(uid.to_string());
+                if uid == "a" {
+                    answer.clone()
+                } else {
+                    EvictionOutcome::Evicted
+                }
+            });
+            assert!(gone.is_empty(), "{name}");
+            assert_eq!(tried.into_inner(), ["a"], "{name}: the walk stops at once");
+            assert!(
+                matches!(w.phase(0), GpuPhase::Cooldown { until: u, ref waiting_for_pids, .. } if u == secs(until) && waiting_for_pids.is_empty()),
+                "{name}: {:?}",
+                w.phase(0)
+            );
+            assert!(w.guard.status().refused.is_empty(), "{name}");
+            assert_eq!(w.guard.status().forbidden.is_some(), forbidden, "{name}");
+            assert!(w.poll(until - 0.05, 9600).is_empty(), "{name}");
+            let again = one(w.poll(until, 9600));
+            assert_eq!(
+                uids(again.planned_victims()),
+                ["a"],
+                "{name}: same pod first"
+            );
+            enforcer(&mut w.guard, &again, until, |_| EvictionOutcome::Evicted);
+            assert!(w.guard.status().forbidden.is_none(), "{name}");
+        }
     }
 
     fn one(mut ds: Vec<Decision>) -> Decision {
@@ -1200,7 +1272,7 @@ mod tests {
         assert_eq!(d.planned, 1);
         let gone = enforcer(&mut w.guard, &d, 0.1, |uid| match uid {
             "a" => EvictionOutcome::Blocked("429: disruption budget ci/pdb".into()),
-            _ => EvictionOutcome::Failed("500".into()),
+            _ => EvictionOutcome::Blocked("429: disruption budget ci/other".into()),
         });
         assert!(gone.is_empty());
         assert_eq!(

@@ -24,16 +24,21 @@ impl Guard {
     ) {
         self.expire(now);
         match &outcome {
-            EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_) => self.evictions.push_back(now),
-            EvictionOutcome::Blocked(d)
-            | EvictionOutcome::Failed(d)
-            | EvictionOutcome::Skipped(d) => {
+            EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_) => {
+                self.evictions.push_back(now);
+                self.forbidden = None;
+            }
+            EvictionOutcome::Blocked(d) | EvictionOutcome::Skipped(d) => {
                 self.refused.insert(
                     pod_uid.to_string(),
                     (now + self.policy.cooldown_timeout, d.clone()),
                 );
             }
-            EvictionOutcome::AlreadyGone | EvictionOutcome::Aborted(_) => {}
+            EvictionOutcome::Forbidden(d) => self.forbidden = Some(d.clone()),
+            EvictionOutcome::AlreadyGone
+            | EvictionOutcome::Aborted(_)
+            | EvictionOutcome::Failed(_)
+            | EvictionOutcome::Throttled { .. } => {}
         }
         let timeout = self.policy.cooldown_timeout;
         for st in self.gpus.values_mut() {
@@ -74,14 +79,14 @@ impl Guard {
                     outcomes,
                     since,
                 }
-            } else if matches!(outcome, EvictionOutcome::Aborted(_)) {
-                // The API failed a plain read: pause this GPU briefly so a frozen server
-                // gets one read per pause, not one per poll.
+            } else if let Some(pause) = pause_after(&outcome, timeout) {
+                // The answer was about the server, not the pod: pause this GPU so a frozen,
+                // busy or misconfigured server gets one attempt per pause, not one per poll.
                 match settle(decision, &outcomes, now, timeout) {
                     GpuPhase::Watching => GpuPhase::Cooldown {
                         decision_id,
                         waiting_for_pids: Vec::new(),
-                        until: now + ABORT_PAUSE.min(timeout),
+                        until: now + pause,
                     },
                     other => other,
                 }
@@ -192,8 +197,29 @@ impl Guard {
     }
 }
 
-/// How long a GPU pauses after a decision whose fresh read of its victim failed.
+/// How long a GPU pauses after a decision whose fresh read of its victim failed (or whose
+/// eviction was refused for a reason that is not about the pod).
 pub const ABORT_PAUSE: Duration = Duration::from_secs(5);
+
+/// Shortest pause after a throttled eviction, whatever `Retry-After` says.
+pub const MIN_THROTTLE_PAUSE: Duration = Duration::from_millis(200);
+
+/// How long a GPU pauses after an outcome that ends the walk because of the server (none
+/// for the others): a throttled eviction waits as the server told it, between
+/// [`MIN_THROTTLE_PAUSE`] and `timeout` (`cooldownTimeout`); a forbidden one waits
+/// `timeout` (it needs a person); an aborted or failed one [`ABORT_PAUSE`].
+pub(super) fn pause_after(outcome: &EvictionOutcome, timeout: Duration) -> Option<Duration> {
+    match outcome {
+        EvictionOutcome::Throttled { retry_after_ms, .. } => Some(
+            Duration::from_millis(*retry_after_ms)
+                .max(MIN_THROTTLE_PAUSE)
+                .min(timeout),
+        ),
+        EvictionOutcome::Forbidden(_) => Some(timeout),
+        EvictionOutcome::Aborted(_) | EvictionOutcome::Failed(_) => Some(ABORT_PAUSE.min(timeout)),
+        _ => None,
+    }
+}
 
 /// Closes a decision: cool down on the reclaimed victims' PIDs, or, if nothing was
 /// reclaimed (every attempt refused or failed), go straight back to watching.

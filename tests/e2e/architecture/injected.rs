@@ -147,7 +147,7 @@ fn a_path_to_nowhere_in_a_comment_or_a_doc_is_found() {
     let root = dir.path();
     let w = |rel: &str, text: &str| write(root, rel, text);
     w("src/lib.rs", "pub mod guard;\npub mod model;\n");
-    w("src/model/mod.rs", "pub mod clock;\n");
+    w("src/model/mod.rs", "pub mod clock;\npub use clock::*;\n");
     w(
         "src/model/clock.rs",
         "//! The clock (docs/guard.md, src/model/clock.rs; not src/clock.rs).\npub struct Clock;\nimpl Clock {\n    pub fn mono(&self) {}\n}\n",
@@ -162,7 +162,8 @@ fn a_path_to_nowhere_in_a_comment_or_a_doc_is_found() {
     );
     w(
         "docs/guard.md",
-        "See `src/guard/rank.rs`, `guard::rank::rank`, `guard/rank.rs`, `rank.rs`.\n",
+        "See `src/guard/rank.rs`, `guard::rank::rank`, `guard/rank.rs`, `rank.rs`, \
+         `model::Clock` (re-exported), not `model::Calendar`.\n",
     );
     w(
         "docs/architecture.md",
@@ -185,6 +186,7 @@ fn a_path_to_nowhere_in_a_comment_or_a_doc_is_found() {
         "src/guard/rank.rs: `super::state` names nothing",
         "docs/architecture.md: `guard/watch.rs` does not exist",
         "docs/architecture.md: `guard::ghost` names nothing",
+        "docs/guard.md: `model::Calendar` names nothing",
         "README.md: `docs/nowhere.md` does not exist",
         "Cargo.toml: `tests/podresources_kubelet.rs` does not exist",
     ];

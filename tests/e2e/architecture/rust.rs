@@ -121,6 +121,18 @@ fn leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, lead: bool, out: &mut V
     }
 }
 
+/// Every leaf of a `use` item.
+fn use_leaves(u: &syn::ItemUse) -> Vec<Leaf> {
+    let mut out = Vec::new();
+    leaves(
+        &u.tree,
+        &mut Vec::new(),
+        u.leading_colon.is_some(),
+        &mut out,
+    );
+    out
+}
+
 /// The names each module of the file binds with `use` or `extern crate`, and the child
 /// modules it declares.
 #[derive(Default)]
@@ -143,14 +155,7 @@ impl<'ast> Visit<'ast> for Collect<'_> {
         self.module.pop();
     }
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
-        let mut out = Vec::new();
-        leaves(
-            &u.tree,
-            &mut Vec::new(),
-            u.leading_colon.is_some(),
-            &mut out,
-        );
-        for l in out {
+        for l in use_leaves(u) {
             if let Some(b) = l.binds {
                 self.scopes
                     .aliases
@@ -337,14 +342,7 @@ impl<'ast> Visit<'ast> for Check<'_> {
                 self.module.pop();
             }
             syn::Item::Use(u) => {
-                let mut out = Vec::new();
-                leaves(
-                    &u.tree,
-                    &mut Vec::new(),
-                    u.leading_colon.is_some(),
-                    &mut out,
-                );
-                for l in out {
+                for l in use_leaves(u) {
                     self.record(&l.segs, l.leading_colon, l.line, true);
                 }
             }

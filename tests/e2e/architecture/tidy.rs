@@ -18,6 +18,8 @@ pub struct Index {
     items: BTreeSet<(Vec<String>, String)>,
     /// Every name defined anywhere: items, fields, variants, associated items.
     members: BTreeSet<String>,
+    /// `use …::*` items: (the module they are in, the path as written).
+    globs: Vec<(Vec<String>, Vec<String>)>,
 }
 
 struct Indexer<'a> {
@@ -59,18 +61,32 @@ impl<'ast> Visit<'ast> for Indexer<'_> {
                 self.module.pop();
             }
             Use(u) => {
-                fn binds(t: &syn::UseTree, out: &mut Vec<String>) {
+                fn binds(
+                    t: &syn::UseTree,
+                    prefix: &mut Vec<String>,
+                    out: &mut Vec<String>,
+                    globs: &mut Vec<Vec<String>>,
+                ) {
                     match t {
-                        syn::UseTree::Path(p) => binds(&p.tree, out),
+                        syn::UseTree::Path(p) => {
+                            prefix.push(p.ident.to_string());
+                            binds(&p.tree, prefix, out, globs);
+                            prefix.pop();
+                        }
                         syn::UseTree::Name(n) => out.push(n.ident.to_string()),
                         syn::UseTree::Rename(r) => out.push(r.rename.to_string()),
-                        syn::UseTree::Glob(_) => {}
-                        syn::UseTree::Group(g) => g.items.iter().for_each(|t| binds(t, out)),
+                        syn::UseTree::Glob(_) => globs.push(prefix.clone()),
+                        syn::UseTree::Group(g) => {
+                            g.items.iter().for_each(|t| binds(t, prefix, out, globs))
+                        }
                     }
                 }
-                let mut out = Vec::new();
-                binds(&u.tree, &mut out);
+                let (mut out, mut globs) = (Vec::new(), Vec::new());
+                binds(&u.tree, &mut Vec::new(), &mut out, &mut globs);
                 out.into_iter().for_each(|n| self.item(n));
+                for g in globs {
+                    self.index.globs.push((self.module.clone(), g));
+                }
             }
             other => visit::visit_item(self, other),
         }
@@ -130,7 +146,45 @@ impl Index {
                 }
             }
         }
+        index.follow_globs();
         index
+    }
+
+    /// Gives each module that globs another (`pub use values::*`) the other's items.
+    fn follow_globs(&mut self) {
+        for _ in 0..4 {
+            let mut add = Vec::new();
+            for (module, path) in &self.globs {
+                let mut m = module.clone();
+                let mut rest = path.as_slice();
+                match rest.first().map(String::as_str) {
+                    Some("crate") => {
+                        m.clear();
+                        rest = &rest[1..];
+                    }
+                    Some("self") => rest = &rest[1..],
+                    _ => {}
+                }
+                while rest.first().is_some_and(|s| s == "super") {
+                    m.pop();
+                    rest = &rest[1..];
+                }
+                m.extend(rest.iter().cloned());
+                if !self.modules.contains(&m) {
+                    continue;
+                }
+                for (owner, name) in &self.items {
+                    if *owner == m {
+                        add.push((module.clone(), name.clone()));
+                    }
+                }
+            }
+            let before = self.items.len();
+            self.items.extend(add);
+            if self.items.len() == before {
+                break;
+            }
+        }
     }
 
     fn top(&self, name: &str) -> bool {

@@ -1,0 +1,411 @@
+//! Stop at decision: the enforcer's hands on the victim's processes (docs/guard.md,
+//! "Stopping the growth at decision"). Before a victim's eviction its GPU processes are
+//! stopped (`onDecision: stop`, SIGSTOP, before the fresh read: it is undone if the read
+//! disagrees) or killed (`kill`, SIGKILL, only after the fresh read agrees); after the
+//! eviction's outcome they are resumed (SIGCONT) whenever the eviction did not happen, kept
+//! stopped while it is in doubt, and forgotten once it happened (the kubelet's SIGKILL ends
+//! them). Every signal goes to a pid verified at that moment to be in the victim pod's
+//! cgroup and to have started before the decision ([`crate::guard::stop::check`]).
+//!
+//! The signals go through the [`ProcessSignals`] port (the real one is `act::signal`);
+//! the bookkeeping is [`StopBook`].
+
+use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::notes::{EventDraft, EventType, Regarding};
+use crate::guard::rank::Victim;
+use crate::guard::stop::{self, Held, Next, OnDecision, Seen, StopBook};
+use crate::model::clock::Clock;
+use crate::publish::self_metrics::SelfMetrics;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A signal the guard sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sig {
+    Stop,
+    Cont,
+    Kill,
+}
+
+/// Why a signal was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignalError {
+    /// The process exited (or its entry cannot be read).
+    #[error("gone: {0}")]
+    Gone(String),
+    /// The pid now names another process (its start time changed).
+    #[error("pid reused (start time now {start_ticks})")]
+    NotSame { start_ticks: u64 },
+    /// The agent may not signal it (no CAP_KILL).
+    #[error("denied: {0}")]
+    Denied(String),
+    /// Anything else the kernel said.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What the stopper needs from the host: each pid's identity now, signals to exactly the
+/// process identified, the boot clock, and whether the agent may signal at all.
+pub trait ProcessSignals: Send + Sync {
+    /// The pid's start time and pod now.
+    fn seen(&self, pid: u32) -> Result<Seen, String>;
+    /// Sends `sig` to `pid` if it is still the process that started at `start_ticks`.
+    fn signal(&self, pid: u32, start_ticks: u64, sig: Sig) -> Result<(), SignalError>;
+    /// Time since boot (`CLOCK_BOOTTIME`), the clock `/proc/<pid>/stat` start times use.
+    fn boot_time(&self) -> Duration;
+    /// Whether the agent may signal other users' processes (CAP_KILL), or why not.
+    fn permitted(&self) -> Result<(), String>;
+}
+
+/// The `result` label of `gpu_warden_guard_stops_total`.
+mod result {
+    pub const STOPPED: &str = "stopped";
+    pub const KILLED: &str = "killed";
+    pub const RESUMED: &str = "resumed";
+    pub const REFUSED: &str = "refused";
+    pub const GONE: &str = "gone";
+    pub const DENIED: &str = "denied";
+    pub const ERROR: &str = "error";
+    pub const NOT_PERMITTED: &str = "not_permitted";
+}
+
+/// How many recent actions `/state` shows.
+const RECENT: usize = 32;
+
+/// One thing done to a pod's processes, for /state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub decision_id: u64,
+    pub pod: String,
+    pub uid: String,
+    /// What was done, as the Events say it.
+    pub action: String,
+    #[serde(serialize_with = "crate::guard::decision::ser_secs")]
+    pub at: Duration,
+}
+
+/// Stops, kills and resumes victims' GPU processes for the enforcer.
+pub struct Stopper {
+    action: OnDecision,
+    signals: Arc<dyn ProcessSignals>,
+    permitted: Result<(), String>,
+    book: Mutex<StopBook>,
+    recent: Mutex<VecDeque<ActionRecord>>,
+    metrics: SelfMetrics,
+    clock: Arc<dyn Clock>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each change under these locks is a single insert or removal: a panic elsewhere
+    // leaves them consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn processes(n: usize) -> String {
+    if n == 1 {
+        "1 GPU process".to_string()
+    } else {
+        format!("{n} GPU processes")
+    }
+}
+
+impl Stopper {
+    /// A stopper doing `action`; asks `signals` once whether it may signal, and without
+    /// the permission logs one line and evicts only (the metric and /state say so too).
+    pub fn new(
+        action: OnDecision,
+        signals: Arc<dyn ProcessSignals>,
+        metrics: SelfMetrics,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let permitted = signals.permitted();
+        metrics
+            .guard_stop_permitted
+            .set(i64::from(permitted.is_ok()));
+        if action.signals() {
+            match &permitted {
+                Ok(()) => tracing::info!(
+                    on_decision = action.as_str(),
+                    "guard will {} the victim's GPU processes when it decides (CAP_KILL held)",
+                    action.as_str()
+                ),
+                Err(why) => {
+                    tracing::warn!(on_decision = action.as_str(), reason = %why, "guard cannot signal the victim's GPU processes: it evicts only")
+                }
+            }
+        }
+        Stopper {
+            action,
+            signals,
+            permitted,
+            book: Mutex::default(),
+            recent: Mutex::default(),
+            metrics,
+            clock,
+        }
+    }
+
+    /// The configured action.
+    pub fn action(&self) -> OnDecision {
+        self.action
+    }
+
+    fn count(&self, result: &str, n: usize) {
+        if n > 0 {
+            self.metrics
+                .guard_stops
+                .with_label_values(&[result])
+                .inc_by(n as u64);
+        }
+    }
+
+    fn note(&self, decision_id: u64, v: &Victim, action: String) {
+        let mut recent = lock(&self.recent);
+        recent.push_back(ActionRecord {
+            decision_id,
+            pod: format!("{}/{}", v.namespace, v.name),
+            uid: v.uid.clone(),
+            action,
+            at: self.clock.mono(),
+        });
+        while recent.len() > RECENT {
+            recent.pop_front();
+        }
+    }
+
+    /// Whether this stopper acts with `sig` at all (the action, and the permission).
+    fn acts(&self, sig: Sig) -> bool {
+        let wanted = match sig {
+            Sig::Stop => self.action == OnDecision::Stop,
+            Sig::Kill => self.action == OnDecision::Kill,
+            Sig::Cont => false,
+        };
+        if wanted && self.permitted.is_err() {
+            self.count(result::NOT_PERMITTED, 1);
+        }
+        wanted && self.permitted.is_ok()
+    }
+
+    /// Signals every process of `victim` the decision listed that is, at this moment, in
+    /// its pod's cgroup and older than the decision. Returns those signalled.
+    fn signal_victim(&self, decision: &Decision, victim: &Victim, sig: Sig) -> Vec<Held> {
+        let since = self.clock.mono().saturating_sub(decision.at);
+        let decided = stop::decided_ticks(self.signals.boot_time(), since);
+        let mut done = Vec::new();
+        for &pid in &victim.pids {
+            let checked = stop::check(&victim.uid, decided, self.signals.seen(pid));
+            let start_ticks = match checked {
+                Ok(t) => t,
+                Err(refusal) => {
+                    let gone = matches!(refusal, stop::Refusal::Gone(_));
+                    self.count(if gone { result::GONE } else { result::REFUSED }, 1);
+                    tracing::warn!(decision = decision.id, pod = %victim.name, namespace = %victim.namespace, pid, reason = %refusal, "not signalling pid");
+                    continue;
+                }
+            };
+            match self.signals.signal(pid, start_ticks, sig) {
+                Ok(()) => done.push(Held { pid, start_ticks }),
+                Err(e) => self.count_error(decision.id, victim, pid, &e),
+            }
+        }
+        done
+    }
+
+    fn count_error(&self, decision_id: u64, v: &Victim, pid: u32, e: &SignalError) {
+        let r = match e {
+            SignalError::Gone(_) => result::GONE,
+            SignalError::NotSame { .. } => result::REFUSED,
+            SignalError::Denied(_) => result::DENIED,
+            SignalError::Other(_) => result::ERROR,
+        };
+        self.count(r, 1);
+        tracing::warn!(decision = decision_id, pod = %v.name, namespace = %v.namespace, pid, error = %e, "signal not delivered");
+    }
+
+    /// `onDecision: stop`: SIGSTOPs the victim's GPU processes before its fresh read.
+    /// Returns what was done, for the Events, if anything.
+    pub fn stop(&self, decision: &Decision, victim: &Victim) -> Option<String> {
+        if !self.acts(Sig::Stop) {
+            return None;
+        }
+        let held = self.signal_victim(decision, victim, Sig::Stop);
+        if held.is_empty() {
+            return None;
+        }
+        self.count(result::STOPPED, held.len());
+        let pod = format!("{}/{}", victim.namespace, victim.name);
+        lock(&self.book).hold(&victim.uid, &pod, decision.id, &held, self.clock.mono());
+        let text = format!("stopped {}; evicting", processes(held.len()));
+        tracing::warn!(decision = decision.id, pod = %victim.name, namespace = %victim.namespace, pids = ?held.iter().map(|h| h.pid).collect::<Vec<_>>(), "{text}");
+        self.note(decision.id, victim, text.clone());
+        Some(text)
+    }
+
+    /// `onDecision: kill`: SIGKILLs the victim's GPU processes once its fresh read agreed.
+    pub fn kill(&self, decision: &Decision, victim: &Victim) -> Option<String> {
+        if !self.acts(Sig::Kill) {
+            return None;
+        }
+        let killed = self.signal_victim(decision, victim, Sig::Kill);
+        if killed.is_empty() {
+            return None;
+        }
+        self.count(result::KILLED, killed.len());
+        let text = format!("killed {}; evicting", processes(killed.len()));
+        tracing::warn!(decision = decision.id, pod = %victim.name, namespace = %victim.namespace, pids = ?killed.iter().map(|h| h.pid).collect::<Vec<_>>(), "{text}");
+        self.note(decision.id, victim, text.clone());
+        Some(text)
+    }
+
+    /// Applies the eviction's `outcome` to the victim's stopped processes: resumes them if
+    /// the eviction did not happen. Returns what was done, if anything.
+    pub fn after(
+        &self,
+        decision_id: u64,
+        victim: &Victim,
+        outcome: &EvictionOutcome,
+    ) -> Option<String> {
+        let settled = lock(&self.book).settle(&victim.uid, &stop::after(outcome));
+        let (stopped, why) = settled?;
+        let text = self.resume(&stopped, &why);
+        self.note(decision_id, victim, text.clone());
+        Some(text)
+    }
+
+    /// What the guard learned of an eviction in doubt: resumes the pod's processes if it was
+    /// not carried out, forgets them if it was.
+    pub fn resolved(&self, uid: &str, outcome: &EvictionOutcome) {
+        let next = match outcome {
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => Next::Forget,
+            EvictionOutcome::InDoubt(_) => Next::Keep,
+            _ => Next::Resume("the eviction in doubt was not carried out".into()),
+        };
+        if let Some((stopped, why)) = lock(&self.book).settle(uid, &next) {
+            let text = self.resume(&stopped, &why);
+            let mut recent = lock(&self.recent);
+            recent.push_back(ActionRecord {
+                decision_id: stopped.decision_id,
+                pod: stopped.pod.clone(),
+                uid: uid.to_string(),
+                action: text,
+                at: self.clock.mono(),
+            });
+            while recent.len() > RECENT {
+                recent.pop_front();
+            }
+        }
+    }
+
+    /// Resumes everything still stopped (the agent is shutting down: nobody would resolve
+    /// the doubts that hold them).
+    pub fn resume_all(&self, why: &str) {
+        let all = lock(&self.book).take_all();
+        for (_, stopped) in all {
+            self.resume(&stopped, why);
+        }
+    }
+
+    fn resume(&self, s: &stop::Stopped, why: &str) -> String {
+        let mut resumed = 0;
+        for h in &s.procs {
+            match self.signals.signal(h.pid, h.start_ticks, Sig::Cont) {
+                Ok(()) => resumed += 1,
+                // A process that exited, or whose pid is another's now, needs no resume.
+                Err(SignalError::Gone(_) | SignalError::NotSame { .. }) => {}
+                Err(e) => {
+                    tracing::error!(pod = %s.pod, pid = h.pid, error = %e, "cannot resume a stopped process")
+                }
+            }
+        }
+        self.count(result::RESUMED, resumed);
+        let text = format!("resumed {}: {why}", processes(resumed));
+        tracing::warn!(decision = s.decision_id, pod = %s.pod, "{text}");
+        text
+    }
+
+    /// The stopper's part of /state: the action, whether it is permitted, what is stopped
+    /// now and the recent actions.
+    pub fn status(&self) -> serde_json::Value {
+        let book = lock(&self.book);
+        let held: Vec<serde_json::Value> = book
+            .held()
+            .into_iter()
+            .map(|(uid, s)| serde_json::json!({"uid": uid, "pod": s.pod, "decisionId": s.decision_id, "pids": s.procs.iter().map(|h| h.pid).collect::<Vec<_>>(), "since": s.since.as_secs_f64()}))
+            .collect();
+        let recent: Vec<ActionRecord> = lock(&self.recent).iter().cloned().collect();
+        serde_json::json!({
+            "onDecision": self.action.as_str(),
+            "permitted": self.permitted.is_ok(),
+            "notPermittedReason": self.permitted.as_ref().err(),
+            "stopped": held,
+            "recent": recent,
+        })
+    }
+}
+
+/// Adds what was done to the victims' processes to a decision's Events: each evicted pod's
+/// note and the Node's say it ("stopped 2 GPU processes; evicting"), and a pod that was
+/// stopped and then resumed — its eviction did not happen, so it has no eviction Event —
+/// gets a Normal Event of its own saying why ("resumed 1 GPU process: eviction refused by a
+/// PodDisruptionBudget").
+pub fn annotate(drafts: &mut Vec<EventDraft>, decision: &Decision, actions: &[(String, String)]) {
+    if actions.is_empty() {
+        return;
+    }
+    for d in drafts.iter_mut() {
+        match &d.regarding {
+            Regarding::Pod { uid, .. } => {
+                let done: Vec<&str> = actions
+                    .iter()
+                    .filter(|(u, _)| u == uid)
+                    .map(|(_, t)| t.as_str())
+                    .collect();
+                if !done.is_empty() {
+                    // First, so the note's limit never cuts it off.
+                    d.note = format!("At decision: {}. {}", done.join(", then "), d.note);
+                }
+            }
+            Regarding::Node { .. } => {
+                let done: Vec<String> = actions
+                    .iter()
+                    .filter_map(|(uid, t)| {
+                        let v = decision.candidates.iter().find(|v| &v.uid == uid)?;
+                        Some(format!("{}/{} {t}", v.namespace, v.name))
+                    })
+                    .collect();
+                d.note = format!("{} Processes: {}.", d.note, done.join("; "));
+            }
+        }
+    }
+    drafts.extend(resume_events(decision, actions));
+}
+
+fn resume_events(decision: &Decision, actions: &[(String, String)]) -> Vec<EventDraft> {
+    actions
+        .iter()
+        .filter(|(_, text)| text.starts_with("resumed"))
+        .filter_map(|(uid, text)| {
+            let v = decision.candidates.iter().find(|v| &v.uid == uid)?;
+            Some(EventDraft {
+                namespace: v.namespace.clone(),
+                regarding: Regarding::Pod {
+                    namespace: v.namespace.clone(),
+                    name: v.name.clone(),
+                    uid: v.uid.clone(),
+                },
+                type_: EventType::Normal,
+                reason: REASON_RESUMED,
+                action: "Resume",
+                note: format!(
+                    "GPU {} ({}) memory pressure: the guard stopped this pod's GPU processes to evict it, then {text}",
+                    decision.gpu, decision.uuid
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The reason of the Event on a pod whose stopped processes were resumed.
+pub const REASON_RESUMED: &str = "GPUMemoryPressureResumed";
