@@ -27,6 +27,12 @@ STATEFUL = {
     "gpu_warden_node_annotation_patches_total": "appears after the first Node patch (needs Kubernetes)",
     "gpu_warden_nvml_errors_total": "appears after the first failed NVML call",
     "gpu_warden_ci_job_gpu_memory_peak_bytes_bucket": "a histogram's series appear after the first pod's GPU processes end",
+    # The kubelet's pod-resources families: only with a kubelet socket (docs/attribution.md).
+    "gpu_warden_gpu_replicas": "needs the kubelet's pod-resources socket",
+    "gpu_warden_gpu_replicas_idle": "needs the kubelet's pod-resources socket",
+    "gpu_warden_gpu_memory_declared_bytes": "needs the kubelet's pod-resources socket",
+    "gpu_warden_gpu_memory_committed_bytes": "needs the kubelet's pod-resources socket",
+    "gpu_warden_pod_processes_without_replica": "needs the kubelet's pod-resources socket and a bypassing process",
     # Hopper and newer only (NVML GPM); the simulated H100 scenario does not model GPM.
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "Hopper+ GPM profiling family",
     "DCGM_FI_PROF_SM_ACTIVE": "Hopper+ GPM profiling family",

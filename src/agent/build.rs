@@ -338,9 +338,10 @@ impl Wiring {
                 self.cli.job_peaks_max_series,
             ));
         }
-        if let Some(rx) = self.replicas(pods.clone(), request_key).await {
-            // A clone of the Arc under the watch's lock, held for nanoseconds.
-            core = core.with_replicas(move || rx.borrow().clone());
+        if let Some(mut rx) = self.replicas(pods.clone(), request_key).await {
+            // The feed's latest answer matched with the poll's GPUs: an Arc clone while
+            // neither changed.
+            core = core.with_replicas(move |snap| rx.latest(snap));
         }
         let events = clients
             .as_ref()

@@ -35,9 +35,9 @@ pub struct GuardParts {
     pub executor: Option<Arc<dyn DecisionExecutor>>,
 }
 
-/// The pod-resources feed's latest view, read once per poll (the shell hands in a read of its
-/// channel, so the core names no runtime type).
-pub type LatestReplicas = Box<dyn Fn() -> Option<Arc<ReplicaView>> + Send>;
+/// The pod-resources feed's latest view matched with the poll's snapshot, read once per poll
+/// (the shell hands in a read of its channel, so the core names no runtime type).
+pub type LatestReplicas = Box<dyn FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send>;
 
 /// A decision to execute, with the pod view it was taken on.
 pub type Dispatch = (Decision, Arc<PodMap>);
@@ -120,7 +120,7 @@ impl Core {
     /// takes whatever the feed last published, never waiting for the kubelet.
     pub fn with_replicas(
         mut self,
-        latest: impl Fn() -> Option<Arc<ReplicaView>> + Send + 'static,
+        latest: impl FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send + 'static,
     ) -> Self {
         self.replicas = Some(Box::new(latest));
         self
@@ -148,7 +148,7 @@ impl Core {
         pressure: BTreeMap<u32, Pressure>,
         guard: Option<Arc<dyn StatePart>>,
     ) -> Published {
-        let replicas = self.replicas.as_ref().and_then(|latest| latest());
+        let replicas = self.replicas.as_mut().and_then(|latest| latest(&snap));
         let out = &mut self.buf;
         out.clear();
         metrics::write_device_families(out, &mut self.scratch, &snap, &self.cfg);

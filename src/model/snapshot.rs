@@ -128,6 +128,10 @@ pub struct GpuSample {
     /// The value of the last XID error seen on this GPU since the agent started.
     pub last_xid: Option<u64>,
     pub prof: Option<ProfSample>,
+    /// UUIDs (`MIG-…`) of the MIG devices on this GPU while MIG mode is on; empty otherwise.
+    /// The kubelet names a MIG slice by this UUID, and a process on it shows on this GPU.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<String>,
 }
 
 impl GpuSample {
@@ -151,6 +155,7 @@ impl GpuSample {
             remapped_rows: None,
             last_xid: None,
             prof: None,
+            mig_devices: Vec::new(),
         }
     }
 }

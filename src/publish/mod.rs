@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod process_metrics;
 pub mod process_reader;
 pub mod replica_metrics;
+pub mod replica_state;
 pub mod self_metrics;
 pub mod state;
 pub mod text;

@@ -5,6 +5,7 @@
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::Snapshot;
+use crate::publish::replica_state::ReplicaState;
 use bytes::Bytes;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -46,6 +47,9 @@ struct StateView<'a> {
     /// Why it is stale (null while it is current).
     #[serde(rename = "staleReason")]
     stale_reason: Option<&'a str>,
+    /// The kubelet's pod-resources view (absent without the data).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<ReplicaState<'a>>,
 }
 
 impl Published {
@@ -65,6 +69,10 @@ impl Published {
                 .map_or(serde_json::Value::Null, |g| g.to_json()),
             stale: stale_reason.is_some(),
             stale_reason,
+            replicas: self
+                .replicas
+                .as_deref()
+                .map(|v| ReplicaState::new(v, &self.snapshot)),
         };
         // Serialising plain data into a Vec cannot fail; an empty object is a safe answer
         // should a future field ever refuse.

@@ -85,6 +85,10 @@ pub struct GpuSpec {
     pub remapped_rows: Option<RemappedRows>,
     /// Profiling figures as NVML GPM gives them on Hopper and newer (`DCGM_FI_PROF_*`).
     pub prof: Option<ProfSample>,
+    /// UUIDs of MIG devices on this GPU (MIG mode on), as NVML names them: `MIG-<uuid>`.
+    /// Only with `count: 1`.
+    #[serde(default)]
+    pub mig_devices: Vec<String>,
 }
 
 fn one() -> u32 {
@@ -455,6 +459,18 @@ impl Scenario {
                 if !u.starts_with("GPU-") {
                     return Err(bad(f("uuid"), "must start with \"GPU-\"".into()));
                 }
+            }
+            if !g.mig_devices.is_empty() && g.count > 1 {
+                return Err(bad(
+                    f("mig_devices"),
+                    "mig_devices can only be given with count: 1".into(),
+                ));
+            }
+            if let Some(m) = g.mig_devices.iter().find(|m| !m.starts_with("MIG-")) {
+                return Err(bad(
+                    f("mig_devices"),
+                    format!("{m:?} must start with \"MIG-\""),
+                ));
             }
         }
         let mut pids = HashSet::new();

@@ -428,6 +428,7 @@ impl SimSource {
             remapped_rows: remapped,
             last_xid: self.latest_xid(idx, now),
             prof,
+            mig_devices: gpu.spec.mig_devices.clone(),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A fake kubelet pod-resources server (real parts over real sockets): the generated
-//! `v1.PodResourcesLister` service over a real unix socket, with injected faults and delays,
-//! and a shutdown that deletes the socket as a stopping kubelet does. It holds its answers
-//! behind a lock so a test can change them mid-run. Shared by the client's tests and the
-//! agent's end-to-end tests: the `kubelet` module of the e2e crate.
+//! `v1.PodResourcesLister` service (upstream's `api.proto`) over a real unix socket, with
+//! injected faults and delays, each kubelet generation's answers ([`Generation`]), and a
+//! shutdown that deletes the socket as a stopping kubelet does. It holds its answers behind a
+//! lock so a test can change them mid-run. Shared by the client's tests and the agent's
+//! end-to-end tests: the `kubelet` module of the e2e crate.
 #![allow(dead_code)]
 
 use gpu_warden::attribute::podresources::generated::pod_resources_lister_server::{
@@ -22,9 +23,28 @@ use tokio::sync::oneshot;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
+/// Which kubelet the fake plays, after the kubelet's `pkg/kubelet/apis/podresources` and
+/// grpc-go's answers for what a server does not serve (`server.go`: `unknown service %v`,
+/// `unknown method %v for service %v`, both `codes.Unimplemented`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Generation {
+    /// 1.23 and later: `List` and `GetAllocatableResources` (beta, on by default).
+    #[default]
+    Current,
+    /// 1.21–1.22 with the `KubeletPodResourcesGetAllocatable` gate off (its default):
+    /// `server_v1.go` returns `fmt.Errorf("Pod Resources API GetAllocatableResources
+    /// disabled")`, which grpc-go sends as `Unknown`.
+    GateOff,
+    /// 1.20: the v1 service has `List` only.
+    ListOnly,
+    /// Before 1.20: only `v1alpha1` is served; every v1 call is an unknown service.
+    AlphaOnly,
+}
+
 /// What the fake answers.
 #[derive(Default)]
 pub struct State {
+    pub generation: Generation,
     pub list: ListPodResourcesResponse,
     pub allocatable: AllocatableResourcesResponse,
     /// Answer every call with this status instead.
@@ -38,6 +58,8 @@ pub struct State {
 pub struct FakeKubelet {
     pub state: Arc<Mutex<State>>,
     pub calls: Arc<AtomicU64>,
+    /// `GetAllocatableResources` calls alone.
+    pub allocatable_calls: Arc<AtomicU64>,
 }
 
 impl FakeKubelet {
@@ -51,15 +73,38 @@ impl FakeKubelet {
         self.calls.load(Ordering::Relaxed)
     }
 
-    async fn answer<T>(&self, f: impl FnOnce(&State) -> T) -> Result<Response<T>, Status> {
+    async fn answer<T>(
+        &self,
+        method: &str,
+        f: impl FnOnce(&State) -> T,
+    ) -> Result<Response<T>, Status> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let (fail, delay) = {
+        let (fail, delay, generation) = {
             let s = self.state.lock().unwrap();
-            (s.fail, s.delay)
+            (s.fail, s.delay, s.generation)
         };
         tokio::time::sleep(delay).await;
         if let Some(code) = fail {
             return Err(Status::new(code, "injected"));
+        }
+        let allocatable = method == "GetAllocatableResources";
+        match generation {
+            Generation::AlphaOnly => {
+                return Err(Status::unimplemented(
+                    "unknown service v1.PodResourcesLister",
+                ))
+            }
+            Generation::ListOnly if allocatable => {
+                return Err(Status::unimplemented(format!(
+                    "unknown method {method} for service v1.PodResourcesLister"
+                )))
+            }
+            Generation::GateOff if allocatable => {
+                return Err(Status::unknown(
+                    "Pod Resources API GetAllocatableResources disabled",
+                ))
+            }
+            _ => {}
         }
         let s = self.state.lock().unwrap();
         Ok(Response::new(f(&s)))
@@ -72,13 +117,15 @@ impl PodResourcesLister for FakeKubelet {
         &self,
         _: Request<ListPodResourcesRequest>,
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        self.answer(|s| s.list.clone()).await
+        self.answer("List", |s| s.list.clone()).await
     }
     async fn get_allocatable_resources(
         &self,
         _: Request<AllocatableResourcesRequest>,
     ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        self.answer(|s| s.allocatable.clone()).await
+        self.allocatable_calls.fetch_add(1, Ordering::Relaxed);
+        self.answer("GetAllocatableResources", |s| s.allocatable.clone())
+            .await
     }
     async fn get(
         &self,
@@ -126,8 +173,13 @@ pub fn serve(kubelet: &FakeKubelet, path: &Path) -> Serving {
 
 /// NVIDIA's device plugin's resource holding these device IDs.
 pub fn devices(ids: &[String]) -> Vec<ContainerDevices> {
+    devices_of("nvidia.com/gpu", ids)
+}
+
+/// The resource `resource` holding these device IDs.
+pub fn devices_of(resource: &str, ids: &[String]) -> Vec<ContainerDevices> {
     vec![ContainerDevices {
-        resource_name: "nvidia.com/gpu".into(),
+        resource_name: resource.into(),
         device_ids: ids.to_vec(),
         topology: None,
     }]
@@ -171,12 +223,21 @@ pub fn shared_node(kubelet: &FakeKubelet, g0: &str, g1: &str) {
 
 /// A pod whose one container holds these device IDs.
 pub fn pod(ns: &str, name: &str, ids: Vec<String>) -> PodResources {
+    pod_of(ns, name, "nvidia.com/gpu", ids)
+}
+
+/// A pod whose one container holds these device IDs of `resource`.
+pub fn pod_of(ns: &str, name: &str, resource: &str, ids: Vec<String>) -> PodResources {
     PodResources {
         name: name.into(),
         namespace: ns.into(),
         containers: vec![ContainerResources {
             name: "main".into(),
-            devices: devices(&ids),
+            devices: if ids.is_empty() {
+                vec![]
+            } else {
+                devices_of(resource, &ids)
+            },
             ..Default::default()
         }],
         ..Default::default()

@@ -36,6 +36,7 @@ mod outage_budget;
 mod pod_view_guard;
 mod pod_watch_faults;
 mod podresources_e2e;
+mod podresources_forms;
 mod podresources_kubelet;
 mod process_metrics;
 mod proptest_parsers;

@@ -1,14 +1,19 @@
 //! The pod-resources client against a fake kubelet (real parts over real sockets): the generated
 //! `v1.PodResourcesLister` service over a real unix socket, with faults, a kubelet restart
 //! that deletes and recreates the socket, terminal pods, time-slicing replica IDs and several
-//! GPUs. The fake holds its answers behind a lock so each test can change them mid-run.
+//! GPUs, every device-ID form NVIDIA's device plugin writes, and each kubelet generation. The
+//! fake holds its answers behind a lock so each test can change them mid-run.
 
-use crate::kubelet::{pod, replicas, serve, shared_node, FakeKubelet, Serving};
-use gpu_warden::attribute::podresources::client::{
-    PodResourcesClient, PodResourcesError, PodResourcesReply,
+use crate::kubelet::{
+    devices_of, pod, pod_of, replicas, serve, shared_node, FakeKubelet, Generation, Serving,
 };
-use gpu_warden::attribute::podresources::model::allocations;
-use gpu_warden::model::replicas::PodKey;
+use gpu_warden::attribute::podresources::client::{
+    AllocatableError, PodResourcesClient, PodResourcesError, PodResourcesReply, MAX_MESSAGE,
+};
+use gpu_warden::attribute::podresources::generated::AllocatableResourcesResponse;
+use gpu_warden::attribute::podresources::model::reduce;
+use gpu_warden::model::replicas::{PodKey, ReplicaView};
+use gpu_warden::model::snapshot::GpuSample;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,7 +47,9 @@ impl Node {
         let kubelet = FakeKubelet::default();
         node(&kubelet);
         let server = serve(&kubelet, &path);
-        let client = PodResourcesClient::connect(&path, TIMEOUT).await.unwrap();
+        let client = PodResourcesClient::connect(&path, TIMEOUT, MAX_MESSAGE)
+            .await
+            .unwrap();
         Node {
             _dir: dir,
             path,
@@ -51,6 +58,16 @@ impl Node {
             client,
         }
     }
+}
+
+/// The reply reduced and matched with `gpus`; `is_terminal` plays the pod view.
+fn view(
+    reply: &PodResourcesReply,
+    gpus: &[GpuSample],
+    is_terminal: impl Fn(&str, &str) -> bool,
+) -> ReplicaView {
+    let allocatable = reply.allocatable.as_ref().map_err(|e| e.to_string());
+    reduce(&reply.list, allocatable, is_terminal, |_, _| None).resolve(gpus)
 }
 
 /// Polls until a poll succeeds (a kubelet coming up), at most 2.5 s.
@@ -78,9 +95,7 @@ async fn replicas_of_several_gpus_terminal_pods_dropped_one_dial() {
     }
     assert_eq!(client.dials(), 1, "one channel, never a dial per poll");
     let reply = client.poll().await.unwrap();
-    let a = allocations(&reply.list, &reply.allocatable, |ns, n| {
-        (ns, n) == ("ci", "finished")
-    });
+    let a = view(&reply, &[], |ns, n| (ns, n) == ("ci", "finished")).allocations;
     assert_eq!((a.gpus[G0].allocatable, a.gpus[G0].allocated), (4, 3));
     assert_eq!((a.gpus[G1].allocatable, a.gpus[G1].allocated), (4, 2));
     let g0_pods: Vec<&PodKey> = a.gpus[G0].pods.iter().collect();
@@ -168,7 +183,7 @@ async fn faults_are_call_errors_and_the_next_poll_recovers() {
     kubelet.set(|s| s.delay = Duration::ZERO);
     let reply = client.poll().await.unwrap();
     assert_eq!(reply.list.pod_resources.len(), 5);
-    assert_eq!(reply.allocatable.devices.len(), 2);
+    assert_eq!(reply.allocatable.unwrap().devices.len(), 2);
     server.shut_down(&path).await;
 }
 
@@ -178,7 +193,9 @@ async fn a_socket_that_refuses_is_retried_not_disabled() {
     let path = socket(&dir);
     // A stale socket file left by a dead kubelet: connecting is refused.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-    let mut client = PodResourcesClient::connect(&path, TIMEOUT).await.unwrap();
+    let mut client = PodResourcesClient::connect(&path, TIMEOUT, MAX_MESSAGE)
+        .await
+        .unwrap();
     assert!(client.poll().await.is_err());
     std::fs::remove_file(&path).unwrap();
     let kubelet = FakeKubelet::default();
@@ -202,8 +219,208 @@ async fn a_socket_that_refuses_is_retried_not_disabled() {
 #[tokio::test]
 async fn absent_socket_is_feature_off() {
     let dir = tempfile::tempdir().unwrap();
-    let err = PodResourcesClient::connect(socket(&dir), TIMEOUT)
+    let err = PodResourcesClient::connect(socket(&dir), TIMEOUT, MAX_MESSAGE)
         .await
         .unwrap_err();
     assert!(err.disables(), "{err}");
+}
+
+fn nvml_gpu(index: u32, uuid: &str, mig: &[&str]) -> GpuSample {
+    use gpu_warden::model::snapshot::{GpuHealth, GpuIdentity};
+    let mut g = GpuSample::empty(
+        GpuIdentity {
+            index,
+            uuid: uuid.into(),
+            pci_bus_id: format!("00000000:1{index}:00.0"),
+            device: format!("nvidia{index}"),
+            model: "NVIDIA H100 80GB HBM3".into(),
+        },
+        GpuHealth::Ok,
+    );
+    g.mig_devices = mig.iter().map(|m| m.to_string()).collect();
+    g
+}
+
+const MIG_A: &str = "MIG-0e4a6c2f-63a3-5b43-9a2e-1b3c3d7e8f90";
+const MIG_B: &str = "MIG-1e4a6c2f-63a3-5b43-9a2e-1b3c3d7e8f91";
+const MIG_C: &str = "MIG-2e4a6c2f-63a3-5b43-9a2e-1b3c3d7e8f92";
+
+/// Every device-ID form NVIDIA's device plugin writes, through the real client and a real
+/// socket, matched with the GPUs NVML would report: MIG devices in the mixed strategy
+/// (`nvidia.com/mig-<profile>`), the single strategy (`nvidia.com/gpu`) and time-sliced
+/// (`MIG-<uuid>::<n>`, renamed `.shared`) to their parent; whole GPUs and renamed shared
+/// replicas by UUID; index IDs through NVML's index (here NVML's index 0 is G1); Tegra's
+/// `tegra`, which names no NVML GPU, counted nowhere. Before issue 27 the MIG and index
+/// IDs were dropped, so those pods "held nothing".
+#[tokio::test]
+async fn every_device_id_form_is_counted_on_its_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = socket(&dir);
+    let kubelet = FakeKubelet::default();
+    // NVML: index 0 is G1 (whole, time-sliced), index 1 is G0 in MIG mode with three slices.
+    let gpus = [
+        nvml_gpu(0, G1, &[]),
+        nvml_gpu(1, G0, &[MIG_A, MIG_B, MIG_C]),
+    ];
+    let mig = |n: u32| format!("{MIG_C}::{n}");
+    kubelet.set(|s| {
+        s.allocatable = AllocatableResourcesResponse {
+            devices: [
+                devices_of("nvidia.com/mig-1g.10gb", &[MIG_A.to_string()]),
+                devices_of("nvidia.com/gpu", &[MIG_B.to_string()]),
+                devices_of("nvidia.com/mig-3g.40gb.shared", &[mig(0), mig(1)]),
+                devices_of("nvidia.com/gpu.shared", &replicas(G1, 0..2)),
+                devices_of("nvidia.com/gpu", &["0::2".into(), "0::3".into()]),
+                devices_of("example.com/fpga", &["0".into()]),
+            ]
+            .concat(),
+            ..Default::default()
+        };
+        s.list.pod_resources = vec![
+            pod_of("ml", "mixed", "nvidia.com/mig-1g.10gb", vec![MIG_A.into()]),
+            pod_of("ml", "single", "nvidia.com/gpu", vec![MIG_B.into()]),
+            pod_of(
+                "ml",
+                "mig-shared",
+                "nvidia.com/mig-3g.40gb.shared",
+                vec![mig(1)],
+            ),
+            pod_of("ci", "shared", "nvidia.com/gpu.shared", replicas(G1, 0..1)),
+            pod_of("ci", "by-index", "nvidia.com/gpu", vec!["0::3".into()]),
+            pod_of("ci", "jetson", "nvidia.com/gpu", vec!["tegra".into()]),
+            pod_of("ci", "fpga", "example.com/fpga", vec!["0".into()]),
+        ];
+    });
+    let server = serve(&kubelet, &path);
+    let mut client = PodResourcesClient::connect(&path, TIMEOUT, MAX_MESSAGE)
+        .await
+        .unwrap();
+    let reply = client.poll().await.unwrap();
+    let v = view(&reply, &gpus, |_, _| false);
+    assert_eq!(v.gpu(G0).0, 3, "three MIG devices held on G0: {v:?}");
+    assert_eq!(v.allocatable(G0), Some(4));
+    assert_eq!(v.gpu(G1).0, 2);
+    assert_eq!(v.allocatable(G1), Some(4));
+    let a = &v.allocations;
+    for (ns, name, gpu) in [
+        ("ml", "mixed", G0),
+        ("ml", "single", G0),
+        ("ml", "mig-shared", G0),
+        ("ci", "shared", G1),
+        ("ci", "by-index", G1),
+    ] {
+        assert!(a.holds(&(ns.into(), name.into()), gpu), "{name}");
+    }
+    let jetson: PodKey = ("ci".into(), "jetson".into());
+    assert!(a.holds_unmapped(&jetson));
+    assert!(
+        !a.bypasses(&jetson, G1),
+        "an unmatched ID is never a bypass"
+    );
+    assert!(!a.pod_devices.contains_key(&("ci".into(), "fpga".into())));
+    assert!(
+        a.bypasses(&("ci".into(), "fpga".into()), G1),
+        "a listed pod holding no GPU device that runs on one bypasses the plugin"
+    );
+    server.shut_down(&path).await;
+}
+
+/// Each kubelet generation, as the fake plays it from the kubelet's and grpc-go's sources:
+/// `List` stands on its own when `GetAllocatableResources` is not served (before issue 27
+/// a failing `GetAllocatableResources` discarded a `List` that had answered), the reason
+/// names the generation, and a call the kubelet does not serve is not asked again on the
+/// same connection.
+#[tokio::test]
+async fn each_kubelet_generation() {
+    for (generation, want) in [
+        (Generation::Current, None),
+        (Generation::GateOff, Some("feature gate off")),
+        (Generation::ListOnly, Some("before 1.21")),
+    ] {
+        let Node {
+            _dir,
+            path,
+            kubelet,
+            server,
+            mut client,
+        } = Node::start().await;
+        kubelet.set(|s| s.generation = generation);
+        for _ in 0..3 {
+            let reply = client.poll().await.unwrap();
+            assert_eq!(reply.list.pod_resources.len(), 5, "{generation:?}");
+            match (&reply.allocatable, want) {
+                (Ok(a), None) => assert_eq!(a.devices.len(), 2),
+                (Err(AllocatableError::Unavailable(why)), Some(w)) => {
+                    assert!(why.contains(w), "{generation:?}: {why}")
+                }
+                other => panic!("{generation:?}: {other:?}"),
+            }
+            let v = view(&reply, &[], |ns, n| (ns, n) == ("ci", "finished"));
+            assert_eq!(v.gpu(G0).0, 3, "{generation:?}");
+        }
+        let asked = kubelet
+            .allocatable_calls
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(asked, if want.is_some() { 1 } else { 3 }, "{generation:?}");
+        server.shut_down(&path).await;
+    }
+    // Before 1.20 there is no v1 service: List fails, and says why.
+    let Node {
+        _dir,
+        path,
+        kubelet,
+        server,
+        mut client,
+    } = Node::start().await;
+    kubelet.set(|s| s.generation = Generation::AlphaOnly);
+    let err = client.poll().await.unwrap_err().to_string();
+    assert!(err.contains("List") && err.contains("before 1.20"), "{err}");
+    server.shut_down(&path).await;
+}
+
+/// A kubelet restart (a new connection) asks `GetAllocatableResources` again: an upgraded
+/// kubelet serves it.
+#[tokio::test]
+async fn an_upgraded_kubelet_is_asked_again() {
+    let Node {
+        _dir,
+        path,
+        kubelet,
+        server,
+        mut client,
+    } = Node::start().await;
+    kubelet.set(|s| s.generation = Generation::GateOff);
+    assert!(client.poll().await.unwrap().allocatable.is_err());
+    server.shut_down(&path).await;
+    kubelet.set(|s| s.generation = Generation::Current);
+    let server = serve(&kubelet, &path);
+    let reply = poll_until_ok(&mut client).await.expect("reconnects");
+    assert!(reply.allocatable.is_ok(), "{:?}", reply.allocatable);
+    server.shut_down(&path).await;
+}
+
+/// An answer larger than the cap is refused with a message that says so, not decoded.
+#[tokio::test]
+async fn an_answer_over_the_cap_is_refused_and_says_so() {
+    let Node {
+        _dir,
+        path,
+        kubelet,
+        server,
+        client: _,
+    } = Node::start().await;
+    // 40 replica IDs of ~46 bytes per pod: about 2 KB each.
+    let big = MAX_MESSAGE / 1800;
+    kubelet.set(|s| {
+        s.list.pod_resources = (0..big)
+            .map(|i| pod("ci", &format!("job-{i:012}"), replicas(G0, 0..40)))
+            .collect()
+    });
+    // A debug build takes a while to encode it: a longer timeout than the other tests'.
+    let mut client = PodResourcesClient::connect(&path, Duration::from_secs(10), MAX_MESSAGE)
+        .await
+        .unwrap();
+    let err = client.poll().await.unwrap_err().to_string();
+    assert!(err.contains("larger than the agent accepts"), "{err}");
+    server.shut_down(&path).await;
 }

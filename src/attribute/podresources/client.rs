@@ -23,8 +23,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// Where the kubelet serves the API.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
-/// The kubelet answers with every pod on the node; leave room above tonic's 4 MiB default.
-const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+/// The largest answer accepted, in bytes (docs/attribution.md, "Message size"): a `List` of
+/// 5,000 pods is far below it, and decoding one this large fits the agent's memory limit.
+pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// Why the kubelet's pod-resources data could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,12 +43,24 @@ pub enum PodResourcesError {
         /// The socket path tried.
         path: PathBuf,
     },
+    /// Something other than a socket is at the path. A directory is what a `hostPath` mount
+    /// of the socket *file* leaves when the socket did not exist at that moment: the kubelet
+    /// can never be reached through it. The feature is off.
+    #[error("{}: {what}, not a socket{}", path.display(), if *what == "a directory" {
+        " (a hostPath mount of the socket file creates a directory when the socket is missing; mount the directory /var/lib/kubelet/pod-resources instead)"
+    } else { "" })]
+    NotASocket {
+        /// The socket path tried.
+        path: PathBuf,
+        /// `a directory`, `a regular file`, …
+        what: &'static str,
+    },
     /// A call failed: the kubelet is restarting, refused it, or did not answer in time.
     #[error("pod-resources {call}: {message}")]
     Call {
         /// `List` or `GetAllocatableResources`.
         call: &'static str,
-        /// The gRPC status or transport error.
+        /// The gRPC status or transport error, and what it means.
         message: String,
     },
 }
@@ -55,26 +68,64 @@ pub enum PodResourcesError {
 impl PodResourcesError {
     /// Whether the feature should be switched off (as opposed to a poll that may succeed later).
     pub fn disables(&self) -> bool {
-        matches!(self, Self::Absent { .. } | Self::Denied { .. })
+        matches!(
+            self,
+            Self::Absent { .. } | Self::Denied { .. } | Self::NotASocket { .. }
+        )
     }
 }
 
-/// Classifies an error of connecting to the socket path.
+/// Classifies an error of connecting to the socket path; None: a socket that does not
+/// answer (yet), which later polls retry.
 fn connect_error(path: &Path, e: &io::Error) -> Option<PodResourcesError> {
     match e.kind() {
         io::ErrorKind::NotFound => Some(PodResourcesError::Absent { path: path.into() }),
         io::ErrorKind::PermissionDenied => Some(PodResourcesError::Denied { path: path.into() }),
-        _ => None,
+        // connect(2) on a path that is not a socket is refused like a dead socket.
+        _ => not_a_socket(path),
     }
 }
 
-/// Both answers of one poll.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What is at `path` when it is not a socket.
+fn not_a_socket(path: &Path) -> Option<PodResourcesError> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    let what = if t.is_socket() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    };
+    Some(PodResourcesError::NotASocket {
+        path: path.into(),
+        what,
+    })
+}
+
+/// Why `GetAllocatableResources` gave nothing while `List` answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocatableError {
+    /// This kubelet does not serve it: `Unimplemented` (Kubernetes 1.20, before the call
+    /// existed) or `Unknown: Pod Resources API GetAllocatableResources disabled` (1.21–1.22
+    /// with the `KubeletPodResourcesGetAllocatable` gate off). Asked again only after the
+    /// kubelet restarts (a new connection).
+    #[error("GetAllocatableResources is not served by this kubelet ({0})")]
+    Unavailable(String),
+    /// It failed this time.
+    #[error(transparent)]
+    Failed(PodResourcesError),
+}
+
+/// The answers of one poll: `List` answered; `GetAllocatableResources` is judged apart.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodResourcesReply {
     /// `List`: the devices each pod's containers hold.
     pub list: ListPodResourcesResponse,
     /// `GetAllocatableResources`: every device the kubelet can hand out.
-    pub allocatable: AllocatableResourcesResponse,
+    pub allocatable: Result<AllocatableResourcesResponse, AllocatableError>,
 }
 
 /// A client of `v1.PodResourcesLister` over the kubelet's unix socket.
@@ -82,24 +133,29 @@ pub struct PodResourcesReply {
 pub struct PodResourcesClient {
     client: PodResourcesListerClient<Channel>,
     dials: Arc<AtomicU64>,
+    /// `GetAllocatableResources` found unavailable, and the dial count then: it is not asked
+    /// again on the same connection (the kubelet counts every refused call as an error).
+    allocatable_unavailable: Option<(String, u64)>,
 }
 
 impl PodResourcesClient {
-    /// Checks once that the socket can be connected to (absent or permission denied → the
-    /// error that switches the feature off, for the caller's one log line), then opens the one
-    /// channel all polls use. `timeout` bounds each dial and each call. A socket that exists
-    /// but refuses (a kubelet that is down) is not an error here: the channel dials again at
-    /// the next poll.
+    /// Checks once that the socket can be connected to (absent, permission denied or not a
+    /// socket → the error that switches the feature off, for the caller's one log line),
+    /// then opens the one channel all polls use. `timeout` bounds each dial and each call;
+    /// an answer larger than `max_message` bytes is refused. A socket that exists but
+    /// refuses (a kubelet that is down) is not an error here: the channel dials again at the
+    /// next poll.
     pub async fn connect(
         path: impl Into<PathBuf>,
         timeout: Duration,
+        max_message: usize,
     ) -> Result<Self, PodResourcesError> {
         let path: PathBuf = path.into();
         if let Err(e) = tokio::net::UnixStream::connect(&path).await {
             if let Some(err) = connect_error(&path, &e) {
                 return Err(err);
             }
-            tracing::warn!(socket = %path.display(), error = %e, "kubelet pod-resources socket does not answer yet; will retry at each poll");
+            tracing::warn!(socket = %path.display(), error = %e, "kubelet pod-resources: the socket refuses connections (no kubelet listening on it yet); trying again every interval");
         }
         let dials = Arc::new(AtomicU64::new(0));
         let connector = {
@@ -119,8 +175,12 @@ impl PodResourcesClient {
             .connect_timeout(timeout)
             .timeout(timeout)
             .connect_with_connector_lazy(connector);
-        let client = PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
-        Ok(PodResourcesClient { client, dials })
+        let client = PodResourcesListerClient::new(channel).max_decoding_message_size(max_message);
+        Ok(PodResourcesClient {
+            client,
+            dials,
+            allocatable_unavailable: None,
+        })
     }
 
     /// How many times the socket has been dialled (the first poll's dial, then one per lost
@@ -129,7 +189,8 @@ impl PodResourcesClient {
         self.dials.load(Ordering::Relaxed)
     }
 
-    /// `List` then `GetAllocatableResources`.
+    /// `List`, then `GetAllocatableResources` unless this connection already said it does
+    /// not serve it. Err only when `List` failed.
     pub async fn poll(&mut self) -> Result<PodResourcesReply, PodResourcesError> {
         let list = self
             .client
@@ -137,20 +198,74 @@ impl PodResourcesClient {
             .await
             .map_err(|s| call_error("List", &s))?
             .into_inner();
-        let allocatable = self
+        let dials = self.dials();
+        if let Some((why, at)) = &self.allocatable_unavailable {
+            if *at == dials {
+                return Ok(PodResourcesReply {
+                    list,
+                    allocatable: Err(AllocatableError::Unavailable(why.clone())),
+                });
+            }
+        }
+        let allocatable = match self
             .client
             .get_allocatable_resources(AllocatableResourcesRequest {})
             .await
-            .map_err(|s| call_error("GetAllocatableResources", &s))?
-            .into_inner();
+        {
+            Ok(a) => {
+                self.allocatable_unavailable = None;
+                Ok(a.into_inner())
+            }
+            Err(s) => match unserved(&s) {
+                Some(why) => {
+                    self.allocatable_unavailable = Some((why.clone(), self.dials()));
+                    Err(AllocatableError::Unavailable(why))
+                }
+                None => Err(AllocatableError::Failed(call_error(
+                    "GetAllocatableResources",
+                    &s,
+                ))),
+            },
+        };
         Ok(PodResourcesReply { list, allocatable })
     }
 }
 
+/// Whether a failed `GetAllocatableResources` means the kubelet does not serve it: grpc-go
+/// answers `Unimplemented` for a method its server does not have (1.20), and the 1.21–1.22
+/// kubelet's handler returns a plain Go error, which grpc-go sends as `Unknown`, when the
+/// `KubeletPodResourcesGetAllocatable` gate is off (pkg/kubelet/apis/podresources/server_v1.go).
+fn unserved(status: &tonic::Status) -> Option<String> {
+    match status.code() {
+        tonic::Code::Unimplemented => Some(format!(
+            "Unimplemented: {}; a kubelet before 1.21",
+            status.message()
+        )),
+        tonic::Code::Unknown if status.message().contains("GetAllocatableResources disabled") => {
+            Some(format!(
+                "Unknown: {}; a 1.21–1.22 kubelet with the KubeletPodResourcesGetAllocatable feature gate off",
+                status.message()
+            ))
+        }
+        _ => None,
+    }
+}
+
 fn call_error(call: &'static str, status: &tonic::Status) -> PodResourcesError {
+    let hint = match status.code() {
+        tonic::Code::Unimplemented if call == "List" => {
+            "; this kubelet serves no pod-resources v1 API (Kubernetes before 1.20)"
+        }
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+            if status.message().contains("too large") =>
+        {
+            "; the answer is larger than the agent accepts (docs/attribution.md, \"Message size\")"
+        }
+        _ => "",
+    };
     PodResourcesError::Call {
         call,
-        message: format!("{:?}: {}", status.code(), status.message()),
+        message: format!("{:?}: {}{hint}", status.code(), status.message()),
     }
 }
 
@@ -162,7 +277,7 @@ mod tests {
     async fn absent_socket_disables_the_feature() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubelet.sock");
-        let err = PodResourcesClient::connect(&path, Duration::from_secs(1))
+        let err = PodResourcesClient::connect(&path, Duration::from_secs(1), MAX_MESSAGE)
             .await
             .unwrap_err();
         assert_eq!(err, PodResourcesError::Absent { path: path.clone() });
@@ -184,5 +299,62 @@ mod tests {
             message: "Unavailable".into(),
         };
         assert!(!call.disables());
+    }
+
+    /// A `hostPath` mount of the socket file made while the socket was missing leaves a
+    /// directory at the path; connecting to it is refused like a dead socket.
+    #[tokio::test]
+    async fn a_directory_at_the_socket_path_is_said_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet.sock");
+        std::fs::create_dir(&path).unwrap();
+        let err = PodResourcesClient::connect(&path, Duration::from_secs(1), MAX_MESSAGE)
+            .await
+            .unwrap_err();
+        assert!(err.disables());
+        let msg = err.to_string();
+        assert!(
+            msg.contains("a directory, not a socket") && msg.contains("mount the directory"),
+            "{msg}"
+        );
+        let file = dir.path().join("file.sock");
+        std::fs::write(&file, "").unwrap();
+        let err = PodResourcesClient::connect(&file, Duration::from_secs(1), MAX_MESSAGE)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{}: a regular file, not a socket", file.display())
+        );
+    }
+
+    #[test]
+    fn unserved_get_allocatable_resources() {
+        use tonic::{Code, Status};
+        // grpc-go's answer for a method its server lacks (a 1.20 kubelet).
+        let old = Status::new(
+            Code::Unimplemented,
+            "unknown method GetAllocatableResources for service v1.PodResourcesLister",
+        );
+        assert!(unserved(&old).unwrap().contains("before 1.21"));
+        // The 1.21-1.22 kubelet with the gate off: a plain Go error, sent as Unknown.
+        let gated = Status::new(
+            Code::Unknown,
+            "Pod Resources API GetAllocatableResources disabled",
+        );
+        assert!(unserved(&gated).unwrap().contains("feature gate off"));
+        assert_eq!(unserved(&Status::new(Code::Unknown, "boom")), None);
+        assert_eq!(unserved(&Status::new(Code::Unavailable, "x")), None);
+        let too_big = Status::new(
+            Code::OutOfRange,
+            "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes",
+        );
+        assert!(call_error("List", &too_big)
+            .to_string()
+            .contains("larger than the agent accepts"));
+        let v1_missing = Status::new(Code::Unimplemented, "unknown service v1.PodResourcesLister");
+        assert!(call_error("List", &v1_missing)
+            .to_string()
+            .contains("before 1.20"));
     }
 }

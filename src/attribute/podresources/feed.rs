@@ -1,28 +1,28 @@
 //! The shell that polls the kubelet on its own cadence and publishes the latest
-//! [`ReplicaView`]: a tokio task beside the agent loop, so a slow or restarting kubelet never
-//! holds up the sampler thread or a poll (each poll reads whatever was published last).
+//! [`KubeletAnswer`]: a tokio task beside the agent loop, so a slow or restarting kubelet never
+//! holds up the sampler thread or a poll. Each agent poll takes whatever was published last
+//! and matches its device IDs with that poll's GPUs ([`ReplicaReceiver::latest`]).
 //!
-//! Logging is by transition, not by poll: one line when the feature is off (socket absent
-//! or permission denied), one when polls start failing, one when the data is withdrawn,
-//! one when it comes back.
+//! Logging is by transition, not by poll: one line when the feature is off (socket absent,
+//! permission denied, not a socket), one when the kubelet first answers (`on`, saying what
+//! `GetAllocatableResources` did), one when polls start failing, one when the data is
+//! withdrawn, one when it comes back; one when `GetAllocatableResources` stops or starts
+//! answering; one per new set of device IDs that name no GPU.
 
 // Its staleness and poll timing bound real I/O to the kubelet on tokio's timers
 // (clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
-use super::client::{PodResourcesClient, PodResourcesError};
-use super::model::replica_view;
+use super::client::{AllocatableError, PodResourcesClient, PodResourcesError, MAX_MESSAGE};
+use super::model::answer;
 use crate::attribute::ports::PodSource;
-use crate::model::replicas::ReplicaView;
+use crate::model::replicas::{KubeletAnswer, KubeletDevice, ReplicaView};
+use crate::model::snapshot::Snapshot;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
-
-/// The latest pod-resources data: `None` while there is none (not polled yet, or withdrawn
-/// after the kubelet failed to answer for [`FeedConfig::stale_after`]).
-pub type ReplicaReceiver = watch::Receiver<Option<Arc<ReplicaView>>>;
 
 /// How the feed reaches the kubelet and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,20 +49,130 @@ impl FeedConfig {
     }
 }
 
-/// Whether data last refreshed at `last_ok` is still to be shown at `now`.
-fn still_fresh(last_ok: Option<Instant>, now: Instant, stale_after: Duration) -> bool {
-    last_ok.is_some_and(|t| now.saturating_duration_since(t) < stale_after)
+/// When an answer stops being shown: data got by the poll that *started* at `t` is
+/// withdrawn by the first failed poll starting at or after `t + stale_after`. With polls one
+/// interval apart that is the third failed poll, whatever the calls' durations (measuring
+/// from the answer's arrival, or comparing with `<`, kept it a fourth interval).
+#[derive(Debug, Clone, Copy)]
+struct Freshness {
+    stale_after: Duration,
+    last_ok: Option<Instant>,
+}
+
+impl Freshness {
+    fn new(stale_after: Duration) -> Self {
+        Freshness {
+            stale_after,
+            last_ok: None,
+        }
+    }
+
+    fn answered(&mut self, poll_started: Instant) {
+        self.last_ok = Some(poll_started);
+    }
+
+    /// Whether what the last good poll brought is still to be shown by a poll starting at
+    /// `poll_started` that got nothing.
+    fn still_fresh(&self, poll_started: Instant) -> bool {
+        self.last_ok
+            .is_some_and(|t| poll_started.saturating_duration_since(t) < self.stale_after)
+    }
+}
+
+type Latest = Option<Arc<KubeletAnswer>>;
+
+/// The latest pod-resources data, matched with each snapshot's GPUs: `None` while there is
+/// none (not polled yet, or withdrawn after the kubelet failed to answer for
+/// [`FeedConfig::stale_after`]).
+pub struct ReplicaReceiver {
+    rx: watch::Receiver<Latest>,
+    /// The last answer matched, the GPUs it was matched with, and the result: an answer is
+    /// matched again only when it or the GPUs change.
+    resolved: Option<(Arc<KubeletAnswer>, Vec<GpuKey>, Arc<ReplicaView>)>,
+    /// The unmatched device IDs last logged.
+    logged_unmapped: Vec<String>,
+}
+
+/// What matching device IDs depends on, per GPU: index, UUID, MIG devices.
+type GpuKey = (u32, String, Vec<String>);
+
+impl ReplicaReceiver {
+    /// A receiver of `rx` (the feed's, or a test's).
+    pub fn new(rx: watch::Receiver<Option<Arc<KubeletAnswer>>>) -> Self {
+        ReplicaReceiver {
+            rx,
+            resolved: None,
+            logged_unmapped: Vec::new(),
+        }
+    }
+
+    /// The latest data matched with `snap`'s GPUs (a clone of an `Arc` while neither has
+    /// changed). Logs once per new set of device IDs that name no GPU NVML sees: those pods
+    /// are left out of the processes-without-replica count.
+    pub fn latest(&mut self, snap: &Snapshot) -> Option<Arc<ReplicaView>> {
+        let Some(answer) = self.rx.borrow().clone() else {
+            self.resolved = None;
+            return None;
+        };
+        if let Some((a, gpus, view)) = &self.resolved {
+            let same_gpus = gpus.len() == snap.gpus.len()
+                && gpus.iter().zip(&snap.gpus).all(|((i, u, m), g)| {
+                    *i == g.id.index && *u == g.id.uuid && *m == g.mig_devices
+                });
+            if Arc::ptr_eq(a, &answer) && same_gpus {
+                return Some(view.clone());
+            }
+        }
+        let view = Arc::new(answer.resolve(&snap.gpus));
+        self.log_unmapped(&view);
+        let gpus = snap
+            .gpus
+            .iter()
+            .map(|g| (g.id.index, g.id.uuid.clone(), g.mig_devices.clone()))
+            .collect();
+        self.resolved = Some((answer, gpus, view.clone()));
+        Some(view)
+    }
+
+    fn log_unmapped(&mut self, view: &ReplicaView) {
+        let a = &view.allocations;
+        let mut ids: Vec<String> = a
+            .unmapped()
+            .map(|(_, d)| d.id.clone())
+            .chain(a.unmapped_allocatable.iter().cloned())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        if ids == self.logged_unmapped {
+            return;
+        }
+        if !ids.is_empty() {
+            let pods: Vec<String> = a
+                .unmapped()
+                .map(|(p, _)| format!("{}/{}", p.0, p.1))
+                .collect();
+            tracing::warn!(
+                ids = ?ids.iter().take(8).collect::<Vec<_>>(),
+                count = ids.len(),
+                pods = ?pods.iter().take(8).collect::<Vec<_>>(),
+                "kubelet pod-resources: device IDs that name no GPU NVML sees (MIG devices not listed, an index out of range, tegra/all); they count on no GPU, and their pods are left out of gpu_warden_processes_without_replica"
+            );
+        } else {
+            tracing::info!("kubelet pod-resources: every device ID names a GPU again");
+        }
+        self.logged_unmapped = ids;
+    }
 }
 
 /// Connects to the kubelet and starts the polling task. Returns None, after exactly one
-/// log line, when the socket's directory is not there (not a kubelet node, or not mounted)
-/// or the socket may not be connected to: the feature is then off for the agent's
-/// lifetime and nothing else changes. When the directory is mounted but the socket is not
-/// there yet (the kubelet restarting as the agent starts), it waits for the socket, trying
-/// every interval, after one log line. Must be called inside a tokio runtime. The task ends
-/// when every receiver is dropped.
+/// log line, when the socket's directory is not there (not a kubelet node, or not mounted),
+/// the socket may not be connected to, or something else is at its path: the feature is
+/// then off for the agent's lifetime and nothing else changes. When the directory is
+/// mounted but the socket is not there yet (the kubelet restarting as the agent starts), it
+/// waits for the socket, trying every interval, after one log line. Must be called inside a
+/// tokio runtime. The task ends when every receiver is dropped.
 pub async fn start(cfg: FeedConfig, pods: Arc<dyn PodSource>) -> Option<ReplicaReceiver> {
-    let client = match PodResourcesClient::connect(&cfg.socket, cfg.call_timeout()).await {
+    let client = match connect(&cfg).await {
         Ok(c) => Some(c),
         Err(e @ PodResourcesError::Absent { .. })
             if cfg.socket.parent().is_some_and(|d| d.is_dir()) =>
@@ -84,17 +194,20 @@ pub async fn start(cfg: FeedConfig, pods: Arc<dyn PodSource>) -> Option<ReplicaR
                 None => return,
             },
         };
-        tracing::info!(socket = %cfg.socket.display(), interval = ?cfg.interval, "kubelet pod-resources: on");
         run(client, cfg, pods, tx).await;
     });
-    Some(rx)
+    Some(ReplicaReceiver::new(rx))
+}
+
+async fn connect(cfg: &FeedConfig) -> Result<PodResourcesClient, PodResourcesError> {
+    PodResourcesClient::connect(&cfg.socket, cfg.call_timeout(), MAX_MESSAGE).await
 }
 
 /// Tries the socket every interval until it answers (None once nobody reads the figures,
 /// or when it turns out to be forbidden).
 async fn wait_for_socket(
     cfg: &FeedConfig,
-    tx: &watch::Sender<Option<Arc<ReplicaView>>>,
+    tx: &watch::Sender<Latest>,
 ) -> Option<PodResourcesClient> {
     let mut ticker = tokio::time::interval(cfg.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -103,7 +216,7 @@ async fn wait_for_socket(
             _ = ticker.tick() => {}
             () = tx.closed() => return None,
         }
-        match PodResourcesClient::connect(&cfg.socket, cfg.call_timeout()).await {
+        match connect(cfg).await {
             Ok(c) => return Some(c),
             Err(PodResourcesError::Absent { .. }) => continue,
             Err(e) => {
@@ -114,45 +227,129 @@ async fn wait_for_socket(
     }
 }
 
+/// What `GetAllocatableResources` last gave, for the transition logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AllocatableState {
+    Unasked,
+    Answers,
+    Unavailable(String),
+    Failing,
+}
+
 async fn run(
     mut client: PodResourcesClient,
     cfg: FeedConfig,
     pods: Arc<dyn PodSource>,
-    tx: watch::Sender<Option<Arc<ReplicaView>>>,
+    tx: watch::Sender<Latest>,
 ) {
     let mut ticker = tokio::time::interval(cfg.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let stale_after = cfg.stale_after();
-    let mut last_ok: Option<Instant> = None;
+    let mut list_fresh = Freshness::new(cfg.stale_after());
+    let mut allocatable_fresh = Freshness::new(cfg.stale_after());
+    // The last good allocatable devices, kept while the call fails for a while.
+    let mut last_allocatable: Option<Vec<KubeletDevice>> = None;
+    let mut allocatable_state = AllocatableState::Unasked;
+    let mut answered_once = false;
     let mut failing: Option<PodResourcesError> = None;
+    let mut failed_polls = 0u32;
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
+        let started = tokio::select! {
+            t = ticker.tick() => t,
             () = tx.closed() => return,
-        }
+        };
         match client.poll().await {
             Ok(reply) => {
-                let view = replica_view(
+                list_fresh.answered(started);
+                let (allocatable, state) = match reply.allocatable {
+                    Ok(a) => {
+                        allocatable_fresh.answered(started);
+                        (Ok(a), AllocatableState::Answers)
+                    }
+                    Err(AllocatableError::Unavailable(why)) => {
+                        (Err(why.clone()), AllocatableState::Unavailable(why))
+                    }
+                    Err(AllocatableError::Failed(e)) => {
+                        (Err(e.to_string()), AllocatableState::Failing)
+                    }
+                };
+                let mut view = answer(
                     &reply.list,
-                    &reply.allocatable,
+                    allocatable.as_ref().map_err(Clone::clone),
                     &pods.pods(),
                     &cfg.request_key,
                 );
-                if failing.take().is_some() {
-                    tracing::info!("kubelet pod-resources: answering again");
+                // A passing failure: the last good figures stay for three intervals.
+                if state == AllocatableState::Failing && allocatable_fresh.still_fresh(started) {
+                    if let Some(last) = &last_allocatable {
+                        view.allocatable = Ok(last.clone());
+                    }
                 }
-                last_ok = Some(Instant::now());
+                if let Ok(a) = &view.allocatable {
+                    last_allocatable = Some(a.clone());
+                }
+                failed_polls = 0;
+                log_answer(
+                    &mut answered_once,
+                    failing.take(),
+                    &allocatable_state,
+                    &state,
+                    &view,
+                    &cfg,
+                );
+                allocatable_state = state;
                 tx.send_replace(Some(Arc::new(view)));
             }
             Err(e) => {
                 if failing.is_none() {
-                    tracing::warn!(error = %e, keep_for = ?stale_after, "kubelet pod-resources: poll failed (kubelet restarting?); retrying every interval, keeping the last data meanwhile");
+                    if tx.borrow().is_some() {
+                        tracing::warn!(error = %e, keep_for = ?cfg.stale_after(), "kubelet pod-resources: List failed (kubelet restarting?); retrying every interval, keeping the last data meanwhile");
+                    } else {
+                        tracing::warn!(error = %e, "kubelet pod-resources: List failed; no replica figures until it answers; retrying every interval");
+                    }
                 }
                 failing = Some(e);
-                if tx.borrow().is_some() && !still_fresh(last_ok, Instant::now(), stale_after) {
-                    tracing::warn!("kubelet pod-resources: no answer for too long; replica figures withdrawn until it answers");
+                failed_polls += 1;
+                if tx.borrow().is_some() && !list_fresh.still_fresh(started) {
+                    tracing::warn!(stale_after = ?cfg.stale_after(), failed_polls, "kubelet pod-resources: no answer for three intervals; replica figures withdrawn until it answers");
                     tx.send_replace(None);
                 }
+            }
+        }
+    }
+}
+
+/// The transition lines of a poll whose `List` answered.
+fn log_answer(
+    answered_once: &mut bool,
+    was_failing: Option<PodResourcesError>,
+    before: &AllocatableState,
+    now: &AllocatableState,
+    view: &KubeletAnswer,
+    cfg: &FeedConfig,
+) {
+    let allocatable = match now {
+        AllocatableState::Answers => "answers".to_string(),
+        AllocatableState::Unavailable(why) => format!(
+            "not served ({why}): replicas allocated come from List alone, allocatable is absent"
+        ),
+        AllocatableState::Failing | AllocatableState::Unasked => {
+            "failed: replicas allocated come from List alone".to_string()
+        }
+    };
+    if !*answered_once {
+        *answered_once = true;
+        tracing::info!(socket = %cfg.socket.display(), interval = ?cfg.interval, pods = view.pods.len(), get_allocatable_resources = %allocatable, "kubelet pod-resources: on (List answers)");
+        return;
+    }
+    if was_failing.is_some() {
+        tracing::info!(get_allocatable_resources = %allocatable, "kubelet pod-resources: List answers again");
+    } else if before != now {
+        match now {
+            AllocatableState::Answers => {
+                tracing::info!("kubelet pod-resources: GetAllocatableResources answers again")
+            }
+            _ => {
+                tracing::warn!(get_allocatable_resources = %allocatable, "kubelet pod-resources: GetAllocatableResources stopped answering")
             }
         }
     }
@@ -163,12 +360,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn freshness_and_bounds() {
+    fn freshness_is_three_intervals_from_the_start_of_the_good_poll() {
+        let i = Duration::from_millis(100);
         let t0 = Instant::now();
-        let s = Duration::from_secs(3);
-        assert!(!still_fresh(None, t0, s));
-        assert!(still_fresh(Some(t0), t0 + Duration::from_secs(2), s));
-        assert!(!still_fresh(Some(t0), t0 + s, s));
+        let mut f = Freshness::new(i * 3);
+        assert!(!f.still_fresh(t0), "nothing answered yet");
+        // The good poll started at t0 and took 60 ms; the failing ones fail at once.
+        f.answered(t0);
+        assert!(f.still_fresh(t0 + i));
+        assert!(f.still_fresh(t0 + i * 2));
+        assert!(
+            !f.still_fresh(t0 + i * 3),
+            "the third failed poll withdraws it"
+        );
         let cfg = FeedConfig {
             socket: "/x".into(),
             interval: Duration::from_secs(10),

@@ -77,7 +77,7 @@ impl GpuFigures {
     pub(super) fn replicas(&self) -> Option<ReplicaFigures> {
         Some(ReplicaFigures {
             allocated: self.replicas_allocated?,
-            allocatable: self.replicas_allocatable?,
+            allocatable: self.replicas_allocatable,
             declared_mib: self.declared_mib?,
         })
     }
@@ -87,7 +87,8 @@ impl GpuFigures {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ReplicaFigures {
     pub(super) allocated: u32,
-    pub(super) allocatable: u32,
+    /// None when the kubelet does not serve `GetAllocatableResources`.
+    pub(super) allocatable: Option<u32>,
     pub(super) declared_mib: u64,
 }
 

@@ -110,7 +110,8 @@ pub(super) fn readings(
                 free_mib: m.free / MIB,
                 pressure: pressure.get(&g.id.index).copied().unwrap_or_default(),
                 replicas: replicas.map(|v| {
-                    let (allocated, allocatable, declared_mib) = v.gpu(&g.id.uuid);
+                    let (allocated, _, declared_mib) = v.gpu(&g.id.uuid);
+                    let allocatable = v.allocatable(&g.id.uuid);
                     ReplicaFigures {
                         allocated,
                         allocatable,
@@ -126,6 +127,8 @@ pub(super) fn readings(
 
 /// The GPU the device plugin hands out next, among those NVML sees (ties by NVML index).
 pub(super) fn next_gpu(snap: &Snapshot, replicas: Option<&ReplicaView>) -> Option<Option<String>> {
+    // Without the allocatable figures which GPU is next is not known: absent, not null.
+    let replicas = replicas.filter(|v| v.allocations.allocatable_known());
     replicas.map(|v| {
         let index_of = |uuid: &str| {
             snap.gpus
@@ -154,7 +157,7 @@ pub(super) fn quantize(
             free_mib: r.free_mib / q * q,
             pressure: r.pressure,
             replicas_allocated: r.replicas.map(|f| f.allocated),
-            replicas_allocatable: r.replicas.map(|f| f.allocatable),
+            replicas_allocatable: r.replicas.and_then(|f| f.allocatable),
             declared_mib: r.replicas.map(|f| f.declared_mib),
         })
         .collect();

@@ -165,6 +165,9 @@ impl NvmlSource {
         if d.lost {
             return GpuSample::empty(d.id.clone(), GpuHealth::Lost("GPU is lost".into()));
         }
+        if req.slow_counters {
+            refresh_mig(d, &mut out.errors);
+        }
         let dev = &d.device;
         let mut r = Reader {
             unsupported: &mut d.unsupported,
@@ -346,6 +349,7 @@ impl NvmlSource {
             remapped_rows: remapped,
             last_xid: xid,
             prof,
+            mig_devices: d.mig.clone(),
         }
     }
 }

@@ -85,6 +85,10 @@ struct DeviceState {
     last_energy: Option<u64>,
     last_replays: Option<u64>,
     gpm: GpmState,
+    /// The MIG devices' UUIDs, read at start and again with the slow counters (MIG is
+    /// reconfigured rarely, with the GPU idle); `mig_unsupported` once NVML said no MIG.
+    mig: Vec<String>,
+    mig_unsupported: bool,
 }
 
 /// GPM state of one GPU. Whether GPM is unsupported lives in `unsupported` (`Field::Prof`).
@@ -183,7 +187,7 @@ impl NvmlSource {
         let pci_bus_id = device.pci_info()?.bus_id;
         let model = device.name()?;
         let minor = device.minor_number().unwrap_or(index);
-        Ok(DeviceState {
+        let mut d = DeviceState {
             device,
             id: GpuIdentity {
                 index,
@@ -201,7 +205,11 @@ impl NvmlSource {
             last_energy: None,
             last_replays: None,
             gpm: GpmState::default(),
-        })
+            mig: Vec::new(),
+            mig_unsupported: false,
+        };
+        refresh_mig(&mut d, &mut Vec::new());
+        Ok(d)
     }
 
     /// Number of GPUs being read.
@@ -267,6 +275,49 @@ fn prime_gpm(d: &mut DeviceState, at: Duration) {
             );
         }
         Err(e) => tracing::debug!(gpu, error = %e, "first GPM sample failed; the polls retry it"),
+    }
+}
+
+/// `nvmlDeviceGetMigMode`'s "enabled" (`NVML_DEVICE_MIG_ENABLE`).
+const MIG_ENABLED: u32 = 1;
+
+/// The UUIDs (`MIG-<uuid>`) of the MIG devices on `dev` while MIG mode is on; empty while it
+/// is off. The kubelet's pod-resources name MIG slices by these (docs/attribution.md).
+fn read_mig_devices(dev: &Device<'static>) -> Result<Vec<String>, NvmlError> {
+    if dev.mig_mode()?.current != MIG_ENABLED {
+        return Ok(Vec::new());
+    }
+    let slots = dev.mig_device_count()?;
+    let mut out = Vec::new();
+    for i in 0..slots {
+        match dev.mig_device_by_index(i) {
+            Ok(m) => out.push(m.uuid()?),
+            // An empty slot: fewer instances are configured than the GPU can hold.
+            Err(NvmlError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Re-reads `d`'s MIG devices: a GPU or driver without MIG is asked once in the agent's
+/// life; a failed read keeps the last list and is counted under `call="mig"`.
+fn refresh_mig(d: &mut DeviceState, errors: &mut Vec<(&'static str, u64)>) {
+    if d.mig_unsupported || d.lost {
+        return;
+    }
+    match read_mig_devices(&d.device).map_err(|e| classify("mig", e)) {
+        Ok(list) => {
+            if list != d.mig {
+                tracing::info!(gpu = d.id.index, mig_devices = ?list, "MIG devices");
+            }
+            d.mig = list;
+        }
+        Err(SampleError::NotSupported) => d.mig_unsupported = true,
+        Err(e) => {
+            tracing::debug!(gpu = d.id.index, error = %e, "reading MIG devices failed; keeping the last list");
+            errors.push(("mig", 1));
+        }
     }
 }
 
