@@ -157,20 +157,7 @@ pub struct LearnedFile {
     pub project_label: Option<String>,
 }
 
-/// The learned-needs source, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LearnedSource {
-    /// `http://host:port` (path prefix allowed).
-    pub url: String,
-    /// PromQL range.
-    pub window: String,
-    /// Fewest jobs.
-    pub min_jobs: u64,
-    /// Query interval.
-    pub refresh: Duration,
-    /// Longest use of a table Prometheus no longer confirms.
-    pub max_age: Duration,
-}
+pub use super::learned::LearnedSource;
 
 /// The need a GPU pod gets when nothing else gives it one (`unknownNeed`'s default): what
 /// docs/scheduling.md's simulation chose.

@@ -19,7 +19,7 @@ pub struct ExtenderPolicy {
     /// How a pod's need is found.
     pub needs: NeedRules,
     /// Where needs are learned from, when configured.
-    pub learned: Option<super::config::LearnedSource>,
+    pub learned: Option<super::learned::LearnedSource>,
     /// How a node is judged and scored.
     pub judge: JudgePolicy,
     /// How long a reservation lives at most.

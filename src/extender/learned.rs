@@ -8,6 +8,8 @@
 //! bucket holding the 95th percentile, not interpolated inside it (`histogram_quantile`
 //! would): a need is a promise of room, so rounding up is the safe side.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -192,6 +194,21 @@ pub fn learn(body: &[u8], min_jobs: u64) -> Result<LearnedNeeds, LearnError> {
         );
     }
     Ok(LearnedNeeds { by_project })
+}
+
+/// The learned-needs source, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnedSource {
+    /// `http://host:port` (path prefix allowed).
+    pub url: String,
+    /// PromQL range.
+    pub window: String,
+    /// Fewest jobs.
+    pub min_jobs: u64,
+    /// Query interval.
+    pub refresh: Duration,
+    /// Longest use of a table Prometheus no longer confirms.
+    pub max_age: Duration,
 }
 
 #[cfg(test)]

@@ -151,8 +151,12 @@ pub struct Scenario {
     pub eviction_grace_s: u64,
     /// What the guard does when it decides.
     pub on_decision: OnDecision,
-    /// The agents' unchanged-value heartbeat (a changed value goes at most every
-    /// `annotation_min_interval_s`, a pressure rise at once).
+    /// How often the figures the extender reads are re-published unchanged (a changed
+    /// value goes at most every `annotation_min_interval_s`, a pressure rise at once). The
+    /// extender reads them from the agent's Lease (src/extender/liveness.rs), renewed every
+    /// `--lease-renew-interval` (15 s), not from the Node's 5m30s annotations; with the
+    /// Node's cadence the extender's default `staleAfter` (120 s) would call every quiet
+    /// node stale.
     pub annotation_heartbeat_s: u64,
     /// The agents' `--annotation-min-interval`.
     pub annotation_min_interval_s: u64,
@@ -185,7 +189,7 @@ impl Default for Scenario {
             step_s: 2,
             eviction_grace_s: 5,
             on_decision: OnDecision::Stop,
-            annotation_heartbeat_s: 300,
+            annotation_heartbeat_s: 15,
             annotation_min_interval_s: 5,
             attempts_per_step: 64,
             extender_policy: SHIPPED_EXTENDER_POLICY.to_string(),
