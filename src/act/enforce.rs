@@ -526,6 +526,8 @@ mod tests {
             pids: vec![],
             use_bytes: 0,
             request_bytes: 0,
+            grew_bytes: 0,
+            grew_over_ms: 0,
             priority: 0,
             priority_class: None,
             created_at: None,

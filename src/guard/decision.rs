@@ -198,6 +198,19 @@ pub struct Decision {
     pub excluded: Vec<Excluded>,
     /// Memory held by processes outside any known pod: part of the pressure, not evictable.
     pub other_bytes: u64,
+    /// Set when this decision cut an earlier one's cooldown short: the GPU kept filling
+    /// after that decision's victims were dealt with (`guard::state::escalate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalated: Option<Escalation>,
+}
+
+/// Why a decision came during an earlier one's cooldown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Escalation {
+    /// The decision whose cooldown gave way.
+    pub after_decision: u64,
+    /// What everything on the GPU but that decision's victims grew by since it, bytes.
+    pub others_grew_bytes: u64,
 }
 
 impl Decision {
@@ -242,7 +255,7 @@ impl Decision {
             .iter()
             .map(|v| format!("{}/{}", v.namespace, v.name))
             .collect();
-        format!(
+        let summary = format!(
             "GPU {} ({}): {} of {} used, {} free, {} pressure ({}); plan: evict {} of {} candidates{limit} [{}] to reclaim {}",
             self.gpu,
             self.uuid,
@@ -255,7 +268,15 @@ impl Decision {
             self.candidates.len(),
             names.join(", "),
             fmt_bytes(self.reclaim_target_bytes)
-        )
+        );
+        match self.escalated {
+            Some(e) => format!(
+                "{summary}; after decision {}: the GPU kept filling: all but its victims grew by {}",
+                e.after_decision,
+                fmt_bytes(e.others_grew_bytes)
+            ),
+            None => summary,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! shell that carries them out is `act::enforce`.
 
 pub mod decision;
+pub mod growth;
 pub mod history;
 pub mod hold;
 pub mod levels;

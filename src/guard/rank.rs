@@ -2,6 +2,7 @@
 //! kubelet-like ranking of docs/guard.md, as a pure function of the processes on the GPU,
 //! the node's pods and the policy.
 
+use super::growth::Growth;
 use super::policy::Policy;
 use crate::model::pod::PodInfo;
 use crate::model::snapshot::{Owner, ProcessSample, MIB};
@@ -112,6 +113,10 @@ pub struct Victim {
     pub use_bytes: u64,
     /// Declared request from `<prefix>/vram-request-mib`, in bytes (0 when unset or unparsable).
     pub request_bytes: u64,
+    /// What its use grew by on this GPU over the last `horizon` of full polls, in bytes.
+    pub grew_bytes: u64,
+    /// Over how long, in milliseconds (0: no earlier poll to compare with).
+    pub grew_over_ms: u64,
     /// `spec.priority`.
     pub priority: i32,
     /// `spec.priorityClassName`.
@@ -133,9 +138,20 @@ impl Victim {
         self.use_bytes > self.request_bytes
     }
 
-    /// Use above the declared request (rank key 3).
+    /// Use above the declared request.
     pub fn above_request(&self) -> u64 {
         self.use_bytes.saturating_sub(self.request_bytes)
+    }
+
+    /// Rank key 3: use above the declared request plus what it grew by over the last
+    /// `horizon` — where it will be one horizon on if it keeps growing as it did. A pod that
+    /// is growing ranks ahead of a steady one holding a little more: under a real kubelet
+    /// a victim's memory comes back only at its SIGKILL, seconds later, so what a decision
+    /// changes first is whose growth it stops.
+    pub fn projected_above_request(&self) -> u64 {
+        self.use_bytes
+            .saturating_add(self.grew_bytes)
+            .saturating_sub(self.request_bytes)
     }
 }
 
@@ -171,14 +187,27 @@ struct PodUse {
     containers: BTreeSet<String>,
 }
 
-/// Ranks the pods on GPU `gpu`. `refused` maps pod UIDs whose eviction was recently
-/// refused or failed to the API server's answer; they are skipped.
+/// Ranks the pods on GPU `gpu` as [`rank_growing`] does, with no growth known.
 pub fn rank(
     policy: &Policy,
     gpu: u32,
     processes: &[ProcessSample],
     pods: &HashMap<String, PodInfo>,
     refused: &HashMap<String, String>,
+) -> Ranking {
+    rank_growing(policy, gpu, processes, pods, refused, &HashMap::new())
+}
+
+/// Ranks the pods on GPU `gpu`. `refused` maps pod UIDs whose eviction was recently
+/// refused or failed to the API server's answer; they are skipped. `growth` maps pod UIDs
+/// to what their use on the GPU grew by lately (`guard::growth`); absent means none.
+pub fn rank_growing(
+    policy: &Policy,
+    gpu: u32,
+    processes: &[ProcessSample],
+    pods: &HashMap<String, PodInfo>,
+    refused: &HashMap<String, String>,
+    growth: &HashMap<String, Growth>,
 ) -> Ranking {
     let mut by_pod: BTreeMap<&str, PodUse> = BTreeMap::new();
     let mut other_bytes = 0u64;
@@ -230,6 +259,7 @@ pub fn rank(
                 ),
             },
         };
+        let grew = growth.get(uid).copied().unwrap_or_default();
         candidates.push((
             Victim {
                 uid: uid.to_string(),
@@ -239,6 +269,8 @@ pub fn rank(
                 pids: u.pids.into_iter().collect(),
                 use_bytes: u.use_bytes,
                 request_bytes,
+                grew_bytes: grew.bytes,
+                grew_over_ms: u64::try_from(grew.over.as_millis()).unwrap_or(u64::MAX),
                 priority: info.priority,
                 priority_class: info.priority_class.clone(),
                 created_at: info.created_at,
@@ -277,6 +309,15 @@ pub fn rank(
                     fmt_bytes(v.use_bytes),
                     v.request_bytes / MIB
                 )
+            };
+            let usage = if v.grew_bytes > 0 {
+                format!(
+                    "{usage}; grew {} in the last {:.1} s",
+                    fmt_bytes(v.grew_bytes),
+                    v.grew_over_ms as f64 / 1000.0
+                )
+            } else {
+                usage
             };
             let low = if n > 1 && Some(v.priority) == lowest {
                 format!(" (lowest on GPU {gpu})")
@@ -345,7 +386,10 @@ fn compare(a: &Victim, b: &Victim) -> Ordering {
     b.over_request()
         .cmp(&a.over_request())
         .then(a.priority.cmp(&b.priority))
-        .then(b.above_request().cmp(&a.above_request()))
+        .then(
+            b.projected_above_request()
+                .cmp(&a.projected_above_request()),
+        )
         // Youngest first; `None < Some`, so an unknown creation time counts as oldest.
         .then(b.created_at.cmp(&a.created_at))
         .then_with(|| a.namespace.cmp(&b.namespace))
@@ -359,8 +403,12 @@ fn decider(a: &Victim, b: &Victim) -> String {
         "over its request, ahead of pods within theirs".to_string()
     } else if a.priority != b.priority {
         format!("lower priority than the next candidate ({})", b.priority)
-    } else if a.above_request() != b.above_request() {
-        "most use above request among equals".to_string()
+    } else if a.projected_above_request() != b.projected_above_request() {
+        if a.grew_bytes > b.grew_bytes {
+            "most use above request, counting its growth, among equals".to_string()
+        } else {
+            "most use above request among equals".to_string()
+        }
     } else if a.created_at != b.created_at {
         "youngest of equals".to_string()
     } else {
@@ -604,6 +652,62 @@ mod tests {
                 row.name
             );
         }
+    }
+
+    /// Growth counts in rank key 3 only: a grower goes ahead of a steady pod of the same
+    /// class and priority that holds more, never ahead of a lower priority or of a pod over
+    /// its request when it is within its own.
+    #[test]
+    fn growth_orders_equals_and_nothing_else() {
+        use crate::guard::growth::Growth;
+        use std::time::Duration;
+        let grew = |mib: u64| Growth {
+            bytes: mib * MIB,
+            over: Duration::from_millis(1000),
+        };
+        let growth = HashMap::from([("greedy".to_string(), grew(3300))]);
+        let cases: &[(&str, Vec<PodBuilder>, Vec<&str>)] = &[
+            (
+                "same priority: the grower first",
+                vec![pod("greedy"), pod("small")],
+                vec!["greedy", "small"],
+            ),
+            (
+                "a lower priority still first",
+                vec![pod("greedy").priority(5), pod("small").priority(1)],
+                vec!["small", "greedy"],
+            ),
+            (
+                "over its request still first",
+                vec![pod("greedy").request_mib(8000), pod("small")],
+                vec!["small", "greedy"],
+            ),
+        ];
+        for (what, pods_, want) in cases {
+            let pods = pods(pods_.clone());
+            let procs = [proc_in("greedy", 0, 3300), proc_in("small", 0, 3500)];
+            let r = rank_growing(
+                &Policy::default(),
+                0,
+                &procs,
+                &pods,
+                &HashMap::new(),
+                &growth,
+            );
+            assert_eq!(uids(&r), *want, "{what}");
+            let g = r.candidates.iter().find(|v| v.uid == "greedy").unwrap();
+            assert_eq!((g.grew_bytes, g.grew_over_ms), (3300 * MIB, 1000), "{what}");
+            assert!(
+                g.reason.contains("grew 3.2 GiB in the last 1.0 s"),
+                "{what}: {}",
+                g.reason
+            );
+        }
+        // Without growth the steady pod, holding more, is first (as before).
+        let pods = pods([pod("greedy"), pod("small")]);
+        let procs = [proc_in("greedy", 0, 3300), proc_in("small", 0, 3500)];
+        let r = rank(&Policy::default(), 0, &procs, &pods, &HashMap::new());
+        assert_eq!(uids(&r), ["small", "greedy"]);
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //!   planned) victims has left the GPU's process list, or `cooldownTimeout` has passed;
 //! - `rate_limited`: the last decision was allowed no eviction; waits for budget.
 
+mod escalate;
 mod outcomes;
 mod step;
 
 pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 
 use super::decision::{Decision, EvictionOutcome};
+use super::growth::PodGrowth;
 use super::levels::{Levels, Pressure};
 use super::policy::{Mode, Policy};
 use super::read_cadence;
@@ -162,6 +164,10 @@ pub struct Guard {
     terminating_since: HashMap<String, Duration>,
     /// When the API server last proved the pod view current (`note_view_proof`).
     last_proof: Option<Duration>,
+    /// The full polls' per-pod use over the last `horizon`: who is growing.
+    growth: PodGrowth,
+    /// When the last full poll was taken.
+    snapshot_at: Option<Duration>,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -178,6 +184,7 @@ pub struct Resolution {
 impl Guard {
     /// A guard with no history. The policy is assumed valid ([`Policy::validate`]).
     pub fn new(policy: Policy) -> Self {
+        let growth = PodGrowth::new(policy.horizon);
         Guard {
             policy,
             gpus: BTreeMap::new(),
@@ -192,6 +199,8 @@ impl Guard {
             forbidden: None,
             terminating_since: HashMap::new(),
             last_proof: None,
+            growth,
+            snapshot_at: None,
         }
     }
 
@@ -236,6 +245,16 @@ impl Guard {
     ) -> Vec<Decision> {
         self.expire(now);
         self.snapshot = Some(snap.clone());
+        self.snapshot_at = Some(now);
+        self.growth.record(
+            now,
+            snap.gpus
+                .iter()
+                .filter(|g| g.health == GpuHealth::Ok)
+                .map(|g| g.id.index)
+                .collect(),
+            &snap.processes,
+        );
         self.pods = pods.clone();
         self.track_terminating(pods, now);
         self.gpus
@@ -758,6 +777,133 @@ mod tests {
         let ttf = d.time_to_full.unwrap_or_default();
         assert!(ttf < Duration::from_millis(200), "{ttf:?}");
         assert_eq!(ds.len(), 1, "one decision per episode");
+    }
+
+    /// The A10G-sized H200 runs at 64 GiB/s (docs/validation.md §3d): a greedy job that
+    /// started a moment ago holds less than a steady CI pod of the same priority when the
+    /// early trigger fires. Ranked on memory held, the steady pod was taken and the greedy
+    /// job filled the GPU while the wrong victim's reclaim waited for the kubelet's SIGKILL;
+    /// counting each pod's growth since the polls of the last `horizon` takes the grower.
+    #[test]
+    fn a_growing_pod_ranks_ahead_of_a_steady_one_that_holds_more() {
+        let mut w = World::new(
+            enforce(),
+            [pod("greedy"), pod("small")],
+            vec![proc_in("small", 0, 3500)],
+        );
+        assert!(w.poll(0.0, 3500).is_empty());
+        w.procs = vec![proc_in("small", 0, 3500), proc_in("greedy", 0, 500)];
+        assert!(w.poll(1.0, 4000).is_empty());
+        let mut decided = None;
+        for t in (1005..=1200).step_by(5) {
+            let greedy = 500 + 40 * (t - 1000);
+            w.procs = vec![proc_in("small", 0, 3500), proc_in("greedy", 0, greedy)];
+            if let Some(d) = w.fast(t as f64 / 1000.0, 3500 + greedy).into_iter().next() {
+                decided = Some((greedy, d));
+                break;
+            }
+        }
+        let (greedy, d) = decided.expect("a decision before the GPU fills");
+        assert!(
+            greedy < 3500,
+            "the grower holds less than the steady pod: {greedy} MiB"
+        );
+        assert_eq!(uids(d.planned_victims()), ["greedy"], "{d:#?}");
+        let first = &d.candidates[0];
+        assert!(first.grew_bytes >= (greedy - 500) * MIB, "{first:#?}");
+        assert!(first.reason.contains("grew"), "{}", first.reason);
+        assert!(
+            first.reason.contains("counting its growth"),
+            "{}",
+            first.reason
+        );
+        assert_eq!(d.candidates[1].grew_bytes, 0, "the steady pod did not grow");
+    }
+
+    /// Two growers on one GPU: the first decision stops the first; its memory comes back
+    /// only at the kubelet's SIGKILL, seconds later, and the second fills the GPU behind
+    /// the cooldown unless the cooldown gives way. It does, for growth that is not the
+    /// victim's: not for the victim still growing (evict only), not for a small step.
+    #[test]
+    fn a_cooldown_gives_way_when_others_keep_filling_the_gpu() {
+        // (what, the victim's MiB at t ms after the decision, the other's)
+        type After = (&'static str, fn(u64) -> u64, fn(u64) -> u64, bool);
+        let cases: &[After] = &[
+            ("a second grower", |_| 0, |t| 20 * t, true),
+            ("the victim still growing", |t| 20 * t, |_| 0, false),
+            (
+                "a step smaller than the soft band",
+                |_| 0,
+                |t| (20 * t).min(400),
+                false,
+            ),
+        ];
+        for (what, victim_more, other_more, escalates) in cases {
+            let mut w = World::new(
+                enforce(),
+                [pod("g1"), pod("g2"), pod("train").priority(1000)],
+                vec![
+                    proc_in("g1", 0, 500),
+                    proc_in("g2", 0, 500),
+                    proc_in("train", 0, 1000),
+                ],
+            );
+            assert!(w.poll(0.0, 2000).is_empty());
+            let mut first = None;
+            let mut g1 = 500;
+            for t in (1005..=1200).step_by(5) {
+                g1 = 500 + 40 * (t - 1000);
+                w.procs = vec![
+                    proc_in("g1", 0, g1),
+                    proc_in("g2", 0, 500),
+                    proc_in("train", 0, 1000),
+                ];
+                if let Some(d) = w.fast(t as f64 / 1000.0, 1500 + g1).into_iter().next() {
+                    first = Some((t, d));
+                    break;
+                }
+            }
+            let (t0, d1) = first.expect("a first decision");
+            assert_eq!(uids(d1.planned_victims()), ["g1"], "{what}");
+            let t0s = t0 as f64 / 1000.0;
+            enforcer(&mut w.guard, &d1, t0s, |_| EvictionOutcome::Evicted);
+            assert!(matches!(w.phase(0), GpuPhase::Cooldown { .. }), "{what}");
+            // The evicted pod is terminating from now on (the view shows it so).
+            if let Some(p) = w.pods.get_mut("g1") {
+                p.terminating = true;
+            }
+            let mut second = None;
+            for dt in (5..=3000).step_by(5) {
+                let (v, o) = (g1 + victim_more(dt), 500 + other_more(dt));
+                w.procs = vec![
+                    proc_in("g1", 0, v),
+                    proc_in("g2", 0, o),
+                    proc_in("train", 0, 1000),
+                ];
+                let used = (1000 + v + o).min(TOTAL - 10);
+                let t = t0s + dt as f64 / 1000.0;
+                if let Some(d) = w.fast(t, used).into_iter().next() {
+                    second = Some(d);
+                    break;
+                }
+            }
+            match (escalates, second) {
+                (true, Some(d2)) => {
+                    assert_eq!(uids(d2.planned_victims()), ["g2"], "{what}: {d2:#?}");
+                    let e = d2.escalated.expect("marked as escalated");
+                    assert_eq!(e.after_decision, d1.id, "{what}");
+                    assert!(e.others_grew_bytes > 500 * MIB, "{what}: {e:?}");
+                    assert!(d2.summary().contains("the GPU kept filling"), "{what}");
+                }
+                (false, None) => {
+                    assert!(matches!(w.phase(0), GpuPhase::Cooldown { .. }), "{what}");
+                }
+                (want, got) => panic!(
+                    "{what}: escalation wanted {want}, got {got:#?}; {:#?}",
+                    w.guard.status()
+                ),
+            }
+        }
     }
 
     #[test]

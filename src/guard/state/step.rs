@@ -2,9 +2,10 @@
 //! grace, soft on the trend, the lead-in), and the minimum-reclaim plan under the global
 //! rate limit.
 
+use super::escalate;
 use super::outcomes::{pids_of, settle};
 use super::Guard;
-use crate::guard::decision::{Decision, Trigger};
+use crate::guard::decision::{Decision, Escalation, Trigger};
 use crate::guard::levels::Pressure;
 use crate::guard::policy::Mode;
 use crate::guard::rank;
@@ -116,7 +117,21 @@ impl Guard {
             (_, _, _, Err(e)) => Some(e.clone()),
             _ => None,
         };
-        if st.inactive_reason.is_some() || st.phase != GpuPhase::Watching {
+        // In enforce mode a cooldown may give way (see `escalate`): the triggers are then
+        // evaluated as when watching, and on a fresh poll the others' growth decides.
+        let cooling_from = match &st.phase {
+            GpuPhase::Cooldown {
+                decision_id,
+                waiting_for_pids,
+                ..
+            } if self.policy.mode == Mode::Enforce && !waiting_for_pids.is_empty() => {
+                Some((*decision_id, waiting_for_pids.clone()))
+            }
+            _ => None,
+        };
+        if st.inactive_reason.is_some()
+            || (st.phase != GpuPhase::Watching && cooling_from.is_none())
+        {
             return None;
         }
         let (memory, levels) = match (st.memory, &st.levels) {
@@ -164,6 +179,40 @@ impl Guard {
             Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, now),
             _ => time_to_full,
         };
+        let escalated = match cooling_from {
+            None => None,
+            Some((decision_id, victim_pids)) => {
+                let stale = self
+                    .snapshot_at
+                    .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
+                if !fresh {
+                    // Bounded: a fast tick under pressure comes every few ms while the
+                    // victims hold their memory until the kubelet's SIGKILL.
+                    self.refresh_wanted |= stale;
+                    return None;
+                }
+                let st = self.gpus.get_mut(&index)?;
+                let decision = st.last_decision.as_ref().filter(|d| d.id == decision_id)?;
+                let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
+                let now_ranked = rank::rank_growing(
+                    &self.policy,
+                    index,
+                    processes,
+                    &self.pods,
+                    &HashMap::new(),
+                    &HashMap::new(),
+                );
+                let grew = escalate::others_growth(decision, &victim_pids, &now_ranked);
+                if grew <= escalate::escalation_margin(&levels) {
+                    return None;
+                }
+                st.set_phase(GpuPhase::Watching, now);
+                Some(Escalation {
+                    after_decision: decision_id,
+                    others_grew_bytes: grew,
+                })
+            }
+        };
         if !fresh {
             self.refresh_wanted = true;
             return None;
@@ -175,7 +224,14 @@ impl Guard {
             .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
             .collect();
         let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
-        let ranking = rank::rank(&self.policy, index, processes, &self.pods, &refused);
+        let ranking = rank::rank_growing(
+            &self.policy,
+            index,
+            processes,
+            &self.pods,
+            &refused,
+            &self.growth.on_gpu(index),
+        );
         // An early decision may come while free is still above the target: the plan then
         // takes the first-ranked pod alone (at least one byte to reclaim), or it would be
         // done before it began. It does not add the growth still to come: evicting the
@@ -187,7 +243,10 @@ impl Guard {
         // for memory already on its way back. Not for the early trigger, which is about
         // growth still under way, not about memory held.
         let pending = self.terminating_pending(&ranking.excluded, now);
+        // After a cooldown gave way the memory pending is the earlier victims', and it
+        // does not stop the others' growth that ended the cooldown: not counted either.
         let reclaim = match trigger {
+            _ if escalated.is_some() => levels.target.saturating_sub(memory.free).max(1),
             Trigger::EarlyTrend => levels.target.saturating_sub(memory.free).max(1),
             _ => levels
                 .target
@@ -255,6 +314,7 @@ impl Guard {
             rate_limited,
             excluded: ranking.excluded,
             other_bytes: ranking.other_bytes,
+            escalated,
         };
         let next = if planned == 0 && rate_limited {
             GpuPhase::RateLimited { decision_id: id }

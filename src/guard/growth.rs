@@ -1,0 +1,212 @@
+//! How much each pod's VRAM grew on each GPU lately: a short history of the full polls'
+//! per-pod use, so the ranking can put the pod that is growing ahead of a steady pod that
+//! merely holds more right now.
+//!
+//! Why: under a real kubelet a victim's memory comes back only at its SIGKILL, `max(grace,
+//! 2 s)` after the eviction, so what a decision changes in the next seconds is whose growth
+//! it stops. Ranking on memory held alone made the H200's A10G-sized runs at 64 GiB/s pick a
+//! steady 3 GiB CI pod over a greedy job that had reached 3.3 GiB a few hundred ms after it
+//! started (docs/validation.md §3d), and the greedy job filled the GPU while the wrong
+//! victim's reclaim was pending.
+
+use crate::model::snapshot::{Owner, ProcessSample};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+/// Most full polls kept. Polls come every `interval` and, under pressure, on every fast
+/// trigger too; the window is a few seconds, so this bounds memory whatever the cadence.
+const MAX_SAMPLES: usize = 64;
+
+/// One full poll: per (GPU index, pod UID), the summed use of the pod's processes.
+#[derive(Debug, Clone)]
+struct Sample {
+    at: Duration,
+    gpus: BTreeSet<u32>,
+    use_bytes: HashMap<(u32, String), u64>,
+}
+
+/// What a pod grew by on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Growth {
+    /// Bytes more than at the oldest poll of the window (0 if it held or shrank). A pod
+    /// absent from that poll of the GPU counts as having held nothing then.
+    pub bytes: u64,
+    /// How long before now that poll was.
+    pub over: Duration,
+}
+
+/// The recent full polls, newest last.
+#[derive(Debug, Clone)]
+pub struct PodGrowth {
+    window: Duration,
+    samples: VecDeque<Sample>,
+}
+
+impl PodGrowth {
+    /// Keeps polls up to `window` old (the policy's `horizon`: the growth a decision looks at
+    /// is the growth over the time it projects ahead).
+    pub fn new(window: Duration) -> Self {
+        PodGrowth {
+            window,
+            samples: VecDeque::new(),
+        }
+    }
+
+    /// Records a full poll taken at `now` of `gpus`, with its process list.
+    pub fn record(&mut self, now: Duration, gpus: BTreeSet<u32>, processes: &[ProcessSample]) {
+        let mut use_bytes: HashMap<(u32, String), u64> = HashMap::new();
+        for p in processes.iter().filter(|p| gpus.contains(&p.gpu)) {
+            if let Owner::Pod(r) = &p.owner {
+                let e = use_bytes.entry((p.gpu, r.uid.clone())).or_default();
+                *e = e.saturating_add(p.used_bytes.unwrap_or(0));
+            }
+        }
+        // A clock that went backwards (a test, or a restarted core) starts the history over.
+        if self.samples.back().is_some_and(|s| s.at > now) {
+            self.samples.clear();
+        }
+        // Polls closer together than the window's share of the bound are thinned (the
+        // previous latest gives way), so a burst of refresh polls cannot push the window's
+        // start out of the history.
+        let spacing = self.window / MAX_SAMPLES as u32;
+        let n = self.samples.len();
+        if n >= 2
+            && self
+                .samples
+                .get(n - 2)
+                .is_some_and(|s| now.saturating_sub(s.at) < spacing)
+        {
+            self.samples.pop_back();
+        }
+        self.samples.push_back(Sample {
+            at: now,
+            gpus,
+            use_bytes,
+        });
+        // Keep the newest poll at or before the window's start: it is the reference.
+        while self.samples.len() > 2
+            && self
+                .samples
+                .get(1)
+                .is_some_and(|s| now.saturating_sub(s.at) >= self.window)
+        {
+            self.samples.pop_front();
+        }
+        while self.samples.len() > MAX_SAMPLES {
+            self.samples.pop_front();
+        }
+    }
+
+    /// Growth of pod `uid` on GPU `gpu`, from the oldest poll within the window that saw the
+    /// GPU (or, when none is that recent, the newest before it) to the latest poll.
+    pub fn of(&self, gpu: u32, uid: &str) -> Growth {
+        let Some(latest) = self.samples.back() else {
+            return Growth::default();
+        };
+        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
+        let start = latest.at.saturating_sub(self.window);
+        let reference = self
+            .samples
+            .iter()
+            .filter(seen)
+            .find(|s| s.at >= start)
+            .or_else(|| self.samples.iter().rev().find(seen));
+        let Some(reference) = reference else {
+            return Growth::default();
+        };
+        let key = (gpu, uid.to_string());
+        let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
+        let then_use = reference.use_bytes.get(&key).copied().unwrap_or(0);
+        Growth {
+            bytes: now_use.saturating_sub(then_use),
+            over: latest.at.saturating_sub(reference.at),
+        }
+    }
+
+    /// Per pod UID, its growth on GPU `gpu`, for the pods the latest poll saw there.
+    pub fn on_gpu(&self, gpu: u32) -> HashMap<String, Growth> {
+        let Some(latest) = self.samples.back() else {
+            return HashMap::new();
+        };
+        latest
+            .use_bytes
+            .keys()
+            .filter(|(g, _)| *g == gpu)
+            .map(|(_, uid)| (uid.clone(), self.of(gpu, uid)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::snapshot::MIB;
+    use crate::testkit::fixtures::*;
+
+    fn s(t: f64) -> Duration {
+        Duration::from_secs_f64(t)
+    }
+
+    fn gpus(g: &[u32]) -> BTreeSet<u32> {
+        g.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_new_pod_grew_from_nothing_and_a_steady_one_not_at_all() {
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(s(0.0), gpus(&[0]), &[proc_in("steady", 0, 3000)]);
+        assert_eq!(
+            h.of(0, "steady"),
+            Growth::default(),
+            "one poll: no growth yet"
+        );
+        h.record(
+            s(1.0),
+            gpus(&[0]),
+            &[proc_in("steady", 0, 3000), proc_in("greedy", 0, 3300)],
+        );
+        assert_eq!(h.of(0, "steady").bytes, 0);
+        let g = h.of(0, "greedy");
+        assert_eq!((g.bytes, g.over), (3300 * MIB, s(1.0)));
+        assert_eq!(h.on_gpu(0).len(), 2);
+        assert!(h.on_gpu(1).is_empty());
+    }
+
+    #[test]
+    fn growth_is_measured_over_the_window_and_shrinking_counts_as_none() {
+        let mut h = PodGrowth::new(s(2.0));
+        for (t, mib) in [(0.0, 100), (1.0, 200), (2.0, 400), (3.0, 800), (3.5, 700)] {
+            h.record(s(t), gpus(&[0]), &[proc_in("a", 0, mib)]);
+        }
+        // The oldest poll within 2 s of 3.5 s is the one at 2.0 s (400 MiB).
+        let g = h.of(0, "a");
+        assert_eq!((g.bytes, g.over), (300 * MIB, s(1.5)));
+        h.record(s(4.0), gpus(&[0]), &[proc_in("a", 0, 100)]);
+        assert_eq!(h.of(0, "a").bytes, 0);
+    }
+
+    #[test]
+    fn only_polls_that_saw_the_gpu_are_a_reference_and_memory_is_bounded() {
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(s(0.0), gpus(&[0]), &[proc_in("a", 0, 1000)]);
+        // A poll where GPU 0 was not read (lost for a moment): not a reference for it.
+        h.record(s(1.0), gpus(&[1]), &[]);
+        h.record(s(2.0), gpus(&[0]), &[proc_in("a", 0, 1500)]);
+        let g = h.of(0, "a");
+        assert_eq!((g.bytes, g.over), (500 * MIB, s(2.0)));
+        for i in 0..1000 {
+            h.record(
+                s(3.0 + i as f64 * 0.001),
+                gpus(&[0]),
+                &[proc_in("a", 0, 1500)],
+            );
+        }
+        assert!(h.samples.len() <= MAX_SAMPLES);
+        // A burst of polls does not push the window's start out: the reference is still
+        // about a window back.
+        assert!(h.of(0, "a").over >= s(0.9), "{:?}", h.of(0, "a"));
+        // A clock that goes backwards starts over.
+        h.record(s(0.5), gpus(&[0]), &[proc_in("a", 0, 1500)]);
+        assert_eq!(h.of(0, "a"), Growth::default());
+    }
+}
