@@ -47,7 +47,9 @@ import time
 import urllib.request
 import uuid
 
-import pynvml as nv
+from guard_report import read_timeline, report, report_only
+
+nv = None  # pynvml, imported in main(): --report-only and the tests run without it
 
 CG_ROOT = "/sys/fs/cgroup"
 KUBEPODS = os.path.join(CG_ROOT, "kubepods.slice")
@@ -221,22 +223,6 @@ class Sampler(threading.Thread):
                     pairs = ";".join(f"{p.pid}:{(p.usedGpuMemory or 0) // MIB}" for p in ps)
                     f.write(f"{t:.4f},{d},{m.free // MIB},{m.used // MIB},{pairs}\n")
                 time.sleep(0.01)
-
-
-def read_timeline(path):
-    """Rows (t, gpu, free MiB, used MiB, {pid: MiB})."""
-    rows = []
-    for line in open(path):
-        parts = line.rstrip("\n").split(",")
-        if len(parts) < 5:
-            continue
-        procs = {}
-        for kv in parts[4].split(";"):
-            if ":" in kv:
-                pid, mib = kv.split(":")
-                procs[int(pid)] = int(mib)
-        rows.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), procs))
-    return rows
 
 
 def http_get(url, timeout=2):
@@ -508,8 +494,10 @@ def write_policy(args, workdir, fast, headroom="today", action=""):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--double", required=True)
+    ap.add_argument("--agent")
+    ap.add_argument("--double")
+    ap.add_argument("--report-only", metavar="RUNS_JSON",
+                    help="no measurement: the report again from an earlier call's guard-runs.json, into --out")
     ap.add_argument("--rates", default="4,16,32,64")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--train-gib", type=float, default=100)
@@ -537,7 +525,13 @@ def main():
     ap.add_argument("--hold-after-full", type=float, default=8,
                     help="seconds the greedy job lives on after it could have filled the GPU")
     args = ap.parse_args()
-    global PIDNS
+    if args.report_only:
+        report_only(args.report_only, args.out)
+        return
+    if not (args.agent and args.double):
+        ap.error("--agent and --double are required (unless --report-only)")
+    global PIDNS, nv
+    import pynvml as nv
     PIDNS = have_pid_namespaces()
     log("PID namespaces for the job shells:", PIDNS)
     os.makedirs("/tmp/guard-work", exist_ok=True)
@@ -720,155 +714,8 @@ def main():
             stop(p, signal.SIGKILL)
         sampler.join(timeout=2)
     timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups)
-
-
-def growth_rate(rows, pid):
-    """GiB/s the greedy process actually grew at: from 1 GiB to 90 % of its peak."""
-    pts = [(t, procs[pid]) for t, _, _, _, procs in rows if pid in procs]
-    if not pts:
-        return None
-    peak = max(m for _, m in pts)
-    a = next(((t, m) for t, m in pts if m >= 1024), None)
-    b = next(((t, m) for t, m in pts if m >= 0.9 * peak), None)
-    if a is None or b is None or b[0] - a[0] < 0.02:
-        return None
-    return (b[1] - a[1]) / 1024 / (b[0] - a[0])
-
-
-def report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows=(), setups=None):
-    for r in results:
-        soft_mib, hard_mib = thresholds[r["headroom"]]
-        ev = sorted(r["evictions"])
-        greedy_names = {v["name"] for v in r["greedy"].values()}
-        r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
-        r["per_gpu"] = {}
-        for g, gr in r["greedy"].items():
-            win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
-            soft_t = next((t for t, _, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
-            hard_t = next((t for t, _, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
-            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, rate_measured=growth_rate(win, gr["pid"]),
-                     min_free_mib=min((free for t, _, free, _, _ in win if t >= r["t0"]), default=None))
-            mine = [e for e in ev if e[1] == gr["name"]]
-            if mine:
-                te = mine[0][0]
-                x["reaction_from_soft_ms"] = None if soft_t is None else round((te - soft_t) * 1000, 1)
-                x["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
-                before = [free for t, _, free, _, _ in win if t <= te]
-                x["free_at_eviction_mib"] = before[-1] if before else None
-                # The budget: decision → eviction request → the greedy process gone from the
-                # GPU's process list (the kubelet's kill and the CUDA teardown).
-                ds = [d for d in r.get("decisions", []) if d[0] <= te + 0.001]
-                if ds:
-                    x["trigger"] = ds[-1][1]
-                    x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
-                gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
-                x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
-                # What the greedy job grew by after the eviction: its VRAM then against its peak.
-                at_ev = [procs.get(gr["pid"]) for t, _, _, _, procs in win if t <= te and gr["pid"] in procs]
-                after = [procs[gr["pid"]] for t, _, _, _, procs in win if t > te and gr["pid"] in procs]
-                if at_ev and after:
-                    x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
-                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
-                for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
-                    ts = [k[0] for k in kub if k[2] == action]
-                    if ts:
-                        x[f"eviction_to_{action}_ms"] = round((ts[0] - te) * 1000, 1)
-            r["per_gpu"][g] = x
-    with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
-        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
-                       pid_namespaces=PIDNS, sweep=sweep), f, indent=1, default=str)
-    lines = ["| series | headroom | kubelet, PID 1 | onDecision | GiB/s asked (measured, median) | runs | "
-             "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
-             "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
-             "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
-             "guard stop/resume/kill counters (sum) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
-    for label, *_ in sweep:
-        for rate in sorted({r["rate"] for r in results if r["label"] == label}):
-            rs = [r for r in results if r["label"] == label and r["rate"] == rate]
-            pg = [x for r in rs for x in r["per_gpu"].values()]
-            col = lambda k: [x[k] for x in pg if x.get(k) is not None]
-            measured = col("rate_measured")
-            freed = col("eviction_to_freed_ms")
-            growth = col("growth_after_eviction_gib")
-            greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
-            other_ev = sum(len(r["unneeded"]) for r in rs)
-            bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
-            counters = {}
-            for r in rs:
-                for k, v in r.get("counters", {}).items():
-                    counters[k] = counters.get(k, 0) + v
-            m = med(measured)
-            r0 = rs[0]
-            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
-                         f"{rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
-                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
-                         f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
-                         f"{min(col('free_at_eviction_mib'), default=None)} | "
-                         f"{min(col('min_free_mib'), default=None)} | "
-                         f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
-                         f"{med(freed)}, {max(freed) if freed else None} | "
-                         f"{med(growth)}, {max(growth) if growth else None} | "
-                         f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
-    with open(os.path.join(args.out, "guard-report.md"), "w") as f:
-        f.write(f"GPUs {args.gpus}, {total_mib} MiB each; thresholds per headroom (soft, hard MiB free): "
-                f"{ {k: (round(v[0]), round(v[1])) for k, v in thresholds.items()} }; base loads: {setups}; "
-                f"default fast interval {args.fast_interval}; policy evictionGracePeriodSeconds {args.grace}; "
-                f"kubelet watch latency {args.watch_latency}; job shells in PID namespaces: {PIDNS}.\n\n")
-        f.write("\n".join(lines) + "\n")
-        if idle_rows:
-            f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
-                    "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")
-            for r in idle_rows:
-                f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
-    print("\n".join(lines))
-    print(json.dumps(list(idle_rows)))
-    soft_mib, hard_mib = thresholds["today"]
-    plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib)
-
-
-def plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    panels = []
-    for label in dict.fromkeys(r["label"] for r in results):
-        rs = [r for r in results if r["label"] == label]
-        r = next((x for x in rs if x["rate"] == 16), rs[0])
-        panels += [(r, g) for g in r["greedy"]]
-    panels = panels[:4]
-    if not panels:
-        return
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 4 * len(panels)), squeeze=False)
-    for ax, (r, g) in zip(axes[:, 0], panels):
-        win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
-        ts = [row[0] - r["t0"] for row in win]
-        names = dict(pods_by_pid)
-        for gg, gr in r["greedy"].items():
-            names[gr["pid"]] = ("ci", gr["name"], "build")
-        for pid, (ns, pod, _) in names.items():
-            ys = [row[4].get(pid, 0) / 1024 for row in win]
-            if any(ys):
-                ax.plot(ts, ys, label=f"{ns}/{pod}")
-        ax.plot(ts, [row[2] / 1024 for row in win], "k--", label="free")
-        ax.axhline(soft_mib / 1024, color="orange", lw=0.8, label="soft")
-        ax.axhline(hard_mib / 1024, color="red", lw=0.8, label="hard")
-        here = {r["greedy"][g]["name"]} | set(r["unneeded"])
-        for te, name, status in (e for e in r["evictions"] if e[1] in here):
-            ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
-        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}, "
-                     f"{r['headroom']}, {r['kubelet']} kubelet): "
-                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
-        ax.set_xlabel("seconds since the greedy job was launched")
-        ax.set_ylabel("GiB")
-        ax.legend(fontsize=7, loc="center left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "guard-vram.png"), dpi=110)
+    meta = dict(gpus=args.gpus, fast_interval=args.fast_interval, grace=args.grace, watch_latency=args.watch_latency)
+    report(args.out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups, PIDNS)
 
 
 if __name__ == "__main__":

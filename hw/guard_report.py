@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The report of the H200 guard sweep (hw/guard_h200.py), apart from the harness so that it
+imports without pynvml, a GPU or root: offline tests (hw/test_guard_report.py) and a report
+regenerated from a runs file of an earlier call need none of them.
+
+    python3 hw/guard_report.py docs/evidence/guard-h200-faithful-kubelet-runs.json --out /tmp/r
+"""
+import argparse
+import json
+import os
+import sys
+
+def read_timeline(path):
+    """Rows (t, gpu, free MiB, used MiB, {pid: MiB})."""
+    rows = []
+    for line in open(path):
+        parts = line.rstrip("\n").split(",")
+        if len(parts) < 5:
+            continue
+        procs = {}
+        for kv in parts[4].split(";"):
+            if ":" in kv:
+                pid, mib = kv.split(":")
+                procs[int(pid)] = int(mib)
+        rows.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), procs))
+    return rows
+
+
+def growth_rate(rows, pid):
+    """GiB/s the greedy process actually grew at: from 1 GiB to 90 % of its peak."""
+    pts = [(t, procs[pid]) for t, _, _, _, procs in rows if pid in procs]
+    if not pts:
+        return None
+    peak = max(m for _, m in pts)
+    a = next(((t, m) for t, m in pts if m >= 1024), None)
+    b = next(((t, m) for t, m in pts if m >= 0.9 * peak), None)
+    if a is None or b is None or b[0] - a[0] < 0.02:
+        return None
+    return (b[1] - a[1]) / 1024 / (b[0] - a[0])
+
+
+def analyse(results, timeline, thresholds):
+    """Each run's figures from the 10 ms timeline (`per_gpu`, `unneeded`), in place."""
+    for r in results:
+        soft_mib, hard_mib = thresholds[r["headroom"]]
+        ev = sorted(r["evictions"])
+        greedy_names = {v["name"] for v in r["greedy"].values()}
+        r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
+        r["per_gpu"] = {}
+        for g, gr in r["greedy"].items():
+            win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+            soft_t = next((t for t, _, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
+            hard_t = next((t for t, _, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
+            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, rate_measured=growth_rate(win, gr["pid"]),
+                     min_free_mib=min((free for t, _, free, _, _ in win if t >= r["t0"]), default=None))
+            mine = [e for e in ev if e[1] == gr["name"]]
+            if mine:
+                te = mine[0][0]
+                x["reaction_from_soft_ms"] = None if soft_t is None else round((te - soft_t) * 1000, 1)
+                x["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
+                before = [free for t, _, free, _, _ in win if t <= te]
+                x["free_at_eviction_mib"] = before[-1] if before else None
+                # The budget: decision → eviction request → the greedy process gone from the
+                # GPU's process list (the kubelet's kill and the CUDA teardown).
+                ds = [d for d in r.get("decisions", []) if d[0] <= te + 0.001]
+                if ds:
+                    x["trigger"] = ds[-1][1]
+                    x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
+                gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
+                x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
+                # What the greedy job grew by after the eviction: its VRAM then against its peak.
+                at_ev = [procs.get(gr["pid"]) for t, _, _, _, procs in win if t <= te and gr["pid"] in procs]
+                after = [procs[gr["pid"]] for t, _, _, _, procs in win if t > te and gr["pid"] in procs]
+                if at_ev and after:
+                    x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
+                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
+                for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
+                    ts = [k[0] for k in kub if k[2] == action]
+                    if ts:
+                        x[f"eviction_to_{action}_ms"] = round((ts[0] - te) * 1000, 1)
+            r["per_gpu"][g] = x
+
+
+def table(sweep, results):
+    """The report's table: one row per series and rate."""
+    lines = ["| series | headroom | kubelet, PID 1 | onDecision | GiB/s asked (measured, median) | runs | "
+             "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
+             "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
+             "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
+             "guard stop/resume/kill counters (sum) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
+    for label, *_ in sweep:
+        for rate in sorted({r["rate"] for r in results if r["label"] == label}):
+            rs = [r for r in results if r["label"] == label and r["rate"] == rate]
+            pg = [x for r in rs for x in r["per_gpu"].values()]
+            col = lambda k: [x[k] for x in pg if x.get(k) is not None]
+            measured = col("rate_measured")
+            freed = col("eviction_to_freed_ms")
+            growth = col("growth_after_eviction_gib")
+            greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
+            other_ev = sum(len(r["unneeded"]) for r in rs)
+            bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
+            counters = {}
+            for r in rs:
+                for k, v in r.get("counters", {}).items():
+                    counters[k] = counters.get(k, 0) + v
+            m = med(measured)
+            r0 = rs[0]
+            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
+                         f"{rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
+                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
+                         f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
+                         f"{min(col('free_at_eviction_mib'), default=None)} | "
+                         f"{min(col('min_free_mib'), default=None)} | "
+                         f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
+                         f"{med(freed)}, {max(freed) if freed else None} | "
+                         f"{med(growth)}, {max(growth) if growth else None} | "
+                         f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
+    return lines
+
+
+def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid=None, idle_rows=(),
+           setups=None, pid_namespaces=None):
+    """Writes guard-runs.json and guard-report.md (and the plot) under `out`. `timeline`
+    None: the runs' figures stand as recorded (a report regenerated from a runs file)."""
+    if timeline is not None:
+        analyse(results, timeline, thresholds)
+    with open(os.path.join(out, "guard-runs.json"), "w") as f:
+        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
+                       pid_namespaces=pid_namespaces, sweep=sweep, meta=meta), f, indent=1, default=str)
+    lines = table(sweep, results)
+    nr = "(not recorded)"
+    with open(os.path.join(out, "guard-report.md"), "w") as f:
+        f.write(f"GPUs {meta.get('gpus', nr)}, {total_mib} MiB each; thresholds per headroom (soft, hard MiB free): "
+                f"{ {k: (round(v[0]), round(v[1])) for k, v in thresholds.items()} }; base loads: {setups}; "
+                f"default fast interval {meta.get('fast_interval', nr)}; policy evictionGracePeriodSeconds "
+                f"{meta.get('grace', nr)}; kubelet watch latency {meta.get('watch_latency', nr)}; "
+                f"job shells in PID namespaces: {pid_namespaces}.\n\n")
+        f.write("\n".join(lines) + "\n")
+        if idle_rows:
+            f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
+                    "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")
+            for r in idle_rows:
+                f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
+    print("\n".join(lines))
+    print(json.dumps(list(idle_rows)))
+    if timeline is not None:
+        soft_mib, hard_mib = thresholds["today"]
+        try:
+            plot(out, results, timeline, pods_by_pid or {}, soft_mib, hard_mib)
+        except Exception as e:  # the plot is a picture: it must not cost the report
+            print("plot failed:", e, file=sys.stderr)
+
+
+def report_only(runs_path, out):
+    """The report again from a guard-runs.json (an earlier call's evidence): nothing is
+    re-measured; the runs' recorded figures are rendered by today's table code."""
+    d = json.load(open(runs_path))
+    os.makedirs(out, exist_ok=True)
+    report(out, d.get("meta") or {}, d["sweep"], d["results"], None, d["thresholds"], d["total_mib"],
+           setups=d.get("setups"), pid_namespaces=d.get("pid_namespaces"))
+
+
+def plot(out, results, timeline, pods_by_pid, soft_mib, hard_mib):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    panels = []
+    for label in dict.fromkeys(r["label"] for r in results):
+        rs = [r for r in results if r["label"] == label]
+        r = next((x for x in rs if x["rate"] == 16), rs[0])
+        panels += [(r, g) for g in r["greedy"]]
+    panels = panels[:4]
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 4 * len(panels)), squeeze=False)
+    for ax, (r, g) in zip(axes[:, 0], panels):
+        win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+        ts = [row[0] - r["t0"] for row in win]
+        names = dict(pods_by_pid)
+        for gg, gr in r["greedy"].items():
+            names[gr["pid"]] = ("ci", gr["name"], "build")
+        for pid, (ns, pod, _) in names.items():
+            ys = [row[4].get(pid, 0) / 1024 for row in win]
+            if any(ys):
+                ax.plot(ts, ys, label=f"{ns}/{pod}")
+        ax.plot(ts, [row[2] / 1024 for row in win], "k--", label="free")
+        ax.axhline(soft_mib / 1024, color="orange", lw=0.8, label="soft")
+        ax.axhline(hard_mib / 1024, color="red", lw=0.8, label="hard")
+        here = {r["greedy"][g]["name"]} | set(r["unneeded"])
+        for te, name, status in (e for e in r["evictions"] if e[1] in here):
+            ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
+        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}, "
+                     f"{r['headroom']}, {r['kubelet']} kubelet): "
+                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
+        ax.set_xlabel("seconds since the greedy job was launched")
+        ax.set_ylabel("GiB")
+        ax.legend(fontsize=7, loc="center left")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "guard-vram.png"), dpi=110)
+
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="the guard sweep's report from a guard-runs.json")
+    ap.add_argument("runs", help="a guard-runs.json written by hw/guard_h200.py")
+    ap.add_argument("--out", required=True, help="where guard-report.md (and guard-runs.json) go")
+    a = ap.parse_args(argv)
+    report_only(a.runs, a.out)
+
+
+if __name__ == "__main__":
+    main()
