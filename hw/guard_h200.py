@@ -161,22 +161,136 @@ def job_selftest(workdir, pid1="shell"):
     return ok
 
 
-def python_pid_in(cgroup, timeout=10):
-    """The host pid of the gpu_load.py process in a container cgroup (what NVML lists)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def cgroup_tree_pids(cgroup):
+    """Every pid in `cgroup` and the cgroups below it (a runtime may put the job's processes
+    in a child cgroup)."""
+    pids = []
+    for dirpath, _, _ in os.walk(cgroup):
         try:
-            for line in open(os.path.join(cgroup, "cgroup.procs")):
-                pid = int(line)
-                try:
-                    if b"gpu_load.py" in open(f"/proc/{pid}/cmdline", "rb").read():
-                        return pid
-                except OSError:
-                    pass
-        except OSError:
+            pids += [int(x) for x in open(os.path.join(dirpath, "cgroup.procs")).read().split()]
+        except (OSError, ValueError):
             pass
-        time.sleep(0.05)
+    return pids
+
+
+def descendants(pid, proc="/proc"):
+    """Every descendant of `pid`: /proc/PID/task/*/children where the kernel has it
+    (CONFIG_PROC_CHILDREN), else the parent pid of every process in /proc."""
+    kids = {}
+    have_children_files = os.path.exists(f"{proc}/{pid}/task/{pid}/children")
+    if not have_children_files:
+        for name in os.listdir(proc):
+            if name.isdigit():
+                try:
+                    # The parent pid is the 2nd field after the command, which may hold spaces
+                    # and parentheses: split after the last ")".
+                    ppid = int(open(f"{proc}/{name}/stat").read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if have_children_files:
+            found = []
+            try:
+                for task in os.listdir(f"{proc}/{p}/task"):
+                    try:
+                        found += [int(x) for x in open(f"{proc}/{p}/task/{task}/children").read().split()]
+                    except (OSError, ValueError):
+                        pass
+            except OSError:
+                pass
+        else:
+            found = kids.get(p, [])
+        for c in found:
+            if c not in out and c != pid:
+                out.append(c)
+                todo.append(c)
+    return out
+
+
+def argv_of(pid, proc="/proc"):
+    try:
+        raw = open(f"{proc}/{pid}/cmdline", "rb").read()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1 if raw.endswith(b"\0") else None]]
+
+
+def runs_script(argv, script):
+    """Whether `argv` is a Python interpreter running `script` (its first non-option
+    argument). Not a substring match: the `unshare` wrapper's and the job shell's argv hold
+    the whole `sh -c` script text, gpu_load.py's path included (bug: the harness took the
+    wrapper's pid for the job's)."""
+    if len(argv) < 2 or "python" not in os.path.basename(argv[0]):
+        return False
+    first = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return first is not None and os.path.basename(first) == script
+
+
+def ns_pid(pid, proc="/proc"):
+    """`pid` in its innermost PID namespace (the last NSpid field), or None."""
+    try:
+        for line in open(f"{proc}/{pid}/status"):
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
     return None
+
+
+def find_job_pid(cgroup, wrapper_pid, script="gpu_load.py", logged_pid=None, proc="/proc", timeout=10):
+    """The pid (in our PID namespace, the one NVML lists to us) of the Python process running
+    `script` for a job started as `wrapper_pid` (the unshare wrapper or the job shell) in
+    container cgroup `cgroup`: among the cgroup subtree's processes and the wrapper's
+    descendants, the interpreter running the script, and where the script logged its own
+    pid (`logged_pid`, its pid inside the job's PID namespace), the one whose innermost
+    NSpid is that. Waits up to `timeout` s for exactly one. Returns (pid or None, how)."""
+    deadline = time.time() + timeout
+    how = "not found"
+    while True:
+        cands = sorted(set(cgroup_tree_pids(cgroup) if cgroup else []) | set(descendants(wrapper_pid, proc)))
+        matches = [p for p in cands if p != wrapper_pid and runs_script(argv_of(p, proc), script)]
+        if logged_pid is not None and matches:
+            same = [p for p in matches if ns_pid(p, proc) == logged_pid]
+            matches = same or matches
+            how = "script argv + NSpid" if same else "script argv (NSpid differs from the logged pid)"
+        else:
+            how = "script argv"
+        if len(matches) == 1:
+            return matches[0], how
+        if len(matches) > 1:
+            how = f"ambiguous: {matches}"
+        else:
+            how = f"no process runs {script} among {cands}"
+        if time.time() >= deadline:
+            return None, how
+        time.sleep(0.05)
+
+
+def ready_pid(logpath):
+    """The pid gpu_load.py logged in its last "ready" line (its own os.getpid())."""
+    try:
+        lines = [l for l in open(logpath) if '"ready"' in l]
+        return json.loads(lines[-1])["pid"] if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def nvml_lists(gpu, pid, timeout=3):
+    """Whether NVML lists `pid` as a compute process of `gpu` within `timeout` s."""
+    h = nv.nvmlDeviceGetHandleByIndex(gpu)
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if any(p.pid == pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)):
+                return True
+        except nv.NVMLError:
+            pass
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def wait_ready(logpath, timeout=60):
@@ -672,9 +786,18 @@ def main():
                                                  "--start-delay", "0", "--seconds", f"{seconds:.2f}"],
                                              greedy[g].cgroup, glogs[g], pid1=opts["p"])
                         for g in greedy_gpus:
-                            if not wait_ready(glogs[g], 30):
+                            ready = wait_ready(glogs[g], 30)
+                            if not ready:
                                 log("greedy job never got ready:", open(glogs[g]).read()[-2000:])
-                            gpids[g] = python_pid_in(greedy[g].cgroup, 3) or gprocs[g].pid
+                            # The job's NVML pid: gpu_load.py's, not the wrapper's (NVML never
+                            # lists that). Not found, or not on the GPU: the report says the
+                            # pid-derived figures are unknown instead of computing them.
+                            pid, how = find_job_pid(greedy[g].cgroup, gprocs[g].pid, logged_pid=ready_pid(glogs[g]),
+                                                    timeout=10 if ready else 1)
+                            listed = pid is not None and nvml_lists(g, pid)
+                            gpids[g] = dict(pid=pid, pid_how=how, pid_ok=listed, wrapper_pid=gprocs[g].pid)
+                            if not listed:
+                                log(f"greedy job on GPU {g}: NVML pid unknown ({how}; found {pid}, listed by NVML: {listed})")
                         ready_at = time.time()
                         for gp in gprocs.values():
                             try:
@@ -689,7 +812,7 @@ def main():
                         results.append(dict(
                             label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
                             headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
-                            greedy={g: dict(name=greedy[g].name, pid=gpids[g],
+                            greedy={g: dict(name=greedy[g].name, **gpids[g],
                                             killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0)
                                     for g in greedy_gpus},
                             train_restarted_before=restarted,

@@ -48,10 +48,15 @@ def analyse(results, timeline, thresholds):
         r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
         r["per_gpu"] = {}
         for g, gr in r["greedy"].items():
-            win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+            win = [row for row in timeline if row[1] == int(g) and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+            # The pid-derived figures (measured rate, memory freed, growth after the eviction)
+            # only from a pid the harness found running gpu_load.py and NVML listed, and
+            # that the timeline shows; else they are unknown, not computed from a wrong pid.
+            pid = gr.get("pid") if pid_valid(gr) and any(gr.get("pid") in row[4] for row in win) else None
             soft_t = next((t for t, _, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
             hard_t = next((t for t, _, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
-            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, rate_measured=growth_rate(win, gr["pid"]),
+            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, pid_valid=pid is not None,
+                     rate_measured=None if pid is None else growth_rate(win, pid),
                      min_free_mib=min((free for t, _, free, _, _ in win if t >= r["t0"]), default=None))
             mine = [e for e in ev if e[1] == gr["name"]]
             if mine:
@@ -66,12 +71,13 @@ def analyse(results, timeline, thresholds):
                 if ds:
                     x["trigger"] = ds[-1][1]
                     x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
-                gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
-                x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
+                if pid is not None:
+                    gone = next((t for t, _, _, _, procs in win if t > te and pid not in procs), None)
+                    x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
                 # What the greedy job grew by after the eviction: its VRAM then against its peak.
-                at_ev = [procs.get(gr["pid"]) for t, _, _, _, procs in win if t <= te and gr["pid"] in procs]
-                after = [procs[gr["pid"]] for t, _, _, _, procs in win if t > te and gr["pid"] in procs]
-                if at_ev and after:
+                at_ev = [procs.get(pid) for t, _, _, _, procs in win if t <= te and pid in procs]
+                after = [procs[pid] for t, _, _, _, procs in win if t > te and pid in procs]
+                if pid is not None and at_ev and after:
                     x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
                 kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
                 for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
@@ -79,6 +85,16 @@ def analyse(results, timeline, thresholds):
                     if ts:
                         x[f"eviction_to_{action}_ms"] = round((ts[0] - te) * 1000, 1)
             r["per_gpu"][g] = x
+
+
+def pid_valid(greedy):
+    """Whether the greedy job's recorded pid is its NVML pid. Runs files before this check
+    (no `pid_ok`) took the `unshare` wrapper's pid, which NVML never lists: invalid."""
+    return bool(greedy.get("pid_ok")) and greedy.get("pid") is not None
+
+
+# Figures computed from the greedy job's NVML pid: shown only where that pid is known.
+PID_FIGURES = ("rate_measured", "eviction_to_freed_ms", "growth_after_eviction_gib")
 
 
 def table(sweep, results):
@@ -95,9 +111,17 @@ def table(sweep, results):
             rs = [r for r in results if r["label"] == label and r["rate"] == rate]
             pg = [x for r in rs for x in r["per_gpu"].values()]
             col = lambda k: [x[k] for x in pg if x.get(k) is not None]
-            measured = col("rate_measured")
-            freed = col("eviction_to_freed_ms")
-            growth = col("growth_after_eviction_gib")
+            # A runs file that says a pid is valid per GPU (`pid_valid`), or, older, whose
+            # greedy entries say so (`pid_ok`): figures from the other runs are dropped.
+            ok = [(r["per_gpu"][g].get("pid_valid", pid_valid(gr)) if g in r["per_gpu"] else False)
+                  for r in rs for g, gr in r["greedy"].items()]
+            pgv = [x for r in rs for g, x in r["per_gpu"].items() if x.get("pid_valid", pid_valid(r["greedy"][g]))]
+            vcol = lambda k: [x[k] for x in pgv if x.get(k) is not None]
+            measured = vcol("rate_measured")
+            freed = vcol("eviction_to_freed_ms")
+            growth = vcol("growth_after_eviction_gib")
+            unknown = "invalid/unknown (greedy pid not verified)"
+            note = "" if all(ok) else f" [pid known in {sum(ok)} of {len(ok)}]"
             greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
             bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
@@ -108,14 +132,15 @@ def table(sweep, results):
             m = med(measured)
             r0 = rs[0]
             lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
-                         f"{rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
+                         f"{rate:g} ({(unknown if not any(ok) else '—') if m is None else f'{m:.1f}'}{note if any(ok) else ''}) | "
+                         f"{len(rs)} | {bad} | "
                          f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
                          f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
                          f"{min(col('free_at_eviction_mib'), default=None)} | "
                          f"{min(col('min_free_mib'), default=None)} | "
                          f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
-                         f"{med(freed)}, {max(freed) if freed else None} | "
-                         f"{med(growth)}, {max(growth) if growth else None} | "
+                         f"{f'{med(freed)}, {max(freed) if freed else None}{note}' if any(ok) else unknown} | "
+                         f"{f'{med(growth)}, {max(growth) if growth else None}{note}' if any(ok) else unknown} | "
                          f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
     return lines
 

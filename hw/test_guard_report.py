@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Offline tests of the H200 guard harness (hw/guard_h200.py, hw/guard_report.py): no
+pynvml, no GPU. `python3 hw/test_guard_report.py` (the live job-pid tests run where
+`unshare --pid` works, i.e. as root; they are skipped elsewhere)."""
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import guard_h200 as gh  # noqa: E402  (imports without pynvml)
+import guard_report as gr  # noqa: E402
+
+EVIDENCE = os.path.join(HERE, "..", "docs", "evidence")
+
+
+def fake_proc(root, pid, argv, nspid, ppid=1):
+    d = os.path.join(root, str(pid))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "cmdline"), "wb") as f:
+        f.write(b"".join(a.encode() + b"\0" for a in argv))
+    with open(os.path.join(d, "status"), "w") as f:
+        f.write(f"Name:\tx\nNSpid:\t{nspid}\n")
+    with open(os.path.join(d, "stat"), "w") as f:
+        f.write(f"{pid} (a (b) c) S {ppid} 0 0\n")
+
+
+class JobPid(unittest.TestCase):
+    """Bug 1: the greedy job's NVML pid."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def job_argv(self, pidns):
+        gh.PIDNS = pidns
+        return gh.as_job([sys.executable, os.path.join(HERE, "gpu_load.py"), "--device", "0",
+                          "--grow-gib-per-s", "16"], "shell")
+
+    def test_wrapper_and_shell_argv_hold_the_script_name(self):
+        # The root cause: the old lookup matched b"gpu_load.py" anywhere in the cmdline and
+        # took the first pid of cgroup.procs, the unshare wrapper, whose argv (like the job
+        # shell's) carries the whole `sh -c` script text.
+        argv = self.job_argv(True)
+        self.assertEqual(argv[0], "unshare")
+        self.assertIn("gpu_load.py", " ".join(argv))
+        self.assertFalse(gh.runs_script(argv, "gpu_load.py"))
+        self.assertFalse(gh.runs_script(argv[argv.index("sh"):], "gpu_load.py"))
+        self.assertTrue(gh.runs_script([sys.executable, "-u", "/x/hw/gpu_load.py", "--device", "0"], "gpu_load.py"))
+        self.assertFalse(gh.runs_script([sys.executable, "-c", "import gpu_load.py"], "gpu_load.py"))
+
+    def test_fake_proc_tree(self):
+        proc, cg = os.path.join(self.tmp, "proc"), os.path.join(self.tmp, "cg")
+        os.makedirs(cg)
+        argv = self.job_argv(True)
+        sh = argv[argv.index("sh"):]
+        fake_proc(proc, 556, argv, "556")
+        fake_proc(proc, 557, sh, "557\t1", ppid=556)
+        fake_proc(proc, 558, [sys.executable, "/d/hw/gpu_load.py", "--device", "0"], "558\t2", ppid=557)
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write("556\n557\n")
+        os.makedirs(os.path.join(cg, "sub"))
+        with open(os.path.join(cg, "sub", "cgroup.procs"), "w") as f:
+            f.write("558\n")  # in a child cgroup: found through the subtree
+        self.assertEqual(gh.cgroup_tree_pids(cg), [556, 557, 558])
+        self.assertEqual(sorted(gh.descendants(556, proc)), [557, 558])
+        self.assertEqual(gh.find_job_pid(cg, 556, logged_pid=2, proc=proc, timeout=0), (558, "script argv + NSpid"))
+        # Not in the cgroup at all: still found among the wrapper's descendants.
+        with open(os.path.join(cg, "sub", "cgroup.procs"), "w") as f:
+            f.write("")
+        self.assertEqual(gh.find_job_pid(cg, 556, logged_pid=2, proc=proc, timeout=0)[0], 558)
+        # No such process: None, and why.
+        shutil.rmtree(os.path.join(proc, "558"))
+        pid, how = gh.find_job_pid(cg, 556, logged_pid=2, proc=proc, timeout=0)
+        self.assertIsNone(pid)
+        self.assertIn("no process runs gpu_load.py", how)
+
+    def live(self, pidns):
+        """The real wrapper (as_job) around a stand-in gpu_load.py that logs "ready" with its
+        os.getpid() as the real one does, found in the real /proc."""
+        if pidns and not gh.have_pid_namespaces():
+            self.skipTest("unshare --pid does not work here (not root?)")
+        d = os.path.join(self.tmp, "hw")
+        os.makedirs(d)
+        script = os.path.join(d, "gpu_load.py")
+        with open(script, "w") as f:
+            f.write("import json, os, time\nprint(json.dumps({'event': 'ready', 'pid': os.getpid()}), flush=True)\n"
+                    "time.sleep(30)\n")
+        gh.PIDNS = pidns
+        lp = os.path.join(self.tmp, "job.log")
+        p = gh.spawn_in_cgroup(None, gh.as_job([sys.executable, script, "--device", "0"], "shell"), lp)
+        try:
+            self.assertTrue(gh.wait_ready(lp, 20), open(lp).read())
+            # A stand-in for the container cgroup: cgroup.procs as the kernel lists it, the
+            # wrapper first (what the old lookup returned).
+            cg = os.path.join(self.tmp, "cg")
+            os.makedirs(cg)
+            tree = [p.pid] + sorted(gh.descendants(p.pid))
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write("".join(f"{x}\n" for x in tree))
+            old = next(x for x in tree if b"gpu_load.py" in open(f"/proc/{x}/cmdline", "rb").read())
+            self.assertEqual(old, p.pid, "the old substring match takes the wrapper")
+            pid, how = gh.find_job_pid(cg, p.pid, logged_pid=gh.ready_pid(lp), timeout=5)
+            self.assertIsNotNone(pid, how)
+            self.assertNotEqual(pid, p.pid)
+            self.assertTrue(gh.runs_script(gh.argv_of(pid), "gpu_load.py"))
+            self.assertEqual(gh.ns_pid(pid), gh.ready_pid(lp))
+            self.assertEqual(how, "script argv + NSpid")
+            if pidns:
+                self.assertNotEqual(pid, gh.ready_pid(lp), "inside its PID namespace the job logs another pid")
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+    def test_live_in_a_pid_namespace(self):
+        self.live(True)
+
+    def test_live_without_pid_namespaces(self):
+        self.live(False)
+
+
+def evidence(name):
+    return json.load(open(os.path.join(EVIDENCE, name)))
+
+
+class ReportFromEvidence(unittest.TestCase):
+    def render(self, name):
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out)
+        with contextlib.redirect_stdout(io.StringIO()):
+            gr.report_only(os.path.join(EVIDENCE, name), out)
+        return open(os.path.join(out, "guard-report.md")).read()
+
+    def test_pid_figures_of_the_faithful_kubelet_calls_are_unknown(self):
+        # Every greedy pid of those calls was the unshare wrapper's: the columns must not
+        # show the numbers computed from it.
+        for name in ("guard-h200-faithful-kubelet-runs.json", "guard-h200-faithful-kubelet-call3-runs.json"):
+            text = self.render(name)
+            rows = [l for l in text.splitlines() if l.startswith("| guard")]
+            self.assertTrue(rows)
+            for row in rows:
+                self.assertIn("invalid/unknown (greedy pid not verified)", row)
+
+    def test_a_verified_pid_is_used(self):
+        rows = [(1000.0 + i * 0.01, 0, 20000 - i * 100, 0, {42: i * 100}) for i in range(100)]
+        rows += [(1001.0 + i * 0.01, 0, 10000, 0, {}) for i in range(10)]
+        r = dict(label="guard", rate=10.0, t0=1000.0, t1=1001.2, headroom="today", evictions=[(1000.5, "g", 201)],
+                 greedy={0: dict(name="g", pid=42, pid_ok=True)}, decisions=[], kubelet_actions=[])
+        gr.analyse([r], rows, {"today": (5000, 2000)})
+        x = r["per_gpu"][0]
+        self.assertTrue(x["pid_valid"])
+        self.assertAlmostEqual(x["rate_measured"], 100 / 1024 / 0.01, delta=0.5)
+        self.assertEqual(x["eviction_to_freed_ms"], 500.0)
+        r["greedy"][0]["pid_ok"] = False
+        gr.analyse([r], rows, {"today": (5000, 2000)})
+        x = r["per_gpu"][0]
+        self.assertFalse(x["pid_valid"])
+        self.assertIsNone(x["rate_measured"])
+        self.assertNotIn("eviction_to_freed_ms", x)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, warnings="ignore")
