@@ -47,7 +47,7 @@ import time
 import urllib.request
 import uuid
 
-from guard_report import read_timeline, report, report_only
+from guard_report import parse_counters, read_timeline, report, report_only
 
 nv = None  # pynvml, imported in main(): --report-only and the tests run without it
 
@@ -485,30 +485,32 @@ def kubelet_in(workdir, t0, t1):
     return out
 
 
-def guard_counters(port):
-    """The agent's stop/resume/kill counters (whatever `gpu_warden_guard_*stop*`, `*resum*` and
-    `*kill*` families it has), summed by family and `result` label."""
-    out = {}
+def agent_view(port, timeout=3.5):
+    """The agent's counters and its guard's /state from a publication rendered after this
+    call: the agent renders /metrics (its own counters included) once per full poll, so a
+    scrape right after an action can read the poll before it. Call 3 read its kill runs 0.3 s
+    after the job died and saw no `gpu_warden_guard_stops_total{result="killed"}` at all.
+    Returns (counters, the guard part of /state, whether a newer publication was seen)."""
+    def state():
+        try:
+            return json.loads(http_get(f"http://127.0.0.1:{port}/state"))
+        except Exception:
+            return None
+    st = state()
+    seq0 = (st or {}).get("snapshot", {}).get("seq")
+    fresh = False
+    deadline = time.time() + timeout
+    while seq0 is not None and time.time() < deadline:
+        time.sleep(0.05)
+        st2 = state()
+        if st2 and st2.get("snapshot", {}).get("seq", seq0) > seq0:
+            st, fresh = st2, True
+            break
     try:
         text = http_get(f"http://127.0.0.1:{port}/metrics")
     except Exception:
-        return out
-    for line in text.splitlines():
-        if not line.startswith("gpu_warden_guard_") or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if not any(w in name for w in ("stop", "resum", "kill", "signal")):
-            continue
-        result = ""
-        if 'result="' in line:
-            result = line.split('result="', 1)[1].split('"', 1)[0]
-        try:
-            v = float(line.rsplit(" ", 1)[1])
-        except ValueError:
-            continue
-        key = f"{name}{{{result}}}" if result else name
-        out[key] = out.get(key, 0) + v
-    return out
+        text = ""
+    return parse_counters(text), (st or {}).get("guard"), fresh
 
 
 def attribution_check(args, workdir, port, pods_by_pid):
@@ -806,7 +808,7 @@ def main():
                                 gp.kill()
                         t1 = time.time() + 0.3
                         time.sleep(0.3)
-                        counters = guard_counters(port) if port else {}
+                        counters, guard_state, fresh = agent_view(port) if port else ({}, None, False)
                         stop(a)
                         stop(d)
                         results.append(dict(
@@ -820,7 +822,7 @@ def main():
                             train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
                             evictions=evictions_in(workdir, t0 - 1, t1),
                             kubelet_actions=kubelet_in(workdir, t0 - 1, t1 + 3),
-                            counters=counters,
+                            counters=counters, counters_fresh=fresh, guard_state=guard_state,
                             decisions=decisions_in(workdir, t0 - 1, t1)))
                         log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
                             results[-1]["evictions"], "kubelet", [k[2] for k in results[-1]["kubelet_actions"]],

@@ -87,6 +87,70 @@ def analyse(results, timeline, thresholds):
             r["per_gpu"][g] = x
 
 
+# The agent's guard counters the report keeps (src/publish/self_metrics.rs): every series,
+# whatever its labels (`gpu_warden_guard_stops_total{result}`: stopped, killed, resumed,
+# refused, gone, denied, error, not_permitted in src/act/stop.rs;
+# `gpu_warden_evictions_total{namespace,result}`: evicted, already_gone, blocked, failed,
+# throttled, forbidden, in_doubt, skipped, aborted in src/guard/decision.rs).
+COUNTER_FAMILIES = ("gpu_warden_guard_stops_total", "gpu_warden_evictions_total",
+                    "gpu_warden_guard_decisions_total", "gpu_warden_guard_stop_permitted")
+
+
+def parse_labels(text):
+    """{name: value} of a Prometheus label set `a="x",b="y"` (escapes undone)."""
+    out, i = {}, 0
+    while i < len(text):
+        eq = text.index("=", i)
+        name = text[i:eq].strip().lstrip(",").strip()
+        j, val = eq + 2, []
+        while text[j] != '"':
+            if text[j] == "\\":
+                j += 1
+                val.append({"n": "\n"}.get(text[j], text[j]))
+            else:
+                val.append(text[j])
+            j += 1
+        out[name] = "".join(val)
+        i = j + 1
+    return out
+
+
+def parse_counters(text):
+    """{'family{label="value",...}': value} of every series of COUNTER_FAMILIES in an
+    exposition (labels sorted; a family without labels keyed by its name)."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in COUNTER_FAMILIES:
+            continue
+        labels, rest = {}, line[len(name):]
+        if rest.startswith("{"):
+            close = line.rindex("}")
+            labels, rest = parse_labels(line[len(name) + 1:close]), line[close + 1:]
+        try:
+            v = float(rest.split()[0])  # a timestamp may follow the value
+        except (ValueError, IndexError):
+            continue
+        key = name + ("{" + ",".join(f'{k}="{labels[k]}"' for k in sorted(labels)) + "}" if labels else "")
+        out[key] = out.get(key, 0) + v
+    return out
+
+
+def by_result(counters, family):
+    """{result: sum over the other labels} of `family` in a run's counters. Also reads the
+    older runs files' keys, `family{stopped}` (the result label's value alone)."""
+    out = {}
+    for k, v in counters.items():
+        if not k.startswith(family + "{"):
+            continue
+        inner = k[len(family) + 1:-1]
+        result = parse_labels(inner).get("result", "") if "=" in inner else inner
+        out[result] = out.get(result, 0) + v
+    return out
+
+
 def pid_valid(greedy):
     """Whether the greedy job's recorded pid is its NVML pid. Runs files before this check
     (no `pid_ok`) took the `unshare` wrapper's pid, which NVML never lists: invalid."""
@@ -103,8 +167,8 @@ def table(sweep, results):
              "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
              "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
              "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
-             "guard stop/resume/kill counters (sum) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "processes stopped / resumed / killed (sum) | other stop results, evictions by result (sum) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
     for label, *_ in sweep:
         for rate in sorted({r["rate"] for r in results if r["label"] == label}):
@@ -125,10 +189,19 @@ def table(sweep, results):
             greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
             other_ev = sum(len(r["unneeded"]) for r in rs)
             bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
-            counters = {}
+            stops, evs = {}, {}
             for r in rs:
-                for k, v in r.get("counters", {}).items():
-                    counters[k] = counters.get(k, 0) + v
+                for k, v in by_result(r.get("counters", {}), "gpu_warden_guard_stops_total").items():
+                    stops[k] = stops.get(k, 0) + v
+                for k, v in by_result(r.get("counters", {}), "gpu_warden_evictions_total").items():
+                    evs[k] = evs.get(k, 0) + v
+            # Counters read before a publication newer than the run's end (runs files before
+            # `counters_fresh`) may miss the last action: marked †.
+            stale = "" if all(r.get("counters_fresh") for r in rs) else " †"
+            other = ", ".join([f"{k} {v:g}" for k, v in sorted(stops.items()) if k not in ("stopped", "resumed", "killed")]
+                              + [f"evictions {k} {v:g}" for k, v in sorted(evs.items())]) or "—"
+            if not evs and not any("counters_fresh" in r for r in rs):
+                other = ((other + " ") if other != "—" else "") + "(gpu_warden_evictions_total not captured)"
             m = med(measured)
             r0 = rs[0]
             lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
@@ -141,7 +214,8 @@ def table(sweep, results):
                          f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
                          f"{f'{med(freed)}, {max(freed) if freed else None}{note}' if any(ok) else unknown} | "
                          f"{f'{med(growth)}, {max(growth) if growth else None}{note}' if any(ok) else unknown} | "
-                         f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
+                         f"{stops.get('stopped', 0):g} / {stops.get('resumed', 0):g} / {stops.get('killed', 0):g}{stale} | "
+                         f"{other}{stale} |")
     return lines
 
 
@@ -163,6 +237,10 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
                 f"{meta.get('grace', nr)}; kubelet watch latency {meta.get('watch_latency', nr)}; "
                 f"job shells in PID namespaces: {pid_namespaces}.\n\n")
         f.write("\n".join(lines) + "\n")
+        if any(not r.get("counters_fresh") for r in results):
+            f.write("\n† counters read 0.3 s after the greedy job ended, before the agent's next poll had "
+                    "rendered /metrics again: an action in the run's last second may be missing (a kill "
+                    "ends the job at once, so kill runs show none).\n")
         if idle_rows:
             f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
                     "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")

@@ -170,5 +170,61 @@ class ReportFromEvidence(unittest.TestCase):
         self.assertNotIn("eviction_to_freed_ms", x)
 
 
+EXPOSITION = """# HELP gpu_warden_evictions_total Eviction requests by the OOM guard, by pod namespace and result.
+# TYPE gpu_warden_evictions_total counter
+gpu_warden_evictions_total{namespace="ci",result="evicted"} 2
+gpu_warden_evictions_total{namespace="ml",result="evicted"} 1
+gpu_warden_evictions_total{namespace="ci",result="blocked"} 1
+# TYPE gpu_warden_guard_decisions_total counter
+gpu_warden_guard_decisions_total{mode="enforce",trigger="early_trend"} 3
+gpu_warden_guard_stop_permitted 1
+# TYPE gpu_warden_guard_stops_total counter
+gpu_warden_guard_stops_total{result="stopped"} 2
+gpu_warden_guard_stops_total{result="resumed"} 1
+gpu_warden_guard_stops_total{result="killed"} 1 1796167876000
+gpu_warden_guard_stops_total{result="not_permitted"} 1
+gpu_warden_guard_held{gpu="0"} 1
+gpu_warden_container_gpu_memory_used_bytes{namespace="ci",pod="a b",container="c"} 1e9
+"""
+
+
+class Counters(unittest.TestCase):
+    """Bug 2: every stops_total and evictions_total series."""
+
+    def test_every_series_is_kept(self):
+        c = gr.parse_counters(EXPOSITION)
+        self.assertEqual(c['gpu_warden_guard_stops_total{result="killed"}'], 1)
+        self.assertEqual(gr.by_result(c, "gpu_warden_guard_stops_total"),
+                         {"stopped": 2, "resumed": 1, "killed": 1, "not_permitted": 1})
+        self.assertEqual(gr.by_result(c, "gpu_warden_evictions_total"), {"evicted": 3, "blocked": 1})
+        self.assertEqual(c["gpu_warden_guard_stop_permitted"], 1)
+        self.assertNotIn("gpu_warden_guard_held", " ".join(c))
+
+    def test_the_families_the_agent_exports(self):
+        # The families and label values the agent has (so a rename breaks this test, not a
+        # GPU call's report).
+        src = os.path.join(HERE, "..", "src")
+        metrics = open(os.path.join(src, "publish", "self_metrics.rs")).read()
+        for fam in gr.COUNTER_FAMILIES:
+            self.assertIn(f'"{fam}"', metrics)
+        stop = open(os.path.join(src, "act", "stop.rs")).read()
+        for result in ("stopped", "killed", "resumed"):
+            self.assertIn(f'"{result}"', stop)
+
+    def test_older_keys_and_the_columns(self):
+        # Call 2's keys, and a run of today's harness with fresh counters.
+        self.assertEqual(gr.by_result({"gpu_warden_guard_stops_total{stopped}": 2.0,
+                                       "gpu_warden_guard_stop_permitted": 1.0}, "gpu_warden_guard_stops_total"),
+                         {"stopped": 2.0})
+        r = dict(label="guard%a=kill", rate=16.0, run=0, headroom="a10g", kubelet="faithful", pid1="shell",
+                 action="kill", evictions=[(1.0, "g", 201)], unneeded=[], train_ooms={0: 0},
+                 train_alive_after={0: True}, greedy={0: dict(name="g", pid=5, pid_ok=True)},
+                 per_gpu={0: dict(pid_valid=True)}, counters=gr.parse_counters(EXPOSITION), counters_fresh=True)
+        row = gr.table([("guard%a=kill",)], [r])[2]
+        self.assertIn("| 2 / 1 / 1 |", row)
+        self.assertIn("not_permitted 1, evictions blocked 1, evictions evicted 3 |", row)
+        self.assertNotIn("†", row)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, warnings="ignore")
