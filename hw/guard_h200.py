@@ -35,6 +35,7 @@ whether pressure on one GPU evicts pods of another (it must not).
 """
 import argparse
 import csv
+import gzip
 import json
 import os
 import shlex
@@ -47,7 +48,8 @@ import time
 import urllib.request
 import uuid
 
-from guard_report import parse_counters, read_timeline, report, report_only
+from guard_report import (RUN_LOGS, TIMELINE, append_run_log, decision_lines, on_decision_of, parse_counters,
+                          read_timeline, report, report_only)
 
 nv = None  # pynvml, imported in main(): --report-only and the tests run without it
 
@@ -408,6 +410,15 @@ def idle_cpu(args, pods, workdir, policy, condition):
     return rows
 
 
+def tail(path, n):
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def decisions_in(workdir, t0, t1):
     """(unix time, trigger, free MiB from the summary) of every decision the agent logged."""
     import datetime
@@ -614,6 +625,7 @@ def main():
     ap.add_argument("--double")
     ap.add_argument("--report-only", metavar="RUNS_JSON",
                     help="no measurement: the report again from an earlier call's guard-runs.json, into --out")
+    ap.add_argument("--timeline", help="with --report-only: that call's timeline.csv(.gz), to compute the runs' figures again")
     ap.add_argument("--rates", default="4,16,32,64")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--train-gib", type=float, default=100)
@@ -642,7 +654,7 @@ def main():
                     help="seconds the greedy job lives on after it could have filled the GPU")
     args = ap.parse_args()
     if args.report_only:
-        report_only(args.report_only, args.out)
+        report_only(args.report_only, args.out, args.timeline)
         return
     if not (args.agent and args.double):
         ap.error("--agent and --double are required (unless --report-only)")
@@ -770,6 +782,8 @@ def main():
                             p.make_cgroup()
                         d = a = None
                         port = None
+                        agent_log = os.path.join(workdir, "agent.log")
+                        log_from = os.path.getsize(agent_log) if os.path.exists(agent_log) else 0
                         if mode == "guard":
                             d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"])
                             a, port = start_agent(args, kc, workdir, policy)
@@ -811,6 +825,19 @@ def main():
                         counters, guard_state, fresh = agent_view(port) if port else ({}, None, False)
                         stop(a)
                         stop(d)
+                        # This run's agent log lines about decisions, stops and evictions, with the
+                        # guard's /state and the greedy job's log, to $OUT: a wrong victim can be
+                        # analysed afterwards (call 3's could not: the log stayed on the machine).
+                        agent_lines = []
+                        if a is not None and os.path.exists(agent_log):
+                            with open(agent_log, "rb") as f:
+                                f.seek(log_from)
+                                agent_lines = f.read().decode(errors="replace").splitlines()
+                        kept, dropped = decision_lines(agent_lines)
+                        append_run_log(os.path.join(args.out, RUN_LOGS), dict(
+                            label=label, rate=rate, run=run, t0=t0, agent_lines=kept, agent_lines_dropped=dropped,
+                            agent_lines_total=len(agent_lines), guard_state=guard_state,
+                            greedy_logs={g: tail(glogs[g], 8192) for g in greedy_gpus}))
                         results.append(dict(
                             label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
                             headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
@@ -822,7 +849,9 @@ def main():
                             train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
                             evictions=evictions_in(workdir, t0 - 1, t1),
                             kubelet_actions=kubelet_in(workdir, t0 - 1, t1 + 3),
-                            counters=counters, counters_fresh=fresh, guard_state=guard_state,
+                            counters=counters, counters_fresh=fresh,
+                            on_decision=on_decision_of(guard_state),
+                            decision_log=dict(file=RUN_LOGS, lines=len(kept), dropped=dropped),
                             decisions=decisions_in(workdir, t0 - 1, t1)))
                         log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
                             results[-1]["evictions"], "kubelet", [k[2] for k in results[-1]["kubelet_actions"]],
@@ -838,6 +867,16 @@ def main():
         for p in procs.values():
             stop(p, signal.SIGKILL)
         sampler.join(timeout=2)
+    # The 10 ms timeline comes back too (gzip, a few MiB at most), so that a report can be
+    # computed again later (`--report-only RUNS --timeline`). $OUT returns at most 8 files:
+    # gpu.csv, sweep.log, guard-runs.json, guard-report.md, guard-vram.png, run-logs.jsonl.gz,
+    # timeline.csv.gz (and attribution.md without --skip-attribution).
+    try:
+        with open(os.path.join(workdir, "timeline.csv"), "rb") as src, \
+                gzip.open(os.path.join(args.out, TIMELINE), "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+    except OSError as e:
+        log("timeline not saved:", e)
     timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
     meta = dict(gpus=args.gpus, fast_interval=args.fast_interval, grace=args.grace, watch_latency=args.watch_latency)
     report(args.out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups, PIDNS)

@@ -6,14 +6,21 @@ regenerated from a runs file of an earlier call need none of them.
     python3 hw/guard_report.py docs/evidence/guard-h200-faithful-kubelet-runs.json --out /tmp/r
 """
 import argparse
+import gzip
+import re
 import json
 import os
 import sys
 
+# Files the harness writes under $OUT beside the report.
+RUN_LOGS = "run-logs.jsonl.gz"
+TIMELINE = "timeline.csv.gz"
+
+
 def read_timeline(path):
-    """Rows (t, gpu, free MiB, used MiB, {pid: MiB})."""
+    """Rows (t, gpu, free MiB, used MiB, {pid: MiB}) of a timeline.csv (or .csv.gz)."""
     rows = []
-    for line in open(path):
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         parts = line.rstrip("\n").split(",")
         if len(parts) < 5:
             continue
@@ -151,6 +158,82 @@ def by_result(counters, family):
     return out
 
 
+# An agent log line worth keeping for a run: a decision (its summary names the plan), the
+# eviction walk's outcome per candidate (rank, use_mib), a stop/kill/resume, or any warning.
+DECISION_WORDS = re.compile(r"evict|stop|kill|resum|decid|decision|candidate|signal|plan|victim|guard", re.I)
+DECISION_FIELDS = ("decision", "trigger", "on_decision", "use_mib", "rank", "pids", "pod")
+
+
+def decision_lines(lines, cap=400, width=4000):
+    """The lines of an agent's JSON log (tracing's format) about decisions, bounded: at most
+    `cap` lines of at most `width` characters. Returns (kept, how many matching were dropped)."""
+    kept, dropped = [], 0
+    for line in lines:
+        try:
+            e = json.loads(line)
+            f = e.get("fields", {})
+            keep = (e.get("level") in ("WARN", "ERROR") or any(k in f for k in DECISION_FIELDS)
+                    or bool(DECISION_WORDS.search(str(f.get("message", "")))))
+        except (ValueError, AttributeError):
+            keep = bool(DECISION_WORDS.search(line))  # not JSON (a panic): by its words
+        if not keep:
+            continue
+        if len(kept) < cap:
+            kept.append(line[:width])
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def append_run_log(path, record):
+    """One run's record as a line of a gzip'd JSON-lines file; each run is its own gzip
+    member, so what a killed harness wrote before stays readable (zcat, gzip.open)."""
+    with gzip.open(path, "at") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+def read_run_logs(path):
+    with gzip.open(path, "rt") as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def on_decision_of(guard_state):
+    """What /state says the executor does: {onDecision, permitted, notPermittedReason}."""
+    od = (guard_state or {}).get("onDecision")
+    if not isinstance(od, dict):
+        return None
+    return {k: od.get(k) for k in ("onDecision", "permitted", "notPermittedReason")}
+
+
+def first_victim(r):
+    """(the first pod a run evicted or None, whether it was not a greedy one): a guard that
+    evicts a bystander first lets the greedy job grow on until it decides again (§3d's a10g
+    64 GiB/s failures)."""
+    ev = sorted(r.get("evictions", []))
+    if not ev:
+        return None, False
+    greedy = {v["name"] for v in r["greedy"].values()}
+    return ev[0][1], ev[0][1] not in greedy
+
+
+def effective_action(r):
+    """The agent's onDecision in a run, as it acted: what its /state said (runs since it was
+    recorded), else the policy's key with the agent's default, `stop`, for an unset one; a
+    signalling action the agent was not permitted (no CAP_KILL) is evict-only."""
+    if r.get("mode") == "none":
+        return "— (no agent)"
+    asked = r.get("action") or "default"
+    od = r.get("on_decision") or {}
+    act = od.get("onDecision") or ("stop" if asked == "default" else asked)
+    permitted = od.get("permitted")
+    if permitted is None and "gpu_warden_guard_stop_permitted" in r.get("counters", {}):
+        permitted = r["counters"]["gpu_warden_guard_stop_permitted"] > 0
+    text = act + (" (default)" if asked == "default" else "")
+    if act != "evict" and permitted is False:
+        text += ", not permitted: evict only"
+    return text
+
+
 def pid_valid(greedy):
     """Whether the greedy job's recorded pid is its NVML pid. Runs files before this check
     (no `pid_ok`) took the `unshare` wrapper's pid, which NVML never lists: invalid."""
@@ -163,12 +246,12 @@ PID_FIGURES = ("rate_measured", "eviction_to_freed_ms", "growth_after_eviction_g
 
 def table(sweep, results):
     """The report's table: one row per series and rate."""
-    lines = ["| series | headroom | kubelet, PID 1 | onDecision | GiB/s asked (measured, median) | runs | "
-             "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
+    lines = ["| series | headroom | kubelet, PID 1 | onDecision (the agent's) | GiB/s asked (measured, median) | runs | "
+             "runs with training OOMs | training OOM events | evictions (greedy / other) | wrong first victim (runs) | triggers | "
              "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
              "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
              "processes stopped / resumed / killed (sum) | other stop results, evictions by result (sum) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
     for label, *_ in sweep:
         for rate in sorted({r["rate"] for r in results if r["label"] == label}):
@@ -204,10 +287,12 @@ def table(sweep, results):
                 other = ((other + " ") if other != "—" else "") + "(gpu_warden_evictions_total not captured)"
             m = med(measured)
             r0 = rs[0]
-            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
-                         f"{rate:g} ({(unknown if not any(ok) else '—') if m is None else f'{m:.1f}'}{note if any(ok) else ''}) | "
+            wrong = sum(1 for r in rs if first_victim(r)[1])
+            actions = ", ".join(dict.fromkeys(effective_action(r) for r in rs))
+            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {actions} | "
+                         f"{rate:g} ({('invalid/unknown' if not any(ok) else '—') if m is None else f'{m:.1f}'}{note if any(ok) else ''}) | "
                          f"{len(rs)} | {bad} | "
-                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
+                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | {wrong} | "
                          f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
                          f"{min(col('free_at_eviction_mib'), default=None)} | "
                          f"{min(col('min_free_mib'), default=None)} | "
@@ -216,6 +301,33 @@ def table(sweep, results):
                          f"{f'{med(growth)}, {max(growth) if growth else None}{note}' if any(ok) else unknown} | "
                          f"{stops.get('stopped', 0):g} / {stops.get('resumed', 0):g} / {stops.get('killed', 0):g}{stale} | "
                          f"{other}{stale} |")
+    return lines
+
+
+def run_table(results):
+    """One row per run: the first victim (a wrong one flagged), the evictions in order, what
+    the agent did, the greedy pid and where the run's decision log is."""
+    lines = ["Runs (decision logs: each run's agent log lines about decisions, stops and evictions, the "
+             f"guard's /state and the greedy job's log are one JSON line of `{RUN_LOGS}`, keyed by series, rate "
+             "and run):", "",
+             "| series | GiB/s | run | first evicted (s after launch) | wrong first victim | evictions in order | "
+             "onDecision (the agent's) | stopped / resumed / killed | training OOM events | greedy pid (found by) | "
+             "decision log lines |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        first, wrong = first_victim(r)
+        ev = sorted(r.get("evictions", []))
+        at = f" ({ev[0][0] - r['t0']:.2f})" if ev and "t0" in r else ""
+        st = by_result(r.get("counters", {}), "gpu_warden_guard_stops_total")
+        pids = "; ".join(f"{v.get('pid')} ({v.get('pid_how', 'wrapper pid, not verified')})" if pid_valid(v)
+                         else f"unknown ({v.get('pid_how', 'the recorded pid is the unshare wrapper')})"
+                         for v in r["greedy"].values())
+        dl = r.get("decision_log")
+        lines.append(f"| {r['label']} | {r['rate']:g} | {r['run']} | {first or '—'}{at} | {'**yes**' if wrong else 'no'} | "
+                     f"{', '.join(n for _, n, _ in ev) or '—'} | {effective_action(r)} | "
+                     f"{st.get('stopped', 0):g} / {st.get('resumed', 0):g} / {st.get('killed', 0):g}"
+                     f"{'' if r.get('counters_fresh') else ' †'} | {sum(r['train_ooms'].values())} | {pids} | "
+                     f"{'not recorded' if not dl else str(dl['lines']) + (' (+' + str(dl['dropped']) + ' dropped)' if dl.get('dropped') else '')} |")
     return lines
 
 
@@ -237,6 +349,7 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
                 f"{meta.get('grace', nr)}; kubelet watch latency {meta.get('watch_latency', nr)}; "
                 f"job shells in PID namespaces: {pid_namespaces}.\n\n")
         f.write("\n".join(lines) + "\n")
+        f.write("\n" + "\n".join(run_table(results)) + "\n")
         if any(not r.get("counters_fresh") for r in results):
             f.write("\n† counters read 0.3 s after the greedy job ended, before the agent's next poll had "
                     "rendered /metrics again: an action in the run's last second may be missing (a kill "
@@ -256,12 +369,15 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
             print("plot failed:", e, file=sys.stderr)
 
 
-def report_only(runs_path, out):
+def report_only(runs_path, out, timeline_path=None):
     """The report again from a guard-runs.json (an earlier call's evidence): nothing is
-    re-measured; the runs' recorded figures are rendered by today's table code."""
-    d = json.load(open(runs_path))
+    re-measured; the runs' recorded figures are rendered by today's table code, or computed
+    again from that call's timeline when it is given."""
+    with open(runs_path) as f:
+        d = json.load(f)
     os.makedirs(out, exist_ok=True)
-    report(out, d.get("meta") or {}, d["sweep"], d["results"], None, d["thresholds"], d["total_mib"],
+    timeline = read_timeline(timeline_path) if timeline_path else None
+    report(out, d.get("meta") or {}, d["sweep"], d["results"], timeline, d["thresholds"], d["total_mib"],
            setups=d.get("setups"), pid_namespaces=d.get("pid_namespaces"))
 
 
@@ -312,8 +428,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="the guard sweep's report from a guard-runs.json")
     ap.add_argument("runs", help="a guard-runs.json written by hw/guard_h200.py")
     ap.add_argument("--out", required=True, help="where guard-report.md (and guard-runs.json) go")
+    ap.add_argument("--timeline", help="that call's timeline.csv(.gz): the runs' figures computed again")
     a = ap.parse_args(argv)
-    report_only(a.runs, a.out)
+    report_only(a.runs, a.out, a.timeline)
 
 
 if __name__ == "__main__":

@@ -147,10 +147,14 @@ class ReportFromEvidence(unittest.TestCase):
         # show the numbers computed from it.
         for name in ("guard-h200-faithful-kubelet-runs.json", "guard-h200-faithful-kubelet-call3-runs.json"):
             text = self.render(name)
-            rows = [l for l in text.splitlines() if l.startswith("| guard")]
-            self.assertTrue(rows)
-            for row in rows:
-                self.assertIn("invalid/unknown (greedy pid not verified)", row)
+            cells = [l for l in text.splitlines() if l.startswith("| guard") and "| faithful, shell |" in l]
+            runs = [l for l in text.splitlines() if l.startswith("| guard") and l not in cells]
+            self.assertTrue(cells and runs)
+            for row in cells:
+                self.assertEqual(row.count("invalid/unknown (greedy pid not verified)"), 2, row)
+                self.assertIn(" (invalid/unknown) |", row)
+            for row in runs:
+                self.assertIn("| unknown (the recorded pid is the unshare wrapper) |", row)
 
     def test_a_verified_pid_is_used(self):
         rows = [(1000.0 + i * 0.01, 0, 20000 - i * 100, 0, {42: i * 100}) for i in range(100)]
@@ -224,6 +228,123 @@ class Counters(unittest.TestCase):
         self.assertIn("| 2 / 1 / 1 |", row)
         self.assertIn("not_permitted 1, evictions blocked 1, evictions evicted 3 |", row)
         self.assertNotIn("†", row)
+
+
+class DecisionLog(unittest.TestCase):
+    """Bug 3: each run's decision lines come back, bounded."""
+
+    LINES = [
+        json.dumps({"timestamp": "2026-12-01T23:14:10.240Z", "level": "WARN", "fields": {
+            "message": "GPU 0 (GPU-x): 22.1 GiB of 23.5 GiB used, 1.4 GiB free, high pressure (early_trend); "
+                       "plan: evict 1 of 3 candidates [ci/ci-small] to reclaim 2.0 GiB",
+            "gpu": 0, "decision": 7, "mode": "enforce", "trigger": "early_trend"}, "target": "gpu_warden::agent::core"}),
+        json.dumps({"timestamp": "2026-12-01T23:14:10.241Z", "level": "WARN", "fields": {
+            "message": "pod evicted to relieve GPU memory pressure", "decision": 7, "pod": "ci-small", "rank": 1,
+            "use_mib": 3072, "outcome": "evicted"}}),
+        json.dumps({"timestamp": "2026-12-01T23:14:09.000Z", "level": "INFO", "fields": {
+            "message": "pod view synced", "pods": 5}}),
+        json.dumps({"timestamp": "2026-12-01T23:14:09.000Z", "level": "INFO", "fields": {
+            "message": "guard will stop the victim's GPU processes when it decides (CAP_KILL held)",
+            "on_decision": "stop"}}),
+        "thread 'main' panicked at src/act/stop.rs: kill failed",
+        "",
+    ]
+
+    def test_kept_lines(self):
+        kept, dropped = gr.decision_lines(self.LINES)
+        self.assertEqual(dropped, 0)
+        self.assertEqual(len(kept), 4)
+        self.assertNotIn("pod view synced", " ".join(kept))
+        self.assertIn('"use_mib": 3072', kept[1])
+
+    def test_bounded(self):
+        kept, dropped = gr.decision_lines([self.LINES[0]] * 500, cap=400, width=100)
+        self.assertEqual((len(kept), dropped), (400, 100))
+        self.assertTrue(all(len(l) <= 100 for l in kept))
+
+    def test_gzip_members_append(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, gr.RUN_LOGS)
+        gr.append_run_log(path, dict(label="a", rate=1.0, run=0, agent_lines=self.LINES[:2]))
+        gr.append_run_log(path, dict(label="a", rate=1.0, run=1, agent_lines=[]))
+        got = gr.read_run_logs(path)
+        self.assertEqual([g["run"] for g in got], [0, 1])
+        self.assertEqual(got[0]["agent_lines"], self.LINES[:2])
+        out = subprocess.run(["sh", "-c", f"zcat {path} | wc -l"], capture_output=True, text=True).stdout
+        self.assertEqual(out.strip(), "2")
+
+    def test_listed_in_the_report(self):
+        r = dict(label="guard", rate=16.0, run=0, t0=0.0, evictions=[(4.0, "g", 201)], greedy={0: dict(name="g")},
+                 train_ooms={0: 0}, decision_log=dict(file=gr.RUN_LOGS, lines=12, dropped=3))
+        lines = gr.run_table([r])
+        self.assertIn(gr.RUN_LOGS, lines[0])
+        self.assertTrue(lines[-1].endswith("| 12 (+3 dropped) |"), lines[-1])
+
+
+class FirstVictim(unittest.TestCase):
+    """Bug 4: the first evicted pod, a bystander first flagged and counted per cell."""
+
+    def test_evidence(self):
+        for name, label, runs in (("guard-h200-faithful-kubelet-runs.json", "guard*2%h=a10g", [(64.0, 1)]),
+                                  ("guard-h200-faithful-kubelet-call3-runs.json", "guard*4%h=a10g", [(64.0, 2)])):
+            d = evidence(name)
+            wrong = [(r["rate"], r["run"]) for r in d["results"] if gr.first_victim(r)[1]]
+            self.assertEqual(wrong, runs, name)
+            r = next(r for r in d["results"] if (r["rate"], r["run"]) == runs[0] and r["label"] == label)
+            self.assertEqual(gr.first_victim(r)[0], "ci-small")
+            row = next(l for l in gr.table(d["sweep"], d["results"]) if l.startswith(f"| {label} |") and "| 64 (" in l)
+            self.assertEqual(row.split(" | ")[9], "1", row)
+
+    def test_no_eviction_and_order(self):
+        g = {0: dict(name="ci-greedy")}
+        self.assertEqual(gr.first_victim(dict(evictions=[], greedy=g)), (None, False))
+        self.assertEqual(gr.first_victim(dict(evictions=[(2.0, "ci-small", 201), (1.0, "ci-greedy", 201)], greedy=g)),
+                         ("ci-greedy", False))
+        self.assertEqual(gr.first_victim(dict(evictions=[(2.0, "ci-greedy", 201), (1.0, "ci-small", 201)], greedy=g)),
+                         ("ci-small", True))
+
+
+class OnDecision(unittest.TestCase):
+    """Bug 5: the onDecision column is the agent's action, its default named."""
+
+    def args(self, sweep):
+        import argparse
+        return argparse.Namespace(sweep=sweep, modes="guard", rates="16", gpus="0", fast_interval="default", runs=1,
+                                  hard=5, soft=10, grace="default")
+
+    def test_sweep_keys_and_policy(self):
+        sweep = gh.parse_sweep(self.args("guard:16;guard%a=stop:16;guard%a=kill:16;guard%a=evict:16"))
+        self.assertEqual([o["a"] for *_, o in sweep], ["", "stop", "kill", "evict"])
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        policies = [open(gh.write_policy(self.args(None), d, "default", "today", o["a"])).read() for *_, o in sweep]
+        self.assertNotIn("onDecision", policies[0])  # unset: the agent's default
+        for p, a in zip(policies[1:], ("stop", "kill", "evict")):
+            self.assertIn(f"onDecision: {a}\n", p)
+        with self.assertRaises(SystemExit):
+            gh.parse_sweep(self.args("guard%a=pause:16"))
+
+    def test_column(self):
+        base = dict(mode="guard", counters={})
+        self.assertEqual(gr.effective_action(dict(base, action="default")), "stop (default)")
+        self.assertEqual(gr.effective_action(dict(base, action="")), "stop (default)")
+        for a in ("stop", "kill", "evict"):
+            self.assertEqual(gr.effective_action(dict(base, action=a)), a)
+        # What /state said wins; a signalling action without CAP_KILL evicts only.
+        self.assertEqual(gr.effective_action(dict(base, action="default", on_decision=dict(onDecision="stop", permitted=True))),
+                         "stop (default)")
+        self.assertEqual(gr.effective_action(dict(base, action="kill", on_decision=dict(onDecision="kill", permitted=False))),
+                         "kill, not permitted: evict only")
+        self.assertEqual(gr.effective_action(dict(base, action="stop", counters={"gpu_warden_guard_stop_permitted": 0.0})),
+                         "stop, not permitted: evict only")
+        self.assertEqual(gr.effective_action(dict(base, action="evict", counters={"gpu_warden_guard_stop_permitted": 0.0})),
+                         "evict")
+        self.assertEqual(gr.effective_action(dict(mode="none", action="default")), "— (no agent)")
+        d = evidence("guard-h200-faithful-kubelet-runs.json")
+        cols = {l.split(" | ")[0][2:]: l.split(" | ")[3] for l in gr.table(d["sweep"], d["results"])[2:]}
+        self.assertEqual(cols["guard*2%h=a10g"], "stop (default)")
+        self.assertEqual(cols["guard*1%a=evict"], "evict")
 
 
 if __name__ == "__main__":
