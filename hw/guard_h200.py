@@ -45,11 +45,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 import uuid
 
 from guard_report import (RUN_LOGS, TIMELINE, append_run_log, decision_lines, on_decision_of, parse_counters,
-                          read_timeline, report, report_only)
+                          read_timeline, report, report_only, write_runs)
 
 nv = None  # pynvml, imported in main(): --report-only and the tests run without it
 
@@ -157,7 +158,7 @@ def job_selftest(workdir, pid1="shell"):
     code = "import json, torch; torch.zeros(1, device='cuda'); print(json.dumps({'event': 'ready'}), flush=True)"
     p = spawn_in_cgroup(cg, as_job([sys.executable, "-c", code], pid1), lp)
     ok = wait_ready(lp, 25)
-    stop(p, signal.SIGKILL)
+    kill_group(p)
     if not ok:
         log(f"job self-test failed (PID namespaces {PIDNS}, exit {p.returncode}):", open(lp).read()[-3000:])
     return ok
@@ -443,6 +444,41 @@ def decisions_in(workdir, t0, t1):
     return out
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGINT (the sweep script's time-out backstop): end the sweep, report."""
+
+
+# Seconds kept for the teardown and the report (stopping the base load, the timeline's gzip,
+# the tables and the plot) at the end of --budget.
+REPORT_RESERVE_S = 15
+# A headroom's setup (its holder and base loads getting ready) and at least one short run.
+SETUP_ESTIMATE_S = 45
+# A run beyond its greedy job's own length: the double and the agent starting, the job's
+# CUDA start, finding its pid, the counters' next poll, the stops and the settling.
+RUN_OVERHEAD_S = 14
+
+
+def run_estimate(done, seconds):
+    """Seconds a run will take: the longest of its cell's finished runs (`done`) and one more,
+    else its greedy job's own length (`seconds`) and the start-up around it."""
+    return max(done) + 1 if done else seconds + RUN_OVERHEAD_S
+
+
+def kill_group(p):
+    """SIGKILL `p`'s process group (spawn_in_cgroup makes each load a session leader): a job
+    shell's child too, where no PID namespace kills it with the shell."""
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        p.kill()
+    try:
+        p.wait(timeout=8)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def stop(p, sig=signal.SIGTERM, timeout=8):
     if p is None or p.poll() is not None:
         return
@@ -644,8 +680,9 @@ def main():
     ap.add_argument("--gpus", default="0", help="GPUs that each get a training process and a small CI pod")
     ap.add_argument("--skip-attribution", action="store_true")
     ap.add_argument("--budget", type=float, default=540,
-                    help="seconds for the whole run: runs that would start after it are skipped, "
-                         "so the report is still written")
+                    help="seconds for the whole harness, from its start to the written report: a run "
+                         "(or a headroom's setup) that would not end inside it is skipped; SIGTERM "
+                         "ends the run in progress and writes the report from the runs that finished")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/guard-out"))
     ap.add_argument("--grace", default="default",
                     help="the policy's evictionGracePeriodSeconds, or default (the agent's, 5 s)")
@@ -663,11 +700,14 @@ def main():
     PIDNS = have_pid_namespaces()
     log("PID namespaces for the job shells:", PIDNS)
     os.makedirs("/tmp/guard-work", exist_ok=True)
-    if PIDNS and not job_selftest("/tmp/guard-work"):
-        PIDNS = False
-        log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
-    if not job_selftest("/tmp/guard-work"):
-        raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
+    # One self-test where it passes in a PID namespace (a second, as before, cost the budget a
+    # CUDA start for nothing); the fallback is tested before it is used.
+    if not (PIDNS and job_selftest("/tmp/guard-work")):
+        if PIDNS:
+            PIDNS = False
+            log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
+        if not job_selftest("/tmp/guard-work"):
+            raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
     sweep = parse_sweep(args)
     gpus = [int(g) for g in args.gpus.split(",")]
     if any(o["h"] == "a10g" for *_, o in sweep) and gpus != [0]:
@@ -687,10 +727,22 @@ def main():
     sampler.start()
     procs = {}
     pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
+    meta = dict(gpus=args.gpus, fast_interval=args.fast_interval, grace=args.grace, watch_latency=args.watch_latency,
+                budget=args.budget)
+    deadline = START + args.budget - REPORT_RESERVE_S
+    durations, skipped = {}, []
+    interrupted = failed = None
+
+    def on_term(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     try:
         for hr in dict.fromkeys(o["h"] for *_, o in sweep):
-            if time.time() - START > args.budget:
+            if time.time() + SETUP_ESTIMATE_S > deadline:
                 log(f"budget spent: skipping the {hr} headroom")
+                skipped += [(label, rate, run, "headroom setup") for label, *_, rates, runs, o in sweep if o["h"] == hr
+                            for rate in rates for run in range(runs)]
                 continue
             # The base load of this headroom: a protected trainer and CI pods on each GPU.
             if hr == "a10g":
@@ -758,9 +810,19 @@ def main():
                 policy = write_policy(args, workdir, fast, hr, opts["a"])
                 for rate in rates:
                     for run in range(runs):
-                        if time.time() - START > args.budget:
-                            log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
+                        # Long enough to fill the GPU and then hold on through the kubelet's grace
+                        # (max(grace, 2 s) after the eviction), as a real job would.
+                        seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
+                                      for g in greedy_gpus) / rate + 1.5 + args.hold_after_full
+                        # A run must end inside the budget, not merely start in it: the longest of
+                        # this cell's runs so far, else the job's own length and the start-up around it.
+                        est = run_estimate(durations.get((label, rate)), seconds)
+                        if time.time() + est > deadline:
+                            log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run} (needs ~{est:.0f} s, "
+                                f"{max(0, deadline - time.time()):.0f} s left)")
+                            skipped.append((label, rate, run, f"~{est:.0f} s needed"))
                             continue
+                        run_started = time.time()
                         # A training process evicted by mistake is recorded and restarted, so one
                         # wrong eviction cannot void the runs after it.
                         restarted = []
@@ -786,9 +848,10 @@ def main():
                         log_from = os.path.getsize(agent_log) if os.path.exists(agent_log) else 0
                         if mode == "guard":
                             d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"])
+                            procs[("run", "double")] = d
                             a, port = start_agent(args, kc, workdir, policy)
-                        # Long enough to fill the GPU and then hold on through the kubelet's grace
-                        # (max(grace, 2 s) after the eviction), as a real job would.
+                            procs[("run", "agent")] = a
+                        # Again, now (a trainer restarted above holds its memory again).
                         seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
                                       for g in greedy_gpus) / rate + 1.5 + args.hold_after_full
                         gprocs, glogs, gpids = {}, {}, {}
@@ -801,6 +864,7 @@ def main():
                                                  "--chunk-mib", str(chunk_for(args, rate)),
                                                  "--start-delay", "0", "--seconds", f"{seconds:.2f}"],
                                              greedy[g].cgroup, glogs[g], pid1=opts["p"])
+                            procs[("run", "greedy", g)] = gprocs[g]
                         for g in greedy_gpus:
                             ready = wait_ready(glogs[g], 30)
                             if not ready:
@@ -819,12 +883,14 @@ def main():
                             try:
                                 gp.wait(timeout=max(0.1, ready_at + seconds + 8 - time.time()))
                             except subprocess.TimeoutExpired:
-                                gp.kill()
+                                kill_group(gp)
                         t1 = time.time() + 0.3
                         time.sleep(0.3)
                         counters, guard_state, fresh = agent_view(port) if port else ({}, None, False)
                         stop(a)
                         stop(d)
+                        for k in [k for k in procs if k[0] == "run"]:
+                            procs.pop(k)
                         # This run's agent log lines about decisions, stops and evictions, with the
                         # guard's /state and the greedy job's log, to $OUT: a wrong victim can be
                         # analysed afterwards (call 3's could not: the log stayed on the machine).
@@ -856,16 +922,37 @@ def main():
                         log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
                             results[-1]["evictions"], "kubelet", [k[2] for k in results[-1]["kubelet_actions"]],
                             "counters", counters)
+                        # The raw results so far, at once: a harness killed later still leaves them.
+                        write_runs(args.out, results, thresholds, total_mib, setups, PIDNS, sweep, meta, skipped)
                         # Let the GPU settle (the greedy job's memory returns to the driver).
                         time.sleep(0.5)
+                        durations.setdefault((label, rate), []).append(time.time() - run_started)
             # Tear the base load down before the next headroom.
             for k in [k for k in procs if k[0] in ("train", "small", "host", "holder")]:
-                stop(procs.pop(k), signal.SIGKILL)
+                kill_group(procs.pop(k))
             time.sleep(2)
+    except Interrupted as e:
+        # The run in progress is dropped (its figures would be cut short); every finished
+        # one is reported.
+        interrupted = str(e)
+        log(f"{interrupted}: stopping; the report covers the {len(results)} runs that finished")
+    except Exception as e:
+        # A failure (an agent that never got ready, a load that did not start) costs the run
+        # in progress, not the report of those before it; the exit status still says so.
+        failed = interrupted = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+        log(f"failed ({interrupted}); the report covers the {len(results)} runs that finished")
     finally:
+        # Nothing may stop the report now: a second SIGTERM is ignored (the shell's timeout
+        # SIGKILLs after its grace if this hangs).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sampler.stop_flag = True
-        for p in procs.values():
-            stop(p, signal.SIGKILL)
+        for k, p in list(procs.items()):
+            if k[0] == "run" and k[1] != "greedy":
+                stop(p)
+            else:
+                kill_group(p)
         sampler.join(timeout=2)
     # The 10 ms timeline comes back too (gzip, a few MiB at most), so that a report can be
     # computed again later (`--report-only RUNS --timeline`). $OUT returns at most 8 files:
@@ -877,9 +964,15 @@ def main():
             shutil.copyfileobj(src, dst)
     except OSError as e:
         log("timeline not saved:", e)
-    timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    meta = dict(gpus=args.gpus, fast_interval=args.fast_interval, grace=args.grace, watch_latency=args.watch_latency)
+    meta.update(interrupted=interrupted, skipped=skipped, ended_after_s=round(time.time() - START, 1))
+    try:
+        timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
+    except OSError as e:
+        log("no timeline:", e)
+        timeline = []
     report(args.out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups, PIDNS)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

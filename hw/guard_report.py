@@ -193,8 +193,17 @@ def append_run_log(path, record):
 
 
 def read_run_logs(path):
-    with gzip.open(path, "rt") as f:
-        return [json.loads(l) for l in f if l.strip()]
+    """The records of a run-logs file; a last member cut short (the harness killed while
+    writing it) is dropped."""
+    out = []
+    try:
+        with gzip.open(path, "rt") as f:
+            for line in f:
+                if line.strip():
+                    out.append(json.loads(line))
+    except (EOFError, ValueError):
+        pass
+    return out
 
 
 def on_decision_of(guard_state):
@@ -331,15 +340,24 @@ def run_table(results):
     return lines
 
 
+def write_runs(out, results, thresholds, total_mib, setups, pid_namespaces, sweep, meta, skipped=None):
+    """guard-runs.json (atomically: a harness killed while writing leaves the previous one)."""
+    if skipped is not None:
+        meta = dict(meta, skipped=skipped)
+    tmp = os.path.join(out, ".guard-runs.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
+                       pid_namespaces=pid_namespaces, sweep=sweep, meta=meta), f, indent=1, default=str)
+    os.replace(tmp, os.path.join(out, "guard-runs.json"))
+
+
 def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid=None, idle_rows=(),
            setups=None, pid_namespaces=None):
     """Writes guard-runs.json and guard-report.md (and the plot) under `out`. `timeline`
     None: the runs' figures stand as recorded (a report regenerated from a runs file)."""
     if timeline is not None:
         analyse(results, timeline, thresholds)
-    with open(os.path.join(out, "guard-runs.json"), "w") as f:
-        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
-                       pid_namespaces=pid_namespaces, sweep=sweep, meta=meta), f, indent=1, default=str)
+    write_runs(out, results, thresholds, total_mib, setups, pid_namespaces, sweep, meta)
     lines = table(sweep, results)
     nr = "(not recorded)"
     with open(os.path.join(out, "guard-report.md"), "w") as f:
@@ -348,6 +366,12 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
                 f"default fast interval {meta.get('fast_interval', nr)}; policy evictionGracePeriodSeconds "
                 f"{meta.get('grace', nr)}; kubelet watch latency {meta.get('watch_latency', nr)}; "
                 f"job shells in PID namespaces: {pid_namespaces}.\n\n")
+        if meta.get("interrupted"):
+            f.write(f"**Stopped by {meta['interrupted']}** after {meta.get('ended_after_s')} s: the run in "
+                    "progress is not reported.\n\n")
+        if meta.get("skipped"):
+            f.write(f"Skipped to stay inside the budget ({meta.get('budget')} s): "
+                    + "; ".join(f"{lb} {rt:g} GiB/s run {rn} ({why})" for lb, rt, rn, why in meta["skipped"]) + ".\n\n")
         f.write("\n".join(lines) + "\n")
         f.write("\n" + "\n".join(run_table(results)) + "\n")
         if any(not r.get("counters_fresh") for r in results):

@@ -347,5 +347,96 @@ class OnDecision(unittest.TestCase):
         self.assertEqual(cols["guard*1%a=evict"], "evict")
 
 
+STUB = """import json, os, signal, sys, time
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+json.dump(args, open(os.path.join(out, "argv.json"), "w"))
+def term(*_):
+    open(os.path.join(out, "guard-report.md"), "w").write("report of the finished runs\\n")
+    sys.exit(0)
+mode = os.environ["STUB_MODE"]
+if mode == "ok":
+    term()
+signal.signal(signal.SIGTERM, term if mode == "term" else signal.SIG_IGN)
+time.sleep(60)
+"""
+
+
+class Budget(unittest.TestCase):
+    """The sweep cannot run past its budget without a report."""
+
+    def sweep(self, mode, budget="0"):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        os.makedirs(os.path.join(d, "hw"))
+        os.makedirs(os.path.join(d, "bin"))
+        shutil.copy(os.path.join(HERE, "guard_sweep_h200.sh"), os.path.join(d, "hw"))
+        with open(os.path.join(d, "hw", "guard_h200.py"), "w") as f:
+            f.write(STUB)
+        with open(os.path.join(d, "bin", "nvidia-smi"), "w") as f:
+            f.write("#!/bin/sh\necho name, memory.total\n")
+        os.chmod(os.path.join(d, "bin", "nvidia-smi"), 0o755)
+        out = os.path.join(d, "out")
+        env = dict(os.environ, OUT=out, BUDGET=budget, BACKSTOP_S="1", KILL_AFTER_S="1", STUB_MODE=mode,
+                   PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
+        t = time.time()
+        p = subprocess.run(["bash", os.path.join(d, "hw", "guard_sweep_h200.sh"), "agent", "double"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        return p, out, time.time() - t
+
+    def test_a_harness_that_ends_in_time(self):
+        p, out, _ = self.sweep("ok", budget="300")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        argv = json.load(open(os.path.join(out, "argv.json")))
+        self.assertEqual(argv[argv.index("--budget") + 1], "300")
+        self.assertNotIn("--idle-agents", argv)  # the empty array under set -u
+        self.assertTrue(os.path.exists(os.path.join(out, "sweep.log")))
+
+    def test_sigterm_at_the_backstop_writes_the_report(self):
+        p, out, took = self.sweep("term")
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("its report covers the runs that finished", p.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "guard-report.md")))
+        self.assertLess(took, 10)
+
+    def test_a_hung_harness_is_killed(self):
+        p, out, took = self.sweep("hang")
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("no report was written", p.stderr)
+        self.assertLess(took, 10)
+
+    def test_a_bad_budget(self):
+        p, _, _ = self.sweep("ok", budget="5m")
+        self.assertEqual(p.returncode, 2)
+
+    def test_run_estimate(self):
+        self.assertEqual(gh.run_estimate(None, 20.0), 20.0 + gh.RUN_OVERHEAD_S)
+        self.assertEqual(gh.run_estimate([12.0, 17.5], 40.0), 18.5)
+
+    def test_kill_group_takes_the_job_shells_child(self):
+        # Without PID namespaces the job shell's child outlived a SIGKILL of the shell alone.
+        gh.PIDNS = False
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        lp = os.path.join(d, "job.log")
+        code = "import json, os, time; print(json.dumps({'event': 'ready', 'pid': os.getpid()}), flush=True); time.sleep(30)"
+        p = gh.spawn_in_cgroup(None, gh.as_job([sys.executable, "-c", code], "shell"), lp)
+        self.assertTrue(gh.wait_ready(lp, 20))
+        child = gh.ready_pid(lp)
+        self.assertNotEqual(child, p.pid)
+        gh.kill_group(p)
+
+        def running(pid):
+            try:  # a zombie (Z) is dead, waiting for its new parent to reap it
+                return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+        deadline = time.time() + 5
+        while running(child) and time.time() < deadline:
+            time.sleep(0.05)
+        alive = running(child)
+        self.assertFalse(alive)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, warnings="ignore")
