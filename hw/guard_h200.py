@@ -54,7 +54,9 @@ from guard_report import (RUN_LOGS, TIMELINE, append_run_log, decision_lines, on
 
 nv = None  # pynvml, imported in main(): --report-only and the tests run without it
 
-CG_ROOT = "/sys/fs/cgroup"
+# GUARD_CG_ROOT, GUARD_WORKDIR: elsewhere for the offline end-to-end test (fake cgroups).
+CG_ROOT = os.environ.get("GUARD_CG_ROOT", "/sys/fs/cgroup")
+WORKDIR = os.environ.get("GUARD_WORKDIR", "/tmp/guard-work")
 KUBEPODS = os.path.join(CG_ROOT, "kubepods.slice")
 GIB = 1 << 30
 MIB = 1 << 20
@@ -699,21 +701,24 @@ def main():
     import pynvml as nv
     PIDNS = have_pid_namespaces()
     log("PID namespaces for the job shells:", PIDNS)
-    os.makedirs("/tmp/guard-work", exist_ok=True)
+    # A fresh work dir: the logs are appended to and read for "ready" lines and pids, so a
+    # warm machine's earlier call would answer for this one's jobs.
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+    os.makedirs(WORKDIR, exist_ok=True)
     # One self-test where it passes in a PID namespace (a second, as before, cost the budget a
     # CUDA start for nothing); the fallback is tested before it is used.
-    if not (PIDNS and job_selftest("/tmp/guard-work")):
+    if not (PIDNS and job_selftest(WORKDIR)):
         if PIDNS:
             PIDNS = False
             log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
-        if not job_selftest("/tmp/guard-work"):
+        if not job_selftest(WORKDIR):
             raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
     sweep = parse_sweep(args)
     gpus = [int(g) for g in args.gpus.split(",")]
     if any(o["h"] == "a10g" for *_, o in sweep) and gpus != [0]:
         raise SystemExit("the a10g headroom emulates one GPU: use --gpus 0")
     os.makedirs(args.out, exist_ok=True)
-    workdir = "/tmp/guard-work"
+    workdir = WORKDIR
     os.makedirs(workdir, exist_ok=True)
     nv.nvmlInit()
     total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).total // MIB

@@ -243,6 +243,12 @@ def effective_action(r):
     return text
 
 
+def counters_fresh(r):
+    """Whether a run's counters are from a publication after its end (a run without an
+    agent has none to be stale)."""
+    return r.get("mode") == "none" or bool(r.get("counters_fresh"))
+
+
 def pid_valid(greedy):
     """Whether the greedy job's recorded pid is its NVML pid. Runs files before this check
     (no `pid_ok`) took the `unshare` wrapper's pid, which NVML never lists: invalid."""
@@ -289,10 +295,10 @@ def table(sweep, results):
                     evs[k] = evs.get(k, 0) + v
             # Counters read before a publication newer than the run's end (runs files before
             # `counters_fresh`) may miss the last action: marked †.
-            stale = "" if all(r.get("counters_fresh") for r in rs) else " †"
+            stale = "" if all(counters_fresh(r) for r in rs) else " †"
             other = ", ".join([f"{k} {v:g}" for k, v in sorted(stops.items()) if k not in ("stopped", "resumed", "killed")]
                               + [f"evictions {k} {v:g}" for k, v in sorted(evs.items())]) or "—"
-            if not evs and not any("counters_fresh" in r for r in rs):
+            if not evs and not any("counters_fresh" in r for r in rs) and any(r.get("mode") != "none" for r in rs):
                 other = ((other + " ") if other != "—" else "") + "(gpu_warden_evictions_total not captured)"
             m = med(measured)
             r0 = rs[0]
@@ -335,7 +341,7 @@ def run_table(results):
         lines.append(f"| {r['label']} | {r['rate']:g} | {r['run']} | {first or '—'}{at} | {'**yes**' if wrong else 'no'} | "
                      f"{', '.join(n for _, n, _ in ev) or '—'} | {effective_action(r)} | "
                      f"{st.get('stopped', 0):g} / {st.get('resumed', 0):g} / {st.get('killed', 0):g}"
-                     f"{'' if r.get('counters_fresh') else ' †'} | {sum(r['train_ooms'].values())} | {pids} | "
+                     f"{'' if counters_fresh(r) else ' †'} | {sum(r['train_ooms'].values())} | {pids} | "
                      f"{'not recorded' if not dl else str(dl['lines']) + (' (+' + str(dl['dropped']) + ' dropped)' if dl.get('dropped') else '')} |")
     return lines
 
@@ -374,7 +380,7 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
                     + "; ".join(f"{lb} {rt:g} GiB/s run {rn} ({why})" for lb, rt, rn, why in meta["skipped"]) + ".\n\n")
         f.write("\n".join(lines) + "\n")
         f.write("\n" + "\n".join(run_table(results)) + "\n")
-        if any(not r.get("counters_fresh") for r in results):
+        if any(not counters_fresh(r) for r in results):
             f.write("\n† counters read 0.3 s after the greedy job ended, before the agent's next poll had "
                     "rendered /metrics again: an action in the run's last second may be missing (a kill "
                     "ends the job at once, so kill runs show none).\n")

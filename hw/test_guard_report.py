@@ -438,5 +438,114 @@ class Budget(unittest.TestCase):
         self.assertFalse(alive)
 
 
+class EndToEnd(unittest.TestCase):
+    """The whole harness on hw/fakes (no GPU, no agent): its main loop, the greedy jobs under
+    the real job shell (in a PID namespace where unshare works), the NVML pid, the counters
+    from a newer publication, the run logs, the budget and SIGTERM, the report."""
+
+    def harness(self, sweep, budget, extra=(), term_after_runs=None):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        for sub in ("gpu", "cg", "work", "out"):
+            os.makedirs(os.path.join(d, sub))
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "fakes"), FAKE_GPU_DIR=os.path.join(d, "gpu"),
+                   GUARD_CG_ROOT=os.path.join(d, "cg"), GUARD_WORKDIR=os.path.join(d, "work"))
+        out = os.path.join(d, "out")
+        cmd = [sys.executable, os.path.join(HERE, "guard_h200.py"), "--agent", os.path.join(HERE, "fakes", "agent.py"),
+               "--double", os.path.join(HERE, "fakes", "double.py"), "--skip-attribution", "--hold-after-full", "1",
+               "--budget", str(budget), "--out", out, "--sweep", sweep, *extra]
+        log = open(os.path.join(d, "harness.log"), "w")
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        t = time.time()
+        if term_after_runs is not None:
+            runs = os.path.join(out, "guard-runs.json")
+            while time.time() - t < 120 and p.poll() is None:
+                if os.path.exists(runs) and len(json.load(open(runs))["results"]) >= term_after_runs:
+                    break
+                time.sleep(0.2)
+            time.sleep(1.5)  # into the next run
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        took = time.time() - t
+        text = open(os.path.join(d, "harness.log")).read()
+        # Nothing of the sweep still holds (fake) GPU memory: every load and job is gone.
+        sys.path.insert(0, os.path.join(HERE, "fakes"))
+        os.environ["FAKE_GPU_DIR"] = os.path.join(d, "gpu")
+        import pynvml as fake_nv
+        fake_nv._DIR = os.path.join(d, "gpu")
+        deadline = time.time() + 5
+        while fake_nv.nvmlDeviceGetComputeRunningProcesses(0) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(fake_nv.nvmlDeviceGetComputeRunningProcesses(0), [], text[-3000:])
+        return p.returncode, out, text, took
+
+    def test_a_sweep(self):
+        rc, out, text, _ = self.harness("guard*2:64;none*1:64;guard*1%a=kill:64", 200)
+        self.assertEqual(rc, 0, text[-3000:])
+        d = json.load(open(os.path.join(out, "guard-runs.json")))
+        self.assertEqual(len(d["results"]), 4)
+        pidns = gh.have_pid_namespaces()
+        self.assertEqual(d["pid_namespaces"], pidns)
+        for r in d["results"]:
+            g = r["greedy"]["0"]
+            self.assertTrue(g["pid_ok"], g)
+            self.assertEqual(g["pid_how"], "script argv + NSpid")
+            self.assertNotEqual(g["pid"], g["wrapper_pid"])
+            x = r["per_gpu"]["0"]
+            self.assertTrue(x["pid_valid"])
+            self.assertAlmostEqual(x["rate_measured"], 64, delta=8)
+            if r["mode"] == "guard":
+                self.assertTrue(r["counters_fresh"])
+                self.assertEqual(r["decision_log"]["lines"], 2)
+        self.assertEqual([gr.effective_action(r) for r in d["results"]],
+                         ["stop (default)", "stop (default)", "— (no agent)", "kill"])
+        self.assertEqual(gr.by_result(d["results"][3]["counters"], "gpu_warden_guard_stops_total"), {"killed": 1})
+        logs = gr.read_run_logs(os.path.join(out, gr.RUN_LOGS))
+        self.assertEqual([(l["label"], l["run"]) for l in logs],
+                         [("guard*2", 0), ("guard*2", 1), ("none*1", 0), ("guard*1%a=kill", 0)])
+        self.assertIn("plan: evict 1 of 2 candidates", logs[0]["agent_lines"][0])
+        self.assertNotIn("pod view synced", " ".join(logs[0]["agent_lines"]))
+        self.assertIn('"ready"', logs[0]["greedy_logs"]["0"])
+        self.assertEqual(logs[0]["guard_state"]["onDecision"]["onDecision"], "stop")
+        self.assertTrue(gr.read_timeline(os.path.join(out, gr.TIMELINE)))
+        report = open(os.path.join(out, "guard-report.md")).read()
+        self.assertRegex(report, r"\| guard\*1%a=kill \| today \| faithful, shell \| kill \| 64 \((5[6-9]|6\d|7[0-2])\.\d\) \|")
+        self.assertIn("| 0 / 0 / 1 | evictions evicted 1 |", report)
+        self.assertIn("| none*1 | today | faithful, shell | — (no agent) |", report)
+        self.assertNotIn("invalid/unknown", report)
+        self.assertNotIn("†", report)
+        # The report again from the files that came back, the timeline included.
+        again = os.path.join(out, "again")
+        with contextlib.redirect_stdout(io.StringIO()):
+            gr.report_only(os.path.join(out, "guard-runs.json"), again, os.path.join(out, gr.TIMELINE))
+        self.assertEqual(open(os.path.join(again, "guard-report.md")).read(), report)
+
+    def test_the_budget_skips_runs_that_would_not_end_in_it(self):
+        # 70 s: the headroom's setup fits (45 s kept for it), then runs of ~5 s until the
+        # estimate no longer fits before 70 - 15 s.
+        budget = 70
+        rc, out, text, took = self.harness("guard*20:64", budget)
+        self.assertEqual(rc, 0, text[-3000:])
+        d = json.load(open(os.path.join(out, "guard-runs.json")))
+        self.assertTrue(0 < len(d["results"]) < 20, len(d["results"]))
+        self.assertEqual(len(d["results"]) + len(d["meta"]["skipped"]), 20)
+        self.assertLessEqual(d["meta"]["ended_after_s"], budget)
+        self.assertIn("Skipped to stay inside the budget", open(os.path.join(out, "guard-report.md")).read())
+
+    def test_sigterm_mid_sweep_reports_the_finished_runs(self):
+        rc, out, text, _ = self.harness("guard*5:16", 300, term_after_runs=1)
+        self.assertEqual(rc, 0, text[-3000:])
+        d = json.load(open(os.path.join(out, "guard-runs.json")))
+        self.assertGreaterEqual(len(d["results"]), 1)
+        self.assertLess(len(d["results"]), 5)
+        self.assertEqual(d["meta"]["interrupted"], "SIGTERM")
+        report = open(os.path.join(out, "guard-report.md")).read()
+        self.assertIn("**Stopped by SIGTERM**", report)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2, warnings="ignore")
