@@ -29,9 +29,19 @@ default; `a10g`: an A10G emulated — the rest of the H200 held by a host proces
 left, shared by four jobs: a 6 GiB trainer with a 1 GiB workspace, two 3 GiB CI pods and the
 greedy one, thresholds 5 %/10 % of 24 GiB), `k` the double's kubelet (`faithful`, default, or
 `instant`: the comparison that kills at once), `p` PID-1 mode (`shell`, default, or `exits`),
-`a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default). With
+`a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default, `stop`;
+the report's onDecision column shows what the agent's /state said it does). With
 `--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
 whether pressure on one GPU evicts pods of another (it must not).
+
+Under --out: guard-report.md (a row per series and rate, then a row per run: its first
+evicted pod, a wrong first victim flagged), guard-runs.json (rewritten after every run),
+run-logs.jsonl.gz (per run: the agent's decision/stop/eviction log lines, the guard's /state,
+the greedy job's log), timeline.csv.gz (the 10 ms samples) and guard-vram.png. `--budget`
+bounds the whole harness, report included; SIGTERM ends it early with a report of the
+finished runs. `--report-only RUNS.json [--timeline timeline.csv.gz]` renders a report
+again without a GPU (also `python3 hw/guard_report.py RUNS.json --out DIR`); the offline
+tests are `python3 hw/test_guard_report.py`.
 """
 import argparse
 import csv

@@ -86,7 +86,9 @@ def analyse(results, timeline, thresholds):
                 after = [procs[pid] for t, _, _, _, procs in win if t > te and pid in procs]
                 if pid is not None and at_ev and after:
                     x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
-                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
+                # Pod names repeat across series (ci-greedy-RATE-RUN) and the kubelet window opens
+                # 1 s before the run: only what came after this eviction is this pod's.
+                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"] and k[0] >= te]
                 for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
                     ts = [k[0] for k in kub if k[2] == action]
                     if ts:
