@@ -166,24 +166,30 @@ DECISION_WORDS = re.compile(r"evict|stop|kill|resum|decid|decision|candidate|sig
 DECISION_FIELDS = ("decision", "trigger", "on_decision", "use_mib", "rank", "pids", "pod")
 
 
-def decision_lines(lines, cap=400, width=4000):
-    """The lines of an agent's JSON log (tracing's format) about decisions, bounded: at most
-    `cap` lines of at most `width` characters. Returns (kept, how many matching were dropped)."""
-    kept, dropped = [], 0
+def decision_lines(lines, cap=400, width=4000, minor_cap=100):
+    """The lines of an agent's JSON log (tracing's format) about decisions, bounded: those
+    with a decision's fields or at WARN/ERROR first (at most `cap`), lines that only mention
+    the guard's words at most `minor_cap` (so chatter cannot crowd out a late decision), each
+    cut at `width` characters, in log order. Returns (kept, how many matching were dropped)."""
+    kept, dropped, major, minor = [], 0, 0, 0
     for line in lines:
         try:
             e = json.loads(line)
             f = e.get("fields", {})
-            keep = (e.get("level") in ("WARN", "ERROR") or any(k in f for k in DECISION_FIELDS)
-                    or bool(DECISION_WORDS.search(str(f.get("message", "")))))
+            important = e.get("level") in ("WARN", "ERROR") or any(k in f for k in DECISION_FIELDS)
+            mentions = bool(DECISION_WORDS.search(str(f.get("message", ""))))
         except (ValueError, AttributeError):
-            keep = bool(DECISION_WORDS.search(line))  # not JSON (a panic): by its words
-        if not keep:
-            continue
-        if len(kept) < cap:
-            kept.append(line[:width])
-        else:
+            important, mentions = False, bool(DECISION_WORDS.search(line))  # not JSON (a panic)
+        if important and major < cap:
+            major += 1
+        elif mentions and not important and minor < minor_cap:
+            minor += 1
+        elif important or mentions:
             dropped += 1
+            continue
+        else:
+            continue
+        kept.append(line[:width])
     return kept, dropped
 
 

@@ -262,6 +262,13 @@ class DecisionLog(unittest.TestCase):
         self.assertEqual((len(kept), dropped), (400, 100))
         self.assertTrue(all(len(l) <= 100 for l in kept))
 
+    def test_chatter_cannot_crowd_out_a_late_decision(self):
+        chatter = json.dumps({"level": "INFO", "fields": {"message": "fast memory watch", "on": True, "guard": 1}})
+        chatter = chatter.replace("fast memory watch", "guard fast memory watch")
+        kept, dropped = gr.decision_lines([chatter] * 1000 + [self.LINES[0]])
+        self.assertEqual(kept[-1], self.LINES[0])
+        self.assertEqual((len(kept), dropped), (101, 900))
+
     def test_gzip_members_append(self):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
