@@ -846,8 +846,8 @@ def main():
                                 log(f"training process on GPU {g} is gone: restarting it")
                                 seen = open(tlog[g]).read().count('"ready"')
                                 procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
-                                deadline = time.time() + 90
-                                while open(tlog[g]).read().count('"ready"') <= seen and time.time() < deadline:
+                                ready_by = time.time() + 90  # not `deadline`: that is the budget's
+                                while open(tlog[g]).read().count('"ready"') <= seen and time.time() < ready_by:
                                     time.sleep(0.1)
                                 pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
                                 restarted.append(g)

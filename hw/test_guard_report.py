@@ -450,7 +450,7 @@ class EndToEnd(unittest.TestCase):
     the real job shell (in a PID namespace where unshare works), the NVML pid, the counters
     from a newer publication, the run logs, the budget and SIGTERM, the report."""
 
-    def harness(self, sweep, budget, extra=(), term_after_runs=None):
+    def harness(self, sweep, budget, extra=(), term_after_runs=None, after_runs=None):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d, True)
         for sub in ("gpu", "cg", "work", "out"):
@@ -458,6 +458,7 @@ class EndToEnd(unittest.TestCase):
         env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "fakes"), FAKE_GPU_DIR=os.path.join(d, "gpu"),
                    GUARD_CG_ROOT=os.path.join(d, "cg"), GUARD_WORKDIR=os.path.join(d, "work"))
         out = os.path.join(d, "out")
+        self.work = os.path.join(d, "work")
         cmd = [sys.executable, os.path.join(HERE, "guard_h200.py"), "--agent", os.path.join(HERE, "fakes", "agent.py"),
                "--double", os.path.join(HERE, "fakes", "double.py"), "--skip-attribution", "--hold-after-full", "1",
                "--budget", str(budget), "--out", out, "--sweep", sweep, *extra]
@@ -465,13 +466,17 @@ class EndToEnd(unittest.TestCase):
         p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         t = time.time()
         if term_after_runs is not None:
+            after_runs = (term_after_runs, lambda: (time.sleep(1.5), p.send_signal(signal.SIGTERM)))  # into the next run
+        if after_runs is not None:
             runs = os.path.join(out, "guard-runs.json")
             while time.time() - t < 120 and p.poll() is None:
-                if os.path.exists(runs) and len(json.load(open(runs))["results"]) >= term_after_runs:
-                    break
+                try:
+                    if len(json.load(open(runs))["results"]) >= after_runs[0]:
+                        break
+                except (OSError, ValueError):
+                    pass
                 time.sleep(0.2)
-            time.sleep(1.5)  # into the next run
-            p.send_signal(signal.SIGTERM)
+            after_runs[1]()
         try:
             p.wait(timeout=300)
         finally:
@@ -542,6 +547,18 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(len(d["results"]) + len(d["meta"]["skipped"]), 20)
         self.assertLessEqual(d["meta"]["ended_after_s"], budget)
         self.assertIn("Skipped to stay inside the budget", open(os.path.join(out, "guard-report.md")).read())
+
+    def test_a_trainer_that_died_is_restarted_and_the_budget_stands(self):
+        # The restart's own wait once reused the name of the budget's deadline: a sweep that
+        # restarted a trainer then ran on past its budget.
+        def kill_trainer():
+            os.kill(gh.ready_pid(os.path.join(self.work, "train-today-0.log")), signal.SIGKILL)
+        rc, out, text, _ = self.harness("guard*20:64", 70, after_runs=(1, kill_trainer))
+        self.assertEqual(rc, 0, text[-3000:])
+        d = json.load(open(os.path.join(out, "guard-runs.json")))
+        self.assertIn([0], [r["train_restarted_before"] for r in d["results"]], text[-2000:])
+        self.assertTrue(d["meta"]["skipped"])
+        self.assertLessEqual(d["meta"]["ended_after_s"], 70)
 
     def test_sigterm_mid_sweep_reports_the_finished_runs(self):
         rc, out, text, _ = self.harness("guard*5:16", 300, term_after_runs=1)
