@@ -423,6 +423,13 @@ def idle_cpu(args, pods, workdir, policy, condition):
     return rows
 
 
+def job_exit(logpath):
+    """The exit status the job shell logged for gpu_load.py (`job-exit=N`; 128 + N: signal N),
+    or None where the shell died with it (the kubelet's cgroup.kill)."""
+    found = [l.split("job-exit=", 1)[1].split()[0] for l in tail(logpath, 65536).splitlines() if "job-exit=" in l]
+    return int(found[-1]) if found and found[-1].isdigit() else None
+
+
 def tail(path, n):
     try:
         with open(path, "rb") as f:
@@ -922,8 +929,11 @@ def main():
                         results.append(dict(
                             label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
                             headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
+                            # `killed` is the wrapper's status: a job shell whose child the agent
+                            # killed exits 0 after `echo job-exit=137`, so job_exit says more.
                             greedy={g: dict(name=greedy[g].name, **gpids[g],
-                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0)
+                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0,
+                                            wrapper_rc=gprocs[g].returncode, job_exit=job_exit(glogs[g]))
                                     for g in greedy_gpus},
                             train_restarted_before=restarted,
                             train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},

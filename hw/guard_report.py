@@ -251,6 +251,18 @@ def effective_action(r):
     return text
 
 
+def job_end(greedy):
+    """How a greedy job ended: the status its job shell logged for gpu_load.py, else the
+    wrapper's (the shell died with the job: the kubelet's cgroup.kill)."""
+    code = greedy.get("job_exit")
+    if code is not None:
+        return f"exit {code}" + (f" (signal {code - 128})" if code > 128 else "")
+    rc = greedy.get("wrapper_rc")
+    if rc is None:
+        return "killed" if greedy.get("killed") else "—"
+    return f"with its shell, wrapper {'signal ' + str(-rc) if rc < 0 else 'exit ' + str(rc)}"
+
+
 def counters_fresh(r):
     """Whether a run's counters are from a publication after its end (a run without an
     agent has none to be stale)."""
@@ -335,8 +347,8 @@ def run_table(results):
              "and run):", "",
              "| series | GiB/s | run | first evicted (s after launch) | wrong first victim | evictions in order | "
              "onDecision (the agent's) | stopped / resumed / killed | training OOM events | greedy pid (found by) | "
-             "decision log lines |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "greedy job's end | decision log lines |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         first, wrong = first_victim(r)
         ev = sorted(r.get("evictions", []))
@@ -350,6 +362,7 @@ def run_table(results):
                      f"{', '.join(n for _, n, _ in ev) or '—'} | {effective_action(r)} | "
                      f"{st.get('stopped', 0):g} / {st.get('resumed', 0):g} / {st.get('killed', 0):g}"
                      f"{'' if counters_fresh(r) else ' †'} | {sum(r['train_ooms'].values())} | {pids} | "
+                     f"{'; '.join(job_end(v) for v in r['greedy'].values())} | "
                      f"{'not recorded' if not dl else str(dl['lines']) + (' (+' + str(dl['dropped']) + ' dropped)' if dl.get('dropped') else '')} |")
     return lines
 

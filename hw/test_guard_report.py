@@ -119,9 +119,15 @@ class JobPid(unittest.TestCase):
             self.assertEqual(how, "script argv + NSpid")
             if pidns:
                 self.assertNotEqual(pid, gh.ready_pid(lp), "inside its PID namespace the job logs another pid")
+            # A kill of the job (what onDecision: kill does): the shell logs 137 and exits 0,
+            # so the wrapper's status alone (the old `killed`) says nothing was killed.
+            os.kill(pid, signal.SIGKILL)
+            self.assertEqual(p.wait(timeout=10), 0)
+            self.assertEqual(gh.job_exit(lp), 137)
         finally:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
 
     def test_live_in_a_pid_namespace(self):
         self.live(True)
@@ -280,6 +286,18 @@ class DecisionLog(unittest.TestCase):
         self.assertEqual(got[0]["agent_lines"], self.LINES[:2])
         out = subprocess.run(["sh", "-c", f"zcat {path} | wc -l"], capture_output=True, text=True).stdout
         self.assertEqual(out.strip(), "2")
+
+    def test_job_end(self):
+        self.assertEqual(gr.job_end(dict(job_exit=137, wrapper_rc=0)), "exit 137 (signal 9)")
+        self.assertEqual(gr.job_end(dict(job_exit=None, wrapper_rc=-9)), "with its shell, wrapper signal 9")
+        self.assertEqual(gr.job_end(dict(killed=True)), "killed")  # an older runs file
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        lp = os.path.join(d, "g.log")
+        with open(lp, "w") as f:
+            f.write('{"event": "ready"}\njob-exit=137\n')
+        self.assertEqual(gh.job_exit(lp), 137)
+        self.assertIsNone(gh.job_exit(os.path.join(d, "none.log")))
 
     def test_listed_in_the_report(self):
         r = dict(label="guard", rate=16.0, run=0, t0=0.0, evictions=[(4.0, "g", 201)], greedy={0: dict(name="g")},
@@ -522,6 +540,8 @@ class EndToEnd(unittest.TestCase):
         self.assertIn("plan: evict 1 of 2 candidates", logs[0]["agent_lines"][0])
         self.assertNotIn("pod view synced", " ".join(logs[0]["agent_lines"]))
         self.assertIn('"ready"', logs[0]["greedy_logs"]["0"])
+        # Nobody killed the jobs (the fake agent evicts nothing): each ran out and exited 0.
+        self.assertEqual({r["greedy"]["0"]["job_exit"] for r in d["results"]}, {0})
         self.assertEqual(logs[0]["guard_state"]["onDecision"]["onDecision"], "stop")
         self.assertTrue(gr.read_timeline(os.path.join(out, gr.TIMELINE)))
         report = open(os.path.join(out, "guard-report.md")).read()
