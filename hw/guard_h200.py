@@ -692,8 +692,8 @@ def main():
     ap.add_argument("--idle-seconds", type=float, default=30)
     ap.add_argument("--fast-interval", default="default",
                     help="the policy's fastInterval, or default (the agent's own, adaptive watch)")
-    ap.add_argument("--hard", type=float, default=5, help="hard threshold, % of the GPU free")
-    ap.add_argument("--soft", type=float, default=10, help="soft threshold, % of the GPU free")
+    ap.add_argument("--hard", type=float, default=5, help="hard threshold, %% of the GPU free")
+    ap.add_argument("--soft", type=float, default=10, help="soft threshold, %% of the GPU free")
     ap.add_argument("--modes", default="guard,none", help="guard (enforce mode), none (no agent)")
     ap.add_argument("--sweep", help="series MODE[@FAST][/GPUS]:RATES;… (overrides --modes/--rates)")
     ap.add_argument("--gpus", default="0", help="GPUs that each get a training process and a small CI pod")

@@ -387,6 +387,20 @@ time.sleep(60)
 """
 
 
+class Cli(unittest.TestCase):
+    def test_help_and_report_only_without_pynvml(self):
+        for script in ("guard_h200.py", "guard_report.py"):
+            p = subprocess.run([sys.executable, os.path.join(HERE, script), "--help"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)  # a bare % in a help string broke --help
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out)
+        p = subprocess.run([sys.executable, os.path.join(HERE, "guard_h200.py"), "--report-only",
+                            os.path.join(EVIDENCE, "guard-h200-faithful-kubelet-call3-runs.json"), "--out", out],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| guard*2%h=a10g%a=kill |", open(os.path.join(out, "guard-report.md")).read())
+
+
 class Budget(unittest.TestCase):
     """The sweep cannot run past its budget without a report."""
 
