@@ -383,7 +383,9 @@ def start_agent(args, kc, workdir, policy, binary=None):
     a = subprocess.Popen([binary or args.agent, "--backend", "nvml", "--node-name", NODE, "--listen", f"127.0.0.1:{port}",
                           "--poll-interval", "1s", "--guard-config", policy, "--annotations", "off",
                           "--log-format", "json"],
-                         env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "agent.log"), "a"))
+                         # Both streams to agent.log (the agent logs to stderr; a line on stdout,
+                         # should there be one, is kept too): each run's part of it goes to $OUT.
+                         env=env, stdout=open(os.path.join(workdir, "agent.log"), "a"), stderr=subprocess.STDOUT)
     deadline = time.time() + 20
     while time.time() < deadline:
         try:
