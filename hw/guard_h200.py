@@ -29,12 +29,23 @@ default; `a10g`: an A10G emulated — the rest of the H200 held by a host proces
 left, shared by four jobs: a 6 GiB trainer with a 1 GiB workspace, two 3 GiB CI pods and the
 greedy one, thresholds 5 %/10 % of 24 GiB), `k` the double's kubelet (`faithful`, default, or
 `instant`: the comparison that kills at once), `p` PID-1 mode (`shell`, default, or `exits`),
-`a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default). With
+`a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default, `stop`;
+the report's onDecision column shows what the agent's /state said it does). With
 `--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
 whether pressure on one GPU evicts pods of another (it must not).
+
+Under --out: guard-report.md (a row per series and rate, then a row per run: its first
+evicted pod, a wrong first victim flagged), guard-runs.json (rewritten after every run),
+run-logs.jsonl.gz (per run: the agent's decision/stop/eviction log lines, the guard's /state,
+the greedy job's log), timeline.csv.gz (the 10 ms samples) and guard-vram.png. `--budget`
+bounds the whole harness, report included; SIGTERM ends it early with a report of the
+finished runs. `--report-only RUNS.json [--timeline timeline.csv.gz]` renders a report
+again without a GPU (also `python3 hw/guard_report.py RUNS.json --out DIR`); the offline
+tests are `python3 hw/test_guard_report.py`.
 """
 import argparse
 import csv
+import gzip
 import json
 import os
 import shlex
@@ -44,12 +55,18 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 import uuid
 
-import pynvml as nv
+from guard_report import (RUN_LOGS, TIMELINE, append_run_log, decision_lines, on_decision_of, parse_counters,
+                          read_timeline, report, report_only, write_runs)
 
-CG_ROOT = "/sys/fs/cgroup"
+nv = None  # pynvml, imported in main(): --report-only and the tests run without it
+
+# GUARD_CG_ROOT, GUARD_WORKDIR: elsewhere for the offline end-to-end test (fake cgroups).
+CG_ROOT = os.environ.get("GUARD_CG_ROOT", "/sys/fs/cgroup")
+WORKDIR = os.environ.get("GUARD_WORKDIR", "/tmp/guard-work")
 KUBEPODS = os.path.join(CG_ROOT, "kubepods.slice")
 GIB = 1 << 30
 MIB = 1 << 20
@@ -153,28 +170,142 @@ def job_selftest(workdir, pid1="shell"):
     code = "import json, torch; torch.zeros(1, device='cuda'); print(json.dumps({'event': 'ready'}), flush=True)"
     p = spawn_in_cgroup(cg, as_job([sys.executable, "-c", code], pid1), lp)
     ok = wait_ready(lp, 25)
-    stop(p, signal.SIGKILL)
+    kill_group(p)
     if not ok:
         log(f"job self-test failed (PID namespaces {PIDNS}, exit {p.returncode}):", open(lp).read()[-3000:])
     return ok
 
 
-def python_pid_in(cgroup, timeout=10):
-    """The host pid of the gpu_load.py process in a container cgroup (what NVML lists)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def cgroup_tree_pids(cgroup):
+    """Every pid in `cgroup` and the cgroups below it (a runtime may put the job's processes
+    in a child cgroup)."""
+    pids = []
+    for dirpath, _, _ in os.walk(cgroup):
         try:
-            for line in open(os.path.join(cgroup, "cgroup.procs")):
-                pid = int(line)
-                try:
-                    if b"gpu_load.py" in open(f"/proc/{pid}/cmdline", "rb").read():
-                        return pid
-                except OSError:
-                    pass
-        except OSError:
+            pids += [int(x) for x in open(os.path.join(dirpath, "cgroup.procs")).read().split()]
+        except (OSError, ValueError):
             pass
-        time.sleep(0.05)
+    return pids
+
+
+def descendants(pid, proc="/proc"):
+    """Every descendant of `pid`: /proc/PID/task/*/children where the kernel has it
+    (CONFIG_PROC_CHILDREN), else the parent pid of every process in /proc."""
+    kids = {}
+    have_children_files = os.path.exists(f"{proc}/{pid}/task/{pid}/children")
+    if not have_children_files:
+        for name in os.listdir(proc):
+            if name.isdigit():
+                try:
+                    # The parent pid is the 2nd field after the command, which may hold spaces
+                    # and parentheses: split after the last ")".
+                    ppid = int(open(f"{proc}/{name}/stat").read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                kids.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if have_children_files:
+            found = []
+            try:
+                for task in os.listdir(f"{proc}/{p}/task"):
+                    try:
+                        found += [int(x) for x in open(f"{proc}/{p}/task/{task}/children").read().split()]
+                    except (OSError, ValueError):
+                        pass
+            except OSError:
+                pass
+        else:
+            found = kids.get(p, [])
+        for c in found:
+            if c not in out and c != pid:
+                out.append(c)
+                todo.append(c)
+    return out
+
+
+def argv_of(pid, proc="/proc"):
+    try:
+        raw = open(f"{proc}/{pid}/cmdline", "rb").read()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1 if raw.endswith(b"\0") else None]]
+
+
+def runs_script(argv, script):
+    """Whether `argv` is a Python interpreter running `script` (its first non-option
+    argument). Not a substring match: the `unshare` wrapper's and the job shell's argv hold
+    the whole `sh -c` script text, gpu_load.py's path included (bug: the harness took the
+    wrapper's pid for the job's)."""
+    if len(argv) < 2 or "python" not in os.path.basename(argv[0]):
+        return False
+    first = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return first is not None and os.path.basename(first) == script
+
+
+def ns_pid(pid, proc="/proc"):
+    """`pid` in its innermost PID namespace (the last NSpid field), or None."""
+    try:
+        for line in open(f"{proc}/{pid}/status"):
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
     return None
+
+
+def find_job_pid(cgroup, wrapper_pid, script="gpu_load.py", logged_pid=None, proc="/proc", timeout=10):
+    """The pid (in our PID namespace, the one NVML lists to us) of the Python process running
+    `script` for a job started as `wrapper_pid` (the unshare wrapper or the job shell) in
+    container cgroup `cgroup`: among the cgroup subtree's processes and the wrapper's
+    descendants, the interpreter running the script, and where the script logged its own
+    pid (`logged_pid`, its pid inside the job's PID namespace), the one whose innermost
+    NSpid is that. Waits up to `timeout` s for exactly one. Returns (pid or None, how)."""
+    deadline = time.time() + timeout
+    how = "not found"
+    while True:
+        cands = sorted(set(cgroup_tree_pids(cgroup) if cgroup else []) | set(descendants(wrapper_pid, proc)))
+        matches = [p for p in cands if p != wrapper_pid and runs_script(argv_of(p, proc), script)]
+        if logged_pid is not None and matches:
+            same = [p for p in matches if ns_pid(p, proc) == logged_pid]
+            matches = same or matches
+            how = "script argv + NSpid" if same else "script argv (NSpid differs from the logged pid)"
+        else:
+            how = "script argv"
+        if len(matches) == 1:
+            return matches[0], how
+        if len(matches) > 1:
+            how = f"ambiguous: {matches}"
+        else:
+            how = f"no process runs {script} among {cands}"
+        if time.time() >= deadline:
+            return None, how
+        time.sleep(0.05)
+
+
+def ready_pid(logpath):
+    """The pid gpu_load.py logged in its last "ready" line (its own os.getpid())."""
+    try:
+        lines = [l for l in open(logpath) if '"ready"' in l]
+        return json.loads(lines[-1])["pid"] if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def nvml_lists(gpu, pid, timeout=3):
+    """Whether NVML lists `pid` as a compute process of `gpu` within `timeout` s."""
+    h = nv.nvmlDeviceGetHandleByIndex(gpu)
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if any(p.pid == pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)):
+                return True
+        except nv.NVMLError:
+            pass
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def wait_ready(logpath, timeout=60):
@@ -223,22 +354,6 @@ class Sampler(threading.Thread):
                 time.sleep(0.01)
 
 
-def read_timeline(path):
-    """Rows (t, gpu, free MiB, used MiB, {pid: MiB})."""
-    rows = []
-    for line in open(path):
-        parts = line.rstrip("\n").split(",")
-        if len(parts) < 5:
-            continue
-        procs = {}
-        for kv in parts[4].split(";"):
-            if ":" in kv:
-                pid, mib = kv.split(":")
-                procs[int(pid)] = int(mib)
-        rows.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), procs))
-    return rows
-
-
 def http_get(url, timeout=2):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
@@ -268,7 +383,9 @@ def start_agent(args, kc, workdir, policy, binary=None):
     a = subprocess.Popen([binary or args.agent, "--backend", "nvml", "--node-name", NODE, "--listen", f"127.0.0.1:{port}",
                           "--poll-interval", "1s", "--guard-config", policy, "--annotations", "off",
                           "--log-format", "json"],
-                         env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "agent.log"), "a"))
+                         # Both streams to agent.log (the agent logs to stderr; a line on stdout,
+                         # should there be one, is kept too): each run's part of it goes to $OUT.
+                         env=env, stdout=open(os.path.join(workdir, "agent.log"), "a"), stderr=subprocess.STDOUT)
     deadline = time.time() + 20
     while time.time() < deadline:
         try:
@@ -308,6 +425,22 @@ def idle_cpu(args, pods, workdir, policy, condition):
     return rows
 
 
+def job_exit(logpath):
+    """The exit status the job shell logged for gpu_load.py (`job-exit=N`; 128 + N: signal N),
+    or None where the shell died with it (the kubelet's cgroup.kill)."""
+    found = [l.split("job-exit=", 1)[1].split()[0] for l in tail(logpath, 65536).splitlines() if "job-exit=" in l]
+    return int(found[-1]) if found and found[-1].isdigit() else None
+
+
+def tail(path, n):
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def decisions_in(workdir, t0, t1):
     """(unix time, trigger, free MiB from the summary) of every decision the agent logged."""
     import datetime
@@ -330,6 +463,41 @@ def decisions_in(workdir, t0, t1):
         if t0 <= ts <= t1:
             out.append((ts, f["trigger"]))
     return out
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT (the sweep script's time-out backstop): end the sweep, report."""
+
+
+# Seconds kept for the teardown and the report (stopping the base load, the timeline's gzip,
+# the tables and the plot) at the end of --budget.
+REPORT_RESERVE_S = 15
+# A headroom's setup (its holder and base loads getting ready) and at least one short run.
+SETUP_ESTIMATE_S = 45
+# A run beyond its greedy job's own length: the double and the agent starting, the job's
+# CUDA start, finding its pid, the counters' next poll, the stops and the settling.
+RUN_OVERHEAD_S = 14
+
+
+def run_estimate(done, seconds):
+    """Seconds a run will take: the longest of its cell's finished runs (`done`) and one more,
+    else its greedy job's own length (`seconds`) and the start-up around it."""
+    return max(done) + 1 if done else seconds + RUN_OVERHEAD_S
+
+
+def kill_group(p):
+    """SIGKILL `p`'s process group (spawn_in_cgroup makes each load a session leader): a job
+    shell's child too, where no PID namespace kills it with the shell."""
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        p.kill()
+    try:
+        p.wait(timeout=8)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def stop(p, sig=signal.SIGTERM, timeout=8):
@@ -385,30 +553,32 @@ def kubelet_in(workdir, t0, t1):
     return out
 
 
-def guard_counters(port):
-    """The agent's stop/resume/kill counters (whatever `gpu_warden_guard_*stop*`, `*resum*` and
-    `*kill*` families it has), summed by family and `result` label."""
-    out = {}
+def agent_view(port, timeout=3.5):
+    """The agent's counters and its guard's /state from a publication rendered after this
+    call: the agent renders /metrics (its own counters included) once per full poll, so a
+    scrape right after an action can read the poll before it. Call 3 read its kill runs 0.3 s
+    after the job died and saw no `gpu_warden_guard_stops_total{result="killed"}` at all.
+    Returns (counters, the guard part of /state, whether a newer publication was seen)."""
+    def state():
+        try:
+            return json.loads(http_get(f"http://127.0.0.1:{port}/state"))
+        except Exception:
+            return None
+    st = state()
+    seq0 = (st or {}).get("snapshot", {}).get("seq")
+    fresh = False
+    deadline = time.time() + timeout
+    while seq0 is not None and time.time() < deadline:
+        time.sleep(0.05)
+        st2 = state()
+        if st2 and st2.get("snapshot", {}).get("seq", seq0) > seq0:
+            st, fresh = st2, True
+            break
     try:
         text = http_get(f"http://127.0.0.1:{port}/metrics")
     except Exception:
-        return out
-    for line in text.splitlines():
-        if not line.startswith("gpu_warden_guard_") or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if not any(w in name for w in ("stop", "resum", "kill", "signal")):
-            continue
-        result = ""
-        if 'result="' in line:
-            result = line.split('result="', 1)[1].split('"', 1)[0]
-        try:
-            v = float(line.rsplit(" ", 1)[1])
-        except ValueError:
-            continue
-        key = f"{name}{{{result}}}" if result else name
-        out[key] = out.get(key, 0) + v
-    return out
+        text = ""
+    return parse_counters(text), (st or {}).get("guard"), fresh
 
 
 def attribution_check(args, workdir, port, pods_by_pid):
@@ -508,8 +678,11 @@ def write_policy(args, workdir, fast, headroom="today", action=""):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--double", required=True)
+    ap.add_argument("--agent")
+    ap.add_argument("--double")
+    ap.add_argument("--report-only", metavar="RUNS_JSON",
+                    help="no measurement: the report again from an earlier call's guard-runs.json, into --out")
+    ap.add_argument("--timeline", help="with --report-only: that call's timeline.csv(.gz), to compute the runs' figures again")
     ap.add_argument("--rates", default="4,16,32,64")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--train-gib", type=float, default=100)
@@ -521,15 +694,16 @@ def main():
     ap.add_argument("--idle-seconds", type=float, default=30)
     ap.add_argument("--fast-interval", default="default",
                     help="the policy's fastInterval, or default (the agent's own, adaptive watch)")
-    ap.add_argument("--hard", type=float, default=5, help="hard threshold, % of the GPU free")
-    ap.add_argument("--soft", type=float, default=10, help="soft threshold, % of the GPU free")
+    ap.add_argument("--hard", type=float, default=5, help="hard threshold, %% of the GPU free")
+    ap.add_argument("--soft", type=float, default=10, help="soft threshold, %% of the GPU free")
     ap.add_argument("--modes", default="guard,none", help="guard (enforce mode), none (no agent)")
     ap.add_argument("--sweep", help="series MODE[@FAST][/GPUS]:RATES;… (overrides --modes/--rates)")
     ap.add_argument("--gpus", default="0", help="GPUs that each get a training process and a small CI pod")
     ap.add_argument("--skip-attribution", action="store_true")
     ap.add_argument("--budget", type=float, default=540,
-                    help="seconds for the whole run: runs that would start after it are skipped, "
-                         "so the report is still written")
+                    help="seconds for the whole harness, from its start to the written report: a run "
+                         "(or a headroom's setup) that would not end inside it is skipped; SIGTERM "
+                         "ends the run in progress and writes the report from the runs that finished")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/guard-out"))
     ap.add_argument("--grace", default="default",
                     help="the policy's evictionGracePeriodSeconds, or default (the agent's, 5 s)")
@@ -537,21 +711,33 @@ def main():
     ap.add_argument("--hold-after-full", type=float, default=8,
                     help="seconds the greedy job lives on after it could have filled the GPU")
     args = ap.parse_args()
-    global PIDNS
+    if args.report_only:
+        report_only(args.report_only, args.out, args.timeline)
+        return
+    if not (args.agent and args.double):
+        ap.error("--agent and --double are required (unless --report-only)")
+    global PIDNS, nv
+    import pynvml as nv
     PIDNS = have_pid_namespaces()
     log("PID namespaces for the job shells:", PIDNS)
-    os.makedirs("/tmp/guard-work", exist_ok=True)
-    if PIDNS and not job_selftest("/tmp/guard-work"):
-        PIDNS = False
-        log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
-    if not job_selftest("/tmp/guard-work"):
-        raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
+    # A fresh work dir: the logs are appended to and read for "ready" lines and pids, so a
+    # warm machine's earlier call would answer for this one's jobs.
+    shutil.rmtree(WORKDIR, ignore_errors=True)
+    os.makedirs(WORKDIR, exist_ok=True)
+    # One self-test where it passes in a PID namespace (a second, as before, cost the budget a
+    # CUDA start for nothing); the fallback is tested before it is used.
+    if not (PIDNS and job_selftest(WORKDIR)):
+        if PIDNS:
+            PIDNS = False
+            log("falling back to job shells without PID namespaces (SIGTERM ignored by trap; an emulation)")
+        if not job_selftest(WORKDIR):
+            raise SystemExit("a CUDA job cannot be started in a container cgroup: see the log above")
     sweep = parse_sweep(args)
     gpus = [int(g) for g in args.gpus.split(",")]
     if any(o["h"] == "a10g" for *_, o in sweep) and gpus != [0]:
         raise SystemExit("the a10g headroom emulates one GPU: use --gpus 0")
     os.makedirs(args.out, exist_ok=True)
-    workdir = "/tmp/guard-work"
+    workdir = WORKDIR
     os.makedirs(workdir, exist_ok=True)
     nv.nvmlInit()
     total_mib = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).total // MIB
@@ -565,10 +751,22 @@ def main():
     sampler.start()
     procs = {}
     pid_of = lambda lp: json.loads([l for l in open(lp) if '"ready"' in l][-1])["pid"]
+    meta = dict(gpus=args.gpus, fast_interval=args.fast_interval, grace=args.grace, watch_latency=args.watch_latency,
+                budget=args.budget)
+    deadline = START + args.budget - REPORT_RESERVE_S
+    durations, skipped = {}, []
+    interrupted = failed = None
+
+    def on_term(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     try:
         for hr in dict.fromkeys(o["h"] for *_, o in sweep):
-            if time.time() - START > args.budget:
+            if time.time() + SETUP_ESTIMATE_S > deadline:
                 log(f"budget spent: skipping the {hr} headroom")
+                skipped += [(label, rate, run, "headroom setup") for label, *_, rates, runs, o in sweep if o["h"] == hr
+                            for rate in rates for run in range(runs)]
                 continue
             # The base load of this headroom: a protected trainer and CI pods on each GPU.
             if hr == "a10g":
@@ -636,9 +834,19 @@ def main():
                 policy = write_policy(args, workdir, fast, hr, opts["a"])
                 for rate in rates:
                     for run in range(runs):
-                        if time.time() - START > args.budget:
-                            log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run}")
+                        # Long enough to fill the GPU and then hold on through the kubelet's grace
+                        # (max(grace, 2 s) after the eviction), as a real job would.
+                        seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
+                                      for g in greedy_gpus) / rate + 1.5 + args.hold_after_full
+                        # A run must end inside the budget, not merely start in it: the longest of
+                        # this cell's runs so far, else the job's own length and the start-up around it.
+                        est = run_estimate(durations.get((label, rate)), seconds)
+                        if time.time() + est > deadline:
+                            log(f"budget spent: skipping {label} at {rate:g} GiB/s, run {run} (needs ~{est:.0f} s, "
+                                f"{max(0, deadline - time.time()):.0f} s left)")
+                            skipped.append((label, rate, run, f"~{est:.0f} s needed"))
                             continue
+                        run_started = time.time()
                         # A training process evicted by mistake is recorded and restarted, so one
                         # wrong eviction cannot void the runs after it.
                         restarted = []
@@ -647,8 +855,8 @@ def main():
                                 log(f"training process on GPU {g} is gone: restarting it")
                                 seen = open(tlog[g]).read().count('"ready"')
                                 procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
-                                deadline = time.time() + 90
-                                while open(tlog[g]).read().count('"ready"') <= seen and time.time() < deadline:
+                                ready_by = time.time() + 90  # not `deadline`: that is the budget's
+                                while open(tlog[g]).read().count('"ready"') <= seen and time.time() < ready_by:
                                     time.sleep(0.1)
                                 pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
                                 restarted.append(g)
@@ -660,11 +868,14 @@ def main():
                             p.make_cgroup()
                         d = a = None
                         port = None
+                        agent_log = os.path.join(workdir, "agent.log")
+                        log_from = os.path.getsize(agent_log) if os.path.exists(agent_log) else 0
                         if mode == "guard":
                             d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"])
+                            procs[("run", "double")] = d
                             a, port = start_agent(args, kc, workdir, policy)
-                        # Long enough to fill the GPU and then hold on through the kubelet's grace
-                        # (max(grace, 2 s) after the eviction), as a real job would.
+                            procs[("run", "agent")] = a
+                        # Again, now (a trainer restarted above holds its memory again).
                         seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
                                       for g in greedy_gpus) / rate + 1.5 + args.hold_after_full
                         gprocs, glogs, gpids = {}, {}, {}
@@ -677,198 +888,118 @@ def main():
                                                  "--chunk-mib", str(chunk_for(args, rate)),
                                                  "--start-delay", "0", "--seconds", f"{seconds:.2f}"],
                                              greedy[g].cgroup, glogs[g], pid1=opts["p"])
+                            procs[("run", "greedy", g)] = gprocs[g]
                         for g in greedy_gpus:
-                            if not wait_ready(glogs[g], 30):
+                            ready = wait_ready(glogs[g], 30)
+                            if not ready:
                                 log("greedy job never got ready:", open(glogs[g]).read()[-2000:])
-                            gpids[g] = python_pid_in(greedy[g].cgroup, 3) or gprocs[g].pid
+                            # The job's NVML pid: gpu_load.py's, not the wrapper's (NVML never
+                            # lists that). Not found, or not on the GPU: the report says the
+                            # pid-derived figures are unknown instead of computing them.
+                            pid, how = find_job_pid(greedy[g].cgroup, gprocs[g].pid, logged_pid=ready_pid(glogs[g]),
+                                                    timeout=10 if ready else 1)
+                            listed = pid is not None and nvml_lists(g, pid)
+                            gpids[g] = dict(pid=pid, pid_how=how, pid_ok=listed, wrapper_pid=gprocs[g].pid)
+                            if not listed:
+                                log(f"greedy job on GPU {g}: NVML pid unknown ({how}; found {pid}, listed by NVML: {listed})")
                         ready_at = time.time()
                         for gp in gprocs.values():
                             try:
                                 gp.wait(timeout=max(0.1, ready_at + seconds + 8 - time.time()))
                             except subprocess.TimeoutExpired:
-                                gp.kill()
+                                kill_group(gp)
                         t1 = time.time() + 0.3
                         time.sleep(0.3)
-                        counters = guard_counters(port) if port else {}
+                        counters, guard_state, fresh = agent_view(port) if port else ({}, None, False)
                         stop(a)
                         stop(d)
+                        for k in [k for k in procs if k[0] == "run"]:
+                            procs.pop(k)
+                        # This run's agent log lines about decisions, stops and evictions, with the
+                        # guard's /state and the greedy job's log, to $OUT: a wrong victim can be
+                        # analysed afterwards (call 3's could not: the log stayed on the machine).
+                        agent_lines = []
+                        if a is not None and os.path.exists(agent_log):
+                            with open(agent_log, "rb") as f:
+                                f.seek(log_from)
+                                agent_lines = f.read().decode(errors="replace").splitlines()
+                        kept, dropped = decision_lines(agent_lines)
+                        append_run_log(os.path.join(args.out, RUN_LOGS), dict(
+                            label=label, rate=rate, run=run, t0=t0, agent_lines=kept, agent_lines_dropped=dropped,
+                            agent_lines_total=len(agent_lines), guard_state=guard_state,
+                            greedy_logs={g: tail(glogs[g], 8192) for g in greedy_gpus}))
                         results.append(dict(
                             label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
                             headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
-                            greedy={g: dict(name=greedy[g].name, pid=gpids[g],
-                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0)
+                            # `killed` is the wrapper's status: a job shell whose child the agent
+                            # killed exits 0 after `echo job-exit=137`, so job_exit says more.
+                            greedy={g: dict(name=greedy[g].name, **gpids[g],
+                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0,
+                                            wrapper_rc=gprocs[g].returncode, job_exit=job_exit(glogs[g]))
                                     for g in greedy_gpus},
                             train_restarted_before=restarted,
                             train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
                             train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},
                             evictions=evictions_in(workdir, t0 - 1, t1),
                             kubelet_actions=kubelet_in(workdir, t0 - 1, t1 + 3),
-                            counters=counters,
+                            counters=counters, counters_fresh=fresh,
+                            on_decision=on_decision_of(guard_state),
+                            decision_log=dict(file=RUN_LOGS, lines=len(kept), dropped=dropped),
                             decisions=decisions_in(workdir, t0 - 1, t1)))
                         log(label, rate, run, "train OOMs", results[-1]["train_ooms"], "evictions",
                             results[-1]["evictions"], "kubelet", [k[2] for k in results[-1]["kubelet_actions"]],
                             "counters", counters)
+                        # The raw results so far, at once: a harness killed later still leaves them.
+                        write_runs(args.out, results, thresholds, total_mib, setups, PIDNS, sweep, meta, skipped)
                         # Let the GPU settle (the greedy job's memory returns to the driver).
                         time.sleep(0.5)
+                        durations.setdefault((label, rate), []).append(time.time() - run_started)
             # Tear the base load down before the next headroom.
             for k in [k for k in procs if k[0] in ("train", "small", "host", "holder")]:
-                stop(procs.pop(k), signal.SIGKILL)
+                kill_group(procs.pop(k))
             time.sleep(2)
+    except Interrupted as e:
+        # The run in progress is dropped (its figures would be cut short); every finished
+        # one is reported.
+        interrupted = str(e)
+        log(f"{interrupted}: stopping; the report covers the {len(results)} runs that finished")
+    except Exception as e:
+        # A failure (an agent that never got ready, a load that did not start) costs the run
+        # in progress, not the report of those before it; the exit status still says so.
+        failed = interrupted = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+        log(f"failed ({interrupted}); the report covers the {len(results)} runs that finished")
     finally:
+        # Nothing may stop the report now: a second SIGTERM is ignored (the shell's timeout
+        # SIGKILLs after its grace if this hangs).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sampler.stop_flag = True
-        for p in procs.values():
-            stop(p, signal.SIGKILL)
+        for k, p in list(procs.items()):
+            if k[0] == "run" and k[1] != "greedy":
+                stop(p)
+            else:
+                kill_group(p)
         sampler.join(timeout=2)
-    timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
-    report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups)
-
-
-def growth_rate(rows, pid):
-    """GiB/s the greedy process actually grew at: from 1 GiB to 90 % of its peak."""
-    pts = [(t, procs[pid]) for t, _, _, _, procs in rows if pid in procs]
-    if not pts:
-        return None
-    peak = max(m for _, m in pts)
-    a = next(((t, m) for t, m in pts if m >= 1024), None)
-    b = next(((t, m) for t, m in pts if m >= 0.9 * peak), None)
-    if a is None or b is None or b[0] - a[0] < 0.02:
-        return None
-    return (b[1] - a[1]) / 1024 / (b[0] - a[0])
-
-
-def report(args, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows=(), setups=None):
-    for r in results:
-        soft_mib, hard_mib = thresholds[r["headroom"]]
-        ev = sorted(r["evictions"])
-        greedy_names = {v["name"] for v in r["greedy"].values()}
-        r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
-        r["per_gpu"] = {}
-        for g, gr in r["greedy"].items():
-            win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
-            soft_t = next((t for t, _, free, _, _ in win if free < soft_mib and t >= r["t0"]), None)
-            hard_t = next((t for t, _, free, _, _ in win if free < hard_mib and t >= r["t0"]), None)
-            x = dict(soft_crossed=soft_t, hard_crossed=hard_t, rate_measured=growth_rate(win, gr["pid"]),
-                     min_free_mib=min((free for t, _, free, _, _ in win if t >= r["t0"]), default=None))
-            mine = [e for e in ev if e[1] == gr["name"]]
-            if mine:
-                te = mine[0][0]
-                x["reaction_from_soft_ms"] = None if soft_t is None else round((te - soft_t) * 1000, 1)
-                x["reaction_from_hard_ms"] = None if hard_t is None else round((te - hard_t) * 1000, 1)
-                before = [free for t, _, free, _, _ in win if t <= te]
-                x["free_at_eviction_mib"] = before[-1] if before else None
-                # The budget: decision → eviction request → the greedy process gone from the
-                # GPU's process list (the kubelet's kill and the CUDA teardown).
-                ds = [d for d in r.get("decisions", []) if d[0] <= te + 0.001]
-                if ds:
-                    x["trigger"] = ds[-1][1]
-                    x["decision_to_eviction_ms"] = round((te - ds[-1][0]) * 1000, 1)
-                gone = next((t for t, _, _, _, procs in win if t > te and gr["pid"] not in procs), None)
-                x["eviction_to_freed_ms"] = None if gone is None else round((gone - te) * 1000, 1)
-                # What the greedy job grew by after the eviction: its VRAM then against its peak.
-                at_ev = [procs.get(gr["pid"]) for t, _, _, _, procs in win if t <= te and gr["pid"] in procs]
-                after = [procs[gr["pid"]] for t, _, _, _, procs in win if t > te and gr["pid"] in procs]
-                if at_ev and after:
-                    x["growth_after_eviction_gib"] = round(max(0, max(after) - at_ev[-1]) / 1024, 2)
-                kub = [k for k in r.get("kubelet_actions", []) if k[1] == gr["name"]]
-                for action in ("sigterm", "sigkill", "exited_on_sigterm", "deleted"):
-                    ts = [k[0] for k in kub if k[2] == action]
-                    if ts:
-                        x[f"eviction_to_{action}_ms"] = round((ts[0] - te) * 1000, 1)
-            r["per_gpu"][g] = x
-    with open(os.path.join(args.out, "guard-runs.json"), "w") as f:
-        json.dump(dict(results=results, thresholds=thresholds, total_mib=total_mib, setups=setups,
-                       pid_namespaces=PIDNS, sweep=sweep), f, indent=1, default=str)
-    lines = ["| series | headroom | kubelet, PID 1 | onDecision | GiB/s asked (measured, median) | runs | "
-             "runs with training OOMs | training OOM events | evictions (greedy / other) | triggers | "
-             "free at eviction, MiB (min) | min free, MiB | eviction → SIGTERM, ms | eviction → SIGKILL, ms | "
-             "eviction → memory freed, ms (median, max) | greedy growth after the eviction, GiB (median, max) | "
-             "guard stop/resume/kill counters (sum) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
-    for label, *_ in sweep:
-        for rate in sorted({r["rate"] for r in results if r["label"] == label}):
-            rs = [r for r in results if r["label"] == label and r["rate"] == rate]
-            pg = [x for r in rs for x in r["per_gpu"].values()]
-            col = lambda k: [x[k] for x in pg if x.get(k) is not None]
-            measured = col("rate_measured")
-            freed = col("eviction_to_freed_ms")
-            growth = col("growth_after_eviction_gib")
-            greedy_ev = sum(1 for r in rs for _, n, _ in r["evictions"] if n not in r["unneeded"])
-            other_ev = sum(len(r["unneeded"]) for r in rs)
-            bad = sum(1 for r in rs if any(r["train_ooms"].values()) or not all(r["train_alive_after"].values()))
-            counters = {}
-            for r in rs:
-                for k, v in r.get("counters", {}).items():
-                    counters[k] = counters.get(k, 0) + v
-            m = med(measured)
-            r0 = rs[0]
-            lines.append(f"| {label} | {r0['headroom']} | {r0['kubelet']}, {r0['pid1']} | {r0['action']} | "
-                         f"{rate:g} ({'—' if m is None else f'{m:.1f}'}) | {len(rs)} | {bad} | "
-                         f"{sum(sum(r['train_ooms'].values()) for r in rs)} | {greedy_ev} / {other_ev} | "
-                         f"{', '.join(sorted({x['trigger'] for x in pg if x.get('trigger')})) or '—'} | "
-                         f"{min(col('free_at_eviction_mib'), default=None)} | "
-                         f"{min(col('min_free_mib'), default=None)} | "
-                         f"{med(col('eviction_to_sigterm_ms'))} | {med(col('eviction_to_sigkill_ms'))} | "
-                         f"{med(freed)}, {max(freed) if freed else None} | "
-                         f"{med(growth)}, {max(growth) if growth else None} | "
-                         f"{', '.join(f'{k} {v:g}' for k, v in sorted(counters.items())) or '—'} |")
-    with open(os.path.join(args.out, "guard-report.md"), "w") as f:
-        f.write(f"GPUs {args.gpus}, {total_mib} MiB each; thresholds per headroom (soft, hard MiB free): "
-                f"{ {k: (round(v[0]), round(v[1])) for k, v in thresholds.items()} }; base loads: {setups}; "
-                f"default fast interval {args.fast_interval}; policy evictionGracePeriodSeconds {args.grace}; "
-                f"kubelet watch latency {args.watch_latency}; job shells in PID namespaces: {PIDNS}.\n\n")
-        f.write("\n".join(lines) + "\n")
-        if idle_rows:
-            f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
-                    "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")
-            for r in idle_rows:
-                f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
-    print("\n".join(lines))
-    print(json.dumps(list(idle_rows)))
-    soft_mib, hard_mib = thresholds["today"]
-    plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib)
-
-
-def plot(args, results, timeline, pods_by_pid, soft_mib, hard_mib):
+    # The 10 ms timeline comes back too (gzip, a few MiB at most), so that a report can be
+    # computed again later (`--report-only RUNS --timeline`). $OUT returns at most 8 files:
+    # gpu.csv, sweep.log, guard-runs.json, guard-report.md, guard-vram.png, run-logs.jsonl.gz,
+    # timeline.csv.gz (and attribution.md without --skip-attribution).
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    panels = []
-    for label in dict.fromkeys(r["label"] for r in results):
-        rs = [r for r in results if r["label"] == label]
-        r = next((x for x in rs if x["rate"] == 16), rs[0])
-        panels += [(r, g) for g in r["greedy"]]
-    panels = panels[:4]
-    if not panels:
-        return
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 4 * len(panels)), squeeze=False)
-    for ax, (r, g) in zip(axes[:, 0], panels):
-        win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
-        ts = [row[0] - r["t0"] for row in win]
-        names = dict(pods_by_pid)
-        for gg, gr in r["greedy"].items():
-            names[gr["pid"]] = ("ci", gr["name"], "build")
-        for pid, (ns, pod, _) in names.items():
-            ys = [row[4].get(pid, 0) / 1024 for row in win]
-            if any(ys):
-                ax.plot(ts, ys, label=f"{ns}/{pod}")
-        ax.plot(ts, [row[2] / 1024 for row in win], "k--", label="free")
-        ax.axhline(soft_mib / 1024, color="orange", lw=0.8, label="soft")
-        ax.axhline(hard_mib / 1024, color="red", lw=0.8, label="hard")
-        here = {r["greedy"][g]["name"]} | set(r["unneeded"])
-        for te, name, status in (e for e in r["evictions"] if e[1] in here):
-            ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
-        ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}, "
-                     f"{r['headroom']}, {r['kubelet']} kubelet): "
-                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
-        ax.set_xlabel("seconds since the greedy job was launched")
-        ax.set_ylabel("GiB")
-        ax.legend(fontsize=7, loc="center left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "guard-vram.png"), dpi=110)
+        with open(os.path.join(workdir, "timeline.csv"), "rb") as src, \
+                gzip.open(os.path.join(args.out, TIMELINE), "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+    except OSError as e:
+        log("timeline not saved:", e)
+    meta.update(interrupted=interrupted, skipped=skipped, ended_after_s=round(time.time() - START, 1))
+    try:
+        timeline = read_timeline(os.path.join(workdir, "timeline.csv"))
+    except OSError as e:
+        log("no timeline:", e)
+        timeline = []
+    report(args.out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_pid, idle_rows, setups, PIDNS)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

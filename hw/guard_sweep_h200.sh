@@ -5,19 +5,39 @@
 # ~32 GiB free and an emulated A10G (24 GiB shared by four jobs). SWEEP picks the series
 # (hw/guard_h200.py --sweep syntax; `%h=a10g`, `%a=stop|kill|evict`, `%k=instant`, `%p=exits`).
 #
-#   OUT=/tmp/out SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
+#   OUT=/tmp/out BUDGET=520 SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
 #       target/release/gpu-warden target/release/apiserver-double [before-binary]
+#
+# BUDGET (seconds, default 520) is the harness's whole wall time, its report included: it
+# starts no run (or headroom) it does not expect to end inside it. As a backstop, the harness
+# gets SIGTERM at BUDGET + 30 s (it then drops the run in progress and writes the report from
+# the finished ones) and SIGKILL 20 s later. So give the device command at least BUDGET + 60 s
+# (a 600 s call: BUDGET 530 or less). Exit status 3: the backstop fired (the report is there).
 set -euo pipefail
 agent=${1:?agent binary}
 double=${2:?apiserver-double binary}
 before=${3:-}
 out=${OUT:-/tmp/guard-sweep}
+budget=${BUDGET:-520}
+case $budget in ''|*[!0-9]*) echo "BUDGET must be whole seconds, not '$budget'" >&2; exit 2 ;; esac
 mkdir -p "$out"
 idle=()
 if [ -n "$before" ]; then
   idle=(--idle-agents "$before,$agent" --idle-seconds "${IDLE_SECONDS:-20}")
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv"
-python3 "$(dirname "$0")/guard_h200.py" --agent "$agent" --double "$double" --runs 5 \
-  --skip-attribution --budget "${BUDGET:-520}" --out "$out" "${idle[@]}" \
+set +e
+# ${idle[@]+...}: an empty array under `set -u` is an error before bash 4.4.
+# BACKSTOP_S / KILL_AFTER_S: the backstop's margins (hw/test_guard_report.py shortens them).
+PYTHONUNBUFFERED=1 timeout --signal=TERM --kill-after="${KILL_AFTER_S:-20}" "$((budget + ${BACKSTOP_S:-30}))" \
+  python3 "$(dirname "$0")/guard_h200.py" --agent "$agent" --double "$double" --runs 5 \
+  --skip-attribution --budget "$budget" --out "$out" ${idle[@]+"${idle[@]}"} \
   --sweep "${SWEEP:-guard*5%h=a10g:4,16,64,128,250;guard*5:4,16,64,128,250}" 2>&1 | tee "$out/sweep.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  echo "guard_sweep_h200.sh: the harness ran past BUDGET + 30 s and was stopped (timeout status $rc);" \
+    "$( [ -s "$out/guard-report.md" ] && echo "its report covers the runs that finished" || echo "no report was written")" >&2
+  exit 3
+fi
+exit "$rc"
