@@ -25,7 +25,7 @@ use crate::attribute::pods::pod_info;
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{self, EventDraft};
 use crate::guard::policy::{Mode, Policy};
-use crate::guard::ports::DecisionExecutor;
+use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor};
 use crate::guard::rank::Victim;
 use crate::guard::recheck;
 use crate::model::clock::Clock;
@@ -310,6 +310,51 @@ impl Enforcer {
         recheck::recheck(&self.policy, victim, &info, spec_node, &self.node, phase)
     }
 
+    /// The fresh read that may end a doubt as "not carried out" (`guard::state::confirm`):
+    /// only the same pod, with no deletion timestamp and not finished, is `Running`.
+    async fn confirm_read(&self, request: &ConfirmRequest) -> Confirmation {
+        let api: Api<Pod> = Api::namespaced(self.evict.clone(), &request.namespace);
+        let timeout = self.read_limit();
+        let t0 = self.clock.mono();
+        let read = tokio::time::timeout(timeout, api.get(&request.name)).await;
+        {
+            let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
+            match &read {
+                Err(_) => bound.timed_out(timeout),
+                Ok(_) => bound.answered(self.clock.mono().saturating_sub(t0)),
+            }
+        }
+        let answer = match read {
+            Err(_) => Confirmation::Unknown(format!("no answer within {} ms", timeout.as_millis())),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
+                Confirmation::Gone("the pod is gone (404)".into())
+            }
+            Ok(Err(e)) => Confirmation::Unknown(notes::clean(&e.to_string(), DETAIL_LIMIT)),
+            Ok(Ok(pod)) => {
+                let uid = pod.metadata.uid.as_deref();
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                if uid != Some(request.uid.as_str()) {
+                    Confirmation::Gone("re-created under its name (another UID)".into())
+                } else if pod.metadata.deletion_timestamp.is_some() {
+                    Confirmation::Gone("terminating".into())
+                } else if matches!(phase, Some("Succeeded" | "Failed")) {
+                    Confirmation::Gone(format!("finished ({})", phase.unwrap_or_default()))
+                } else {
+                    Confirmation::Running
+                }
+            }
+        };
+        tracing::info!(
+            decision = request.decision_id,
+            namespace = %request.namespace,
+            pod = %request.name,
+            uid = %request.uid,
+            answer = ?answer,
+            "fresh read of a pod whose eviction is in doubt"
+        );
+        answer
+    }
+
     /// The fresh read's limit now: it follows the server's latency ([`ReadTimeout`]).
     fn read_limit(&self) -> Duration {
         self.read_timeout
@@ -390,6 +435,9 @@ impl Enforcer {
     }
 }
 
+/// What [`DecisionExecutor::confirm`] returns.
+type Confirming<'a> = Pin<Box<dyn Future<Output = Confirmation> + Send + 'a>>;
+
 /// What [`DecisionExecutor::execute`] returns.
 type Executing<'a> = Pin<Box<dyn Future<Output = Vec<(String, EvictionOutcome)>> + Send + 'a>>;
 
@@ -402,6 +450,10 @@ impl DecisionExecutor for Enforcer {
         if let Some(s) = &self.stopper {
             s.resolved(uid, outcome);
         }
+    }
+
+    fn confirm(&self, request: ConfirmRequest) -> Confirming<'_> {
+        Box::pin(async move { self.confirm_read(&request).await })
     }
 
     fn shutdown(&self) {

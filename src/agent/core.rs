@@ -7,7 +7,7 @@ use crate::attribute::ports::{Attributor, PodSource};
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::history::{GuardView, History};
 use crate::guard::hold::hold_reason;
-use crate::guard::ports::{DecisionExecutor, Outcomes};
+use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor, Outcomes};
 use crate::guard::state::Guard;
 use crate::model::clock::Clock;
 use crate::model::event::EventDraft;
@@ -99,6 +99,26 @@ impl Core {
     /// oldest first; the caller sends them, best effort.
     pub fn take_notices(&mut self) -> Vec<EventDraft> {
         std::mem::take(&mut self.notices)
+    }
+
+    /// The fresh reads of pods in doubt the guard wants now; the caller reads each through
+    /// the executor and reports with [`Core::on_confirmation`].
+    pub fn take_confirms(&mut self) -> Vec<ConfirmRequest> {
+        self.guard
+            .as_mut()
+            .map(|g| g.parts.guard.take_confirm_requests())
+            .unwrap_or_default()
+    }
+
+    /// What the fresh read of a pod in doubt showed.
+    pub fn on_confirmation(&mut self, request: &ConfirmRequest, answer: Confirmation) {
+        if let Some(g) = &mut self.guard {
+            let now = self.clock.mono();
+            g.parts
+                .guard
+                .record_confirmation(request.decision_id, &request.uid, answer, now);
+            g.note_resolutions();
+        }
     }
 
     /// Runs the guard on every full poll from now on.

@@ -8,7 +8,7 @@ pub mod core;
 pub use self::core::{Core, Dispatch, GuardParts};
 use crate::act::event_sender::EventSender;
 use crate::guard::notes::EventDraft;
-use crate::guard::ports::Outcomes;
+use crate::guard::ports::{ConfirmRequest, Confirmation, Outcomes};
 use crate::model::clock::Clock;
 use crate::publish::http::{self, HttpLimits, HttpState};
 use crate::publish::process_metrics::{ProcessSource, ScrapeBodies};
@@ -119,6 +119,19 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
             });
         }
     };
+    let (conf_tx, mut conf_rx) = mpsc::channel::<(ConfirmRequest, Confirmation)>(16);
+    let confirm = |requests: Vec<ConfirmRequest>| {
+        let Some(exec) = executor.clone() else {
+            return;
+        };
+        for r in requests {
+            let (exec, tx) = (exec.clone(), conf_tx.clone());
+            tokio::spawn(async move {
+                let answer = exec.confirm(r.clone()).await;
+                let _ = tx.send((r, answer)).await;
+            });
+        }
+    };
     tokio::pin!(shutdown);
     let mut first = true;
     let mut fast: Option<Duration> = None;
@@ -128,6 +141,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                 Some(Sampled::Full(snap, took)) => {
                     let (published, dispatches) = core.on_full(*snap, took);
                     execute(dispatches);
+                    confirm(core.take_confirms());
                     notify(events.as_ref(), clock.as_ref(), core.take_notices());
                     if first {
                         tracing::info!(gpus = published.snapshot.gpus.len(), "first snapshot published; ready");
@@ -146,6 +160,7 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
                 }
             },
             Some((id, results)) = out_rx.recv() => core.on_outcomes(id, results),
+            Some((request, answer)) = conf_rx.recv() => core.on_confirmation(&request, answer),
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
                 break;

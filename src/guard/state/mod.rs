@@ -11,10 +11,12 @@
 //!   planned) victims has left the GPU's process list, or `cooldownTimeout` has passed;
 //! - `rate_limited`: the last decision was allowed no eviction; waits for budget.
 
+mod confirm;
 mod escalate;
 mod outcomes;
 mod step;
 
+pub use confirm::CONFIRM_RETRY;
 pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 
 use super::decision::{Decision, EvictionOutcome};
@@ -168,6 +170,8 @@ pub struct Guard {
     growth: PodGrowth,
     /// When the last full poll was taken.
     snapshot_at: Option<Duration>,
+    /// Fresh reads of pods in doubt: asked for, and their answers.
+    confirms: confirm::Confirms,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -201,6 +205,7 @@ impl Guard {
             last_proof: None,
             growth,
             snapshot_at: None,
+            confirms: confirm::Confirms::default(),
         }
     }
 
@@ -396,6 +401,7 @@ mod tests {
     use super::*;
     use crate::guard::decision::Trigger;
     use crate::guard::policy::{Mode, RateLimit, Threshold};
+    use crate::guard::ports::Confirmation;
     use crate::guard::rank::{self, Victim};
     use crate::model::pod::PodInfo;
     use crate::model::snapshot::ProcessSample;
@@ -1281,10 +1287,19 @@ mod tests {
                 w.guard
                     .hold_decisions(held.then(|| "the pod watch stalled".to_string()));
                 let ds = w.poll(t, 9600);
+                assert!(ds.is_empty(), "{name} at {t}");
+                // The fresh read the guard asks for shows the pod running.
+                for r in w.guard.take_confirm_requests() {
+                    assert_eq!((r.uid.as_str(), r.name.as_str()), ("a", "a"), "{name}");
+                    w.guard.record_confirmation(
+                        r.decision_id,
+                        &r.uid,
+                        Confirmation::Running,
+                        secs(t),
+                    );
+                }
                 if !w.guard.take_resolutions().is_empty() {
-                    resolved = Some((t, ds));
-                } else {
-                    assert!(ds.is_empty(), "{name} at {t}");
+                    resolved = Some((t, w.poll(t + 0.1, 9600)));
                 }
                 if (t - doubt_at).abs() < 0.01 {
                     assert!(
@@ -1305,7 +1320,62 @@ mod tests {
             );
             let why = w.guard.status().refused[0].detail.clone();
             assert!(why.contains("of the API server answering"), "{why}");
+            assert!(why.contains("a fresh read of it confirmed"), "{why}");
         }
+    }
+
+    /// A doubt ends as "not carried out" only on a fresh read that shows the pod running: a
+    /// read that fails leaves it in doubt (asked again after `CONFIRM_RETRY`, not every
+    /// poll), and one that finds the pod gone ends it as carried out.
+    #[test]
+    fn a_doubt_is_not_carried_out_only_on_a_fresh_read_that_shows_the_pod_running() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        let doubt = EvictionOutcome::InDoubt("no answer".into());
+        w.guard.record_outcome(d.id, "a", doubt, secs(0.1));
+        let mut asked_at = Vec::new();
+        let mut t = 0.5;
+        while t < 66.0 {
+            assert!(w.poll(t, 9600).is_empty(), "at {t}");
+            for r in w.guard.take_confirm_requests() {
+                asked_at.push(t);
+                let unknown = Confirmation::Unknown("timed out".into());
+                w.guard
+                    .record_confirmation(r.decision_id, &r.uid, unknown, secs(t));
+            }
+            assert!(w.guard.take_resolutions().is_empty(), "at {t}");
+            t += 0.5;
+        }
+        assert!(matches!(w.phase(0), GpuPhase::InDoubt { .. }));
+        assert!(asked_at.first().is_some_and(|t| *t >= 60.0), "{asked_at:?}");
+        assert!(
+            asked_at.windows(2).all(|p| p[1] - p[0] >= 2.0),
+            "{asked_at:?}"
+        );
+        assert!(asked_at.len() >= 2, "{asked_at:?}");
+        // The read finds it gone: carried out after all, and nobody else is evicted.
+        let r = loop {
+            t += 0.5;
+            assert!(w.poll(t, 9600).is_empty());
+            if let Some(r) = w.guard.take_confirm_requests().pop() {
+                break r;
+            }
+        };
+        let gone = Confirmation::Gone("404".into());
+        w.guard
+            .record_confirmation(r.decision_id, &r.uid, gone, secs(t));
+        let res = w.guard.take_resolutions();
+        assert_eq!(res.len(), 1);
+        assert_eq!(res[0].outcome, EvictionOutcome::Evicted);
+        assert!(
+            matches!(w.phase(0), GpuPhase::Cooldown { .. }),
+            "{:?}",
+            w.phase(0)
+        );
     }
 
     /// The walk stops at the doubt even when earlier pods were evicted: the GPU waits for

@@ -4,6 +4,7 @@
 
 use super::{Guard, Resolution};
 use crate::guard::decision::{Decision, EvictionOutcome};
+use crate::guard::ports::Confirmation;
 use crate::guard::rank::Victim;
 use crate::guard::status::GpuPhase;
 use crate::model::pod::PodInfo;
@@ -169,22 +170,34 @@ impl Guard {
             let on_gpu = processes
                 .iter()
                 .any(|p| p.gpu == index && pids.contains(&p.pid));
-            let gone = pods.get(uid).is_none_or(|p| p.terminating) || !on_gpu;
+            let answer = self.confirms.answer(*decision_id, uid).cloned();
+            let gone = pods.get(uid).is_none_or(|p| p.terminating)
+                || !on_gpu
+                || matches!(answer, Some(Confirmation::Gone(_)));
             if gone {
                 *outcome = EvictionOutcome::Evicted;
+                self.confirms.forget(*decision_id, uid);
                 self.resolutions.push(Resolution {
                     decision_id: *decision_id,
                     uid: uid.clone(),
                     outcome: outcome.clone(),
                 });
             } else if fresh_view && waited >= window {
+                // The view says running; only a fresh read of the pod may say so for good.
+                if answer != Some(Confirmation::Running) {
+                    if let Some(victim) = decision.candidates.iter().find(|v| &v.uid == uid) {
+                        self.confirms.ask(*decision_id, victim, now);
+                    }
+                    continue;
+                }
                 let why = format!(
-                    "eviction was in doubt ({detail}) and the pod was still running after {} s of the API server answering: not carried out",
+                    "eviction was in doubt ({detail}) and the pod was still running after {} s of the API server answering, as a fresh read of it confirmed (no deletion timestamp): not carried out",
                     waited.as_secs()
                 );
                 self.refused
                     .insert(uid.clone(), (now + timeout, why.clone()));
                 *outcome = EvictionOutcome::Failed(why);
+                self.confirms.forget(*decision_id, uid);
                 self.resolutions.push(Resolution {
                     decision_id: *decision_id,
                     uid: uid.clone(),
