@@ -391,3 +391,31 @@ fn i_api_server_down_decisions_wait_and_the_agent_keeps_publishing() {
     assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
     let _ = FaultAction::Hang; // (faults on single calls are covered in enforce_e2e.rs)
 }
+
+/// The H200's A10G-sized failure (docs/validation.md §3d) on the simulated clock: a greedy
+/// job starts late and grows fast; when the guard decides it holds less than a steady CI pod
+/// of the same priority. Ranked on memory held, the steady pod was the victim and the greedy
+/// job filled the GPU during the cooldown; counting each pod's growth over the last
+/// `horizon` takes the greedy job first, and nobody else.
+#[test]
+fn j_a_young_grower_goes_before_a_steady_pod_that_holds_more() {
+    let steady = "  - {pid: 200, gpu: 0, name: pytest, memory: {constant: 2000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0, created_at: \"2026-11-30T10:00:00Z\"}}\n";
+    let greedy = "  - {pid: 300, gpu: 0, name: python, start: 5s, memory: {linear: {from: 0, per_second: 5000, max: 1900}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0, created_at: \"2026-11-30T09:00:00Z\"}}\n";
+    let mut w = World::new(&scenario(&format!("{TRAIN}{steady}{greedy}")), ENFORCE);
+    w.run_for(Duration::from_secs(12));
+    let attempts = w.attempts();
+    assert_eq!(
+        attempts.first(),
+        Some(&("ci-greedy".to_string(), Answer::Accepted)),
+        "{attempts:?}"
+    );
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{attempts:?}");
+    let warnings = w.events_with_reason("GPUMemoryPressure");
+    let note = warnings
+        .iter()
+        .find(|e| e["regarding"]["name"] == "ci-greedy")
+        .and_then(|e| e["note"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(note.contains("counting its growth"), "{note}");
+}
