@@ -187,7 +187,15 @@ async fn handle_inner(
     });
     // A frozen server holds every request here; the gate is fair, so when it thaws the
     // held requests go on in the order they arrived.
+    let held = *shared.frozen.borrow();
     drop(shared.gate.clone().lock_owned().await);
+    // …unless writes are to come back after the reads (`set_thaw_writes_after`): a server
+    // whose watch cache answers reads at once while its storage works through the backlog.
+    let is_write = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let write_delay = shared.mutate(|s| s.thaw_writes_after);
+    if held && is_write && !write_delay.is_zero() {
+        tokio::time::sleep(write_delay).await;
+    }
     let (down, fault) = shared.mutate(|s| {
         let fault = if s.down {
             None

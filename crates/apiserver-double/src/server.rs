@@ -417,6 +417,14 @@ impl ApiServer {
         self.shared.frozen.send_replace(frozen);
     }
 
+    /// When the server thaws, the writes its freeze held (an eviction, a patch) are carried
+    /// out `after` the thaw, while reads are answered at once — a kube-apiserver whose watch
+    /// cache serves reads as soon as it answers again, before its storage has applied what
+    /// was queued. Zero (the default): every held request in arrival order.
+    pub fn set_thaw_writes_after(&self, after: Duration) {
+        self.shared.mutate(|s| s.thaw_writes_after = after);
+    }
+
     /// Simulates an API server restart: the resourceVersion jumps by 1000 and the watch
     /// history is forgotten, so every open watch gets an `ERROR` event with a 410 `Expired`
     /// Status and ends, and any watch resuming from an older resourceVersion gets the same.

@@ -108,6 +108,9 @@ pub(crate) struct State {
     pub(crate) next_request_id: u64,
     pub(crate) faults: Vec<Fault>,
     pub(crate) down: bool,
+    /// Writes held by a freeze are carried out this long after the thaw (reads pass at
+    /// once): `ApiServer::set_thaw_writes_after`.
+    pub(crate) thaw_writes_after: Duration,
     pub(crate) kubelet: KubeletOptions,
     /// Kubelet steps waiting for a stepped clock, and what the kubelet has done.
     pub(crate) kubelet_pending: Vec<Pending>,
@@ -135,6 +138,7 @@ impl State {
             next_request_id: 1,
             faults: Vec::new(),
             down: false,
+            thaw_writes_after: Duration::ZERO,
             kubelet,
             kubelet_pending: Vec::new(),
             kubelet_seq: 0,

@@ -417,3 +417,59 @@ async fn eviction_body_traps_in_kube_5() {
     assert!(body.get("deleteOptions").is_none(), "{body}");
     assert_eq!(server.evictions()[0].grace_period_seconds, None);
 }
+
+/// A freeze holds an eviction; with `set_thaw_writes_after`, the thaw answers a read at once
+/// and carries the held eviction out only after the delay (a server whose watch cache comes
+/// back before its storage); without it, the held requests go in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thaw_can_answer_reads_before_the_writes_it_held() {
+    for delay in [Duration::ZERO, Duration::from_millis(800)] {
+        let server = ApiServer::start().await.unwrap();
+        server
+            .add_pod(pod("ci", "job", "gpu-1", json!({})))
+            .unwrap();
+        server.set_thaw_writes_after(delay);
+        let pods: Api<Pod> = Api::namespaced(no_retry_client(&server), "ci");
+        server.set_frozen(true);
+        let evict = {
+            let pods = pods.clone();
+            tokio::spawn(async move { pods.evict("job", &EvictParams::default()).await })
+        };
+        // The eviction reaches the server before the read does.
+        assert!(
+            eventually(WAIT, || async {
+                server
+                    .requests()
+                    .iter()
+                    .any(|r| r.path.ends_with("/eviction"))
+            })
+            .await
+        );
+        let read = {
+            let pods = pods.clone();
+            tokio::spawn(async move { pods.get("job").await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let thawed = Instant::now();
+        server.set_frozen(false);
+        let got = read.await.unwrap().unwrap();
+        let read_after = thawed.elapsed();
+        evict.await.unwrap().unwrap();
+        let evicted_after = thawed.elapsed();
+        if delay.is_zero() {
+            assert!(
+                got.metadata.deletion_timestamp.is_some(),
+                "in arrival order, the read sees the eviction: {got:?}"
+            );
+        } else {
+            assert!(
+                got.metadata.deletion_timestamp.is_none(),
+                "the read came first: {got:?}"
+            );
+            assert!(read_after < Duration::from_millis(500), "{read_after:?}");
+            assert!(evicted_after >= delay, "{evicted_after:?}");
+        }
+        assert_eq!(server.evictions().len(), 1);
+        assert_eq!(server.evictions()[0].outcome, EvictionOutcome::Accepted);
+    }
+}
