@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests: the agent's command line ([`AgentArgs`]), start
-//! the real binary, speak plain HTTP/1.1.
+//! the real binary, speak plain HTTP/1.1; [`guard_world`], the guard's binary on the API
+//! double.
 #![allow(dead_code)]
+
+pub mod guard_world;
 
 use gpu_warden::testkit::wait_for;
 use std::ffi::OsStr;
