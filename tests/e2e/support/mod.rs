@@ -1,8 +1,9 @@
 //! Helpers shared by the integration tests: the agent's command line ([`AgentArgs`]), start
 //! the real binary, speak plain HTTP/1.1; [`guard_world`], the guard's binary on the API
-//! double.
+//! double; [`enforcer_world`], what the enforcer tests hand the real enforcer.
 #![allow(dead_code)]
 
+pub mod enforcer_world;
 pub mod guard_world;
 
 use gpu_warden::testkit::wait_for;
