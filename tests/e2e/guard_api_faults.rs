@@ -120,25 +120,7 @@ fn a_slow_eviction_is_in_doubt_and_evicts_one_pod() {
     }
     assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
     assert_eq!(w.posts().len(), 1, "{:?}", w.posts());
-    let node_note = w
-        .server
-        .events()
-        .into_iter()
-        .filter_map(|e| {
-            let about = e
-                .object
-                .get("regarding")
-                .or_else(|| e.object.get("involvedObject"))?;
-            (about["kind"] == "Node").then(|| {
-                e.object["note"]
-                    .as_str()
-                    .or_else(|| e.object["message"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            })
-        })
-        .next()
-        .unwrap_or_default();
+    let node_note = w.node_notes().into_iter().next().unwrap_or_default();
     assert!(node_note.contains("ci/greedy in_doubt"), "{node_note}");
     assert!(!node_note.contains("failed"), "{node_note}");
     w.stop();

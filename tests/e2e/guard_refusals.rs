@@ -140,24 +140,7 @@ fn a_403_stops_the_walk_and_says_so() {
     assert!(w.evicted().is_empty());
     let victims = w.state()["guard"]["recentDecisions"][0]["victims"].clone();
     assert_eq!(victims[0]["result"], "forbidden", "{victims}");
-    let node_note: String = w
-        .server
-        .events()
-        .into_iter()
-        .filter_map(|e| {
-            let about = e
-                .object
-                .get("regarding")
-                .or_else(|| e.object.get("involvedObject"))?;
-            (about["kind"] == "Node").then(|| {
-                e.object["note"]
-                    .as_str()
-                    .or_else(|| e.object["message"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            })
-        })
-        .collect();
+    let node_note: String = w.node_notes().concat();
     assert!(node_note.contains("forbidden"), "{node_note}");
     let log = w.stop();
     assert!(

@@ -154,6 +154,28 @@ impl GuardWorld {
             .collect()
     }
 
+    /// The notes of the Events about the Node, in order (events.k8s.io's `note`, or core/v1's
+    /// `message`).
+    pub fn node_notes(&self) -> Vec<String> {
+        self.server
+            .events()
+            .into_iter()
+            .filter_map(|e| {
+                let about = e
+                    .object
+                    .get("regarding")
+                    .or_else(|| e.object.get("involvedObject"))?;
+                (about["kind"] == "Node").then(|| {
+                    e.object["note"]
+                        .as_str()
+                        .or_else(|| e.object["message"].as_str())
+                        .unwrap_or("")
+                        .to_string()
+                })
+            })
+            .collect()
+    }
+
     pub fn state(&self) -> serde_json::Value {
         get(self.port(), "/state")
             .ok()
