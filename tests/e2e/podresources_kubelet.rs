@@ -11,8 +11,8 @@ use gpu_warden::attribute::podresources::client::{
     PodResourcesClient, PodResourcesReply, MAX_MESSAGE,
 };
 use gpu_warden::attribute::podresources::generated::AllocatableResourcesResponse;
-use gpu_warden::attribute::podresources::model::{reduce, AllocatableError, PodResourcesError};
-use gpu_warden::model::replicas::{PodKey, ReplicaView};
+use gpu_warden::attribute::podresources::model::reduce;
+use gpu_warden::model::replicas::{AllocatableError, PodKey, PodResourcesError, ReplicaView};
 use gpu_warden::model::snapshot::GpuSample;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -12,7 +12,7 @@ use super::generated::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse,
 };
-use super::model::{AllocatableError, PodResourcesError};
+use crate::model::replicas::{AllocatableError, PodResourcesError};
 use hyper_util::rt::TokioIo;
 use std::io;
 use std::path::{Path, PathBuf};

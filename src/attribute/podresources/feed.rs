@@ -15,8 +15,8 @@
 
 use super::client::{PodResourcesClient, MAX_MESSAGE};
 use super::model::answer;
-use super::model::{AllocatableError, PodResourcesError};
 use crate::attribute::ports::PodSource;
+use crate::model::replicas::{AllocatableError, PodResourcesError};
 use crate::model::replicas::{KubeletAnswer, KubeletDevice, ReplicaView};
 use crate::model::snapshot::Snapshot;
 use std::path::PathBuf;

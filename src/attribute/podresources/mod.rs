@@ -2,9 +2,7 @@
 //! which GPU replica, before any CUDA process exists.
 //!
 //! [`model`] is pure: it reduces the kubelet's `List` and `GetAllocatableResources` answers
-//! (and the pod view's verdict on terminal pods) to a `model::replicas::KubeletAnswer`, and
-//! says why there are none (its errors, so the reduction can take them without naming the
-//! shell).
+//! (and the pod view's verdict on terminal pods) to a `model::replicas::KubeletAnswer`.
 //! [`client`] is the shell: one gRPC channel over the kubelet's unix socket. [`feed`] polls
 //! it on its own cadence, publishes the latest answer, and matches it with each poll's GPUs
 //! into the `model::replicas::ReplicaView` the metrics, the annotations and `/state` read.

@@ -10,82 +10,10 @@
 
 use super::generated::{AllocatableResourcesResponse, ContainerDevices, ListPodResourcesResponse};
 use crate::model::pod::{PodInfo, PodMap};
-use crate::model::replicas::{parse_device_id, KubeletAnswer, KubeletDevice, ListedPod};
+use crate::model::replicas::{
+    parse_device_id, AllocatableError, KubeletAnswer, KubeletDevice, ListedPod,
+};
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
-
-/// Why the kubelet's pod-resources data could not be had.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PodResourcesError {
-    /// No socket: not a kubelet node, or the directory is not mounted. The feature is off.
-    #[error("{}: no kubelet pod-resources socket (mount the host's /var/lib/kubelet/pod-resources read-only)", path.display())]
-    Absent {
-        /// The socket path tried.
-        path: PathBuf,
-    },
-    /// The socket exists but this process may not connect (the kubelet's socket is root's).
-    /// The feature is off.
-    #[error("{}: permission denied on the kubelet pod-resources socket (the agent must run as a user that may connect to it)", path.display())]
-    Denied {
-        /// The socket path tried.
-        path: PathBuf,
-    },
-    /// Something other than a socket is at the path. A directory is what a `hostPath` mount
-    /// of the socket *file* leaves when the socket did not exist at that moment: the kubelet
-    /// can never be reached through it. The feature is off.
-    #[error("{}: {what}, not a socket{}", path.display(), if *what == "a directory" {
-        " (a hostPath mount of the socket file creates a directory when the socket is missing; mount the directory /var/lib/kubelet/pod-resources instead)"
-    } else { "" })]
-    NotASocket {
-        /// The socket path tried.
-        path: PathBuf,
-        /// `a directory`, `a regular file`, …
-        what: &'static str,
-    },
-    /// A call failed: the kubelet is restarting, refused it, or did not answer in time.
-    #[error("pod-resources {call}: {message}")]
-    Call {
-        /// `List` or `GetAllocatableResources`.
-        call: &'static str,
-        /// The gRPC status or transport error, and what it means.
-        message: String,
-    },
-}
-
-impl PodResourcesError {
-    /// Whether the feature should be switched off (as opposed to a poll that may succeed later).
-    pub fn disables(&self) -> bool {
-        matches!(
-            self,
-            Self::Absent { .. } | Self::Denied { .. } | Self::NotASocket { .. }
-        )
-    }
-}
-
-/// Why `GetAllocatableResources` gave nothing while `List` answered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllocatableError {
-    /// This kubelet does not serve it: `Unimplemented` (Kubernetes 1.20, before the call
-    /// existed) or `Unknown: Pod Resources API GetAllocatableResources disabled` (1.21–1.22
-    /// with the `KubeletPodResourcesGetAllocatable` gate off). Asked again only after the
-    /// kubelet restarts (a new connection).
-    #[error("GetAllocatableResources is not served by this kubelet ({0})")]
-    Unavailable(String),
-    /// It failed this time.
-    #[error(transparent)]
-    Failed(PodResourcesError),
-}
-
-impl AllocatableError {
-    /// Why there are no allocatable figures, as `/state` and the logs say it: the kubelet's
-    /// own words when it does not serve the call, the failure otherwise.
-    pub fn why(&self) -> String {
-        match self {
-            Self::Unavailable(why) => why.clone(),
-            Self::Failed(e) => e.to_string(),
-        }
-    }
-}
 
 fn gpu_devices<'a>(
     devices: impl Iterator<Item = &'a ContainerDevices> + 'a,
@@ -102,7 +30,7 @@ fn gpu_devices<'a>(
 }
 
 /// Reduces the two answers. `allocatable` is `GetAllocatableResources`' answer, or why there
-/// is none ([`AllocatableError::why`] is what the answer keeps of it). `is_terminal(namespace, name)` says whether the pod view has the pod in phase
+/// is none. `is_terminal(namespace, name)` says whether the pod view has the pod in phase
 /// `Succeeded` or `Failed`; a pod the view does not know is kept (the watch may lag the
 /// kubelet, and the kubelet is the authority on what it handed out). `declared(namespace,
 /// name)` is a pod's declared VRAM in MiB.
@@ -130,7 +58,7 @@ pub fn reduce(
         pods,
         allocatable: allocatable
             .map(|a| gpu_devices(a.devices.iter()).collect())
-            .map_err(AllocatableError::why),
+            .map_err(Clone::clone),
     }
 }
 
@@ -165,6 +93,7 @@ mod tests {
     use super::*;
     use crate::attribute::podresources::generated::{ContainerResources, PodResources};
     use crate::model::pod::PodInfo;
+    use crate::model::replicas::PodResourcesError;
 
     const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
     const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
@@ -282,14 +211,16 @@ mod tests {
         assert!(!v.allocations.listed.contains(&("ci".into(), "done".into())));
         let unserved = AllocatableError::Unavailable("Unimplemented".into());
         let without = answer(&list, Err(&unserved), &pods, "k");
-        assert_eq!(without.allocatable, Err("Unimplemented".to_string()));
+        assert_eq!(without.allocatable, Err(unserved));
+        let unknown = |a: &KubeletAnswer| a.resolve(&[]).allocations.allocatable_unknown;
+        assert_eq!(unknown(&without).as_deref(), Some("Unimplemented"));
         let failed = AllocatableError::Failed(PodResourcesError::Call {
             call: "GetAllocatableResources",
             message: "deadline exceeded".into(),
         });
         assert_eq!(
-            answer(&list, Err(&failed), &pods, "k").allocatable,
-            Err("pod-resources GetAllocatableResources: deadline exceeded".to_string())
+            unknown(&answer(&list, Err(&failed), &pods, "k")).as_deref(),
+            Some("pod-resources GetAllocatableResources: deadline exceeded")
         );
         assert_eq!(without.pods.len(), 4, "List stands on its own");
     }
