@@ -13,10 +13,11 @@
 //! "The permission to stop a victim's processes"); the agent reads its own effective set at
 //! start and, without it, evicts only.
 
-use crate::act::stop::{ProcessSignals, Sig, SignalError};
+use crate::act::stop::{NotPermitted, ProcessSignals, Sig, SignalError};
 use crate::attribute::cgroup::parse_proc_cgroup;
-use crate::attribute::procfs::{ProcError, ProcFs};
+use crate::attribute::procfs::ProcFs;
 use crate::guard::stop::Seen;
+use crate::model::proc_stat::ProcError;
 use rustix::io::Errno;
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 use std::path::Path;
@@ -60,14 +61,10 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn describe(e: ProcError) -> String {
-    e.to_string()
-}
-
 impl ProcessSignals for ProcSignals {
-    fn seen(&self, pid: u32) -> Result<Seen, String> {
-        let start_ticks = self.proc.start_time(pid).map_err(describe)?;
-        let cgroup = self.proc.cgroup(pid).map_err(describe)?;
+    fn seen(&self, pid: u32) -> Result<Seen, ProcError> {
+        let start_ticks = self.proc.start_time(pid)?;
+        let cgroup = self.proc.cgroup(pid)?;
         Ok(Seen {
             start_ticks,
             pod_uid: parse_proc_cgroup(&cgroup).map(|id| id.pod_uid),
@@ -85,7 +82,7 @@ impl ProcessSignals for ProcSignals {
         let now = self
             .proc
             .start_time(pid)
-            .map_err(|e| SignalError::Gone(describe(e)))?;
+            .map_err(|e| SignalError::Gone(e.to_string()))?;
         if now != start_ticks {
             return Err(SignalError::NotSame { start_ticks: now });
         }
@@ -105,19 +102,18 @@ impl ProcessSignals for ProcSignals {
         )
     }
 
-    fn permitted(&self) -> Result<(), String> {
+    fn permitted(&self) -> Result<(), NotPermitted> {
         if !self.own {
-            return Err(format!(
-                "the proc root {} is not this PID namespace's /proc (stop at decision signals by pid; it needs hostPID: true and --proc-root /proc); evicting only",
-                self.proc.root().display()
+            return Err(NotPermitted::ForeignProcRoot(
+                self.proc.root().to_path_buf(),
             ));
         }
-        let status = std::fs::read_to_string("/proc/self/status")
-            .map_err(|e| format!("cannot read /proc/self/status: {e}"))?;
+        let status =
+            std::fs::read_to_string("/proc/self/status").map_err(NotPermitted::OwnStatus)?;
         match has_cap(&status, CAP_KILL) {
             Some(true) => Ok(()),
-            Some(false) => Err("the agent lacks CAP_KILL (effective set); it evicts only".into()),
-            None => Err("/proc/self/status has no readable CapEff line; evicting only".into()),
+            Some(false) => Err(NotPermitted::NoCapKill),
+            None => Err(NotPermitted::NoCapEff),
         }
     }
 }
@@ -146,7 +142,7 @@ mod tests {
     fn only_this_namespaces_proc_is_trusted() {
         let dir = std::env::temp_dir();
         let other = ProcSignals::new(ProcFs::new(&dir));
-        let err = other.permitted().unwrap_err();
+        let err = other.permitted().unwrap_err().to_string();
         assert!(err.contains("is not this PID namespace's /proc"), "{err}");
         assert!(ProcSignals::new(ProcFs::new("/proc")).own);
         assert!(ProcSignals::new(ProcFs::new("/proc/")).own);

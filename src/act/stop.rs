@@ -15,9 +15,11 @@ use crate::guard::notes::{EventDraft, EventType, Regarding};
 use crate::guard::rank::Victim;
 use crate::guard::stop::{self, Held, Next, OnDecision, Seen, StopBook};
 use crate::model::clock::Clock;
+use crate::model::proc_stat::ProcError;
 use crate::publish::self_metrics::SelfMetrics;
 use serde::Serialize;
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,17 +48,36 @@ pub enum SignalError {
     Other(String),
 }
 
+/// Why the agent may not signal at all: it then evicts only (logged once at start, shown
+/// in `/state` as `notPermittedReason`).
+#[derive(Debug, thiserror::Error)]
+pub enum NotPermitted {
+    /// The proc root is not this PID namespace's `/proc`, so the identities read there say
+    /// nothing of the process a pid signal reaches.
+    #[error("the proc root {} is not this PID namespace's /proc (stop at decision signals by pid; it needs hostPID: true and --proc-root /proc); evicting only", .0.display())]
+    ForeignProcRoot(PathBuf),
+    /// The agent's own status cannot be read.
+    #[error("cannot read /proc/self/status: {0}")]
+    OwnStatus(#[source] std::io::Error),
+    /// CAP_KILL is not in the effective set.
+    #[error("the agent lacks CAP_KILL (effective set); it evicts only")]
+    NoCapKill,
+    /// The effective set cannot be read from the status.
+    #[error("/proc/self/status has no readable CapEff line; evicting only")]
+    NoCapEff,
+}
+
 /// What the stopper needs from the host: each pid's identity now, signals to exactly the
 /// process identified, the boot clock, and whether the agent may signal at all.
 pub trait ProcessSignals: Send + Sync {
     /// The pid's start time and pod now.
-    fn seen(&self, pid: u32) -> Result<Seen, String>;
+    fn seen(&self, pid: u32) -> Result<Seen, ProcError>;
     /// Sends `sig` to `pid` if it is still the process that started at `start_ticks`.
     fn signal(&self, pid: u32, start_ticks: u64, sig: Sig) -> Result<(), SignalError>;
     /// Time since boot (`CLOCK_BOOTTIME`), the clock `/proc/<pid>/stat` start times use.
     fn boot_time(&self) -> Duration;
     /// Whether the agent may signal other users' processes (CAP_KILL), or why not.
-    fn permitted(&self) -> Result<(), String>;
+    fn permitted(&self) -> Result<(), NotPermitted>;
 }
 
 /// The `result` label of `gpu_warden_guard_stops_total`.
@@ -90,7 +111,7 @@ pub struct ActionRecord {
 pub struct Stopper {
     action: OnDecision,
     signals: Arc<dyn ProcessSignals>,
-    permitted: Result<(), String>,
+    permitted: Result<(), NotPermitted>,
     book: Mutex<StopBook>,
     recent: Mutex<VecDeque<ActionRecord>>,
     metrics: SelfMetrics,
@@ -338,7 +359,7 @@ impl Stopper {
         serde_json::json!({
             "onDecision": self.action.as_str(),
             "permitted": self.permitted.is_ok(),
-            "notPermittedReason": self.permitted.as_ref().err(),
+            "notPermittedReason": self.permitted.as_ref().err().map(ToString::to_string),
             "stopped": held,
             "recent": recent,
         })

@@ -6,8 +6,9 @@
 
 use super::cgroup::{parse_proc_cgroup, CgroupIdentity};
 use super::ports::{Attributor, PodSource};
-use super::procfs::{EntryId, ProcError, ProcFs};
+use super::procfs::{EntryId, ProcFs};
 use super::resolve::owner_of;
+use crate::model::proc_stat::ProcError;
 use crate::model::snapshot::{Owner, Snapshot};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

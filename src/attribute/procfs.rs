@@ -2,30 +2,8 @@
 //! mounted elsewhere). The parsing is pure and tested on its own; the reads are a thin
 //! shell that turns "cannot read" into [`ProcError`] instead of failing the poll.
 
-use crate::model::proc_stat::fields_after_name;
+use crate::model::proc_stat::{fields_after_name, ProcError};
 use std::path::{Path, PathBuf};
-
-/// Why a process's entry could not be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProcError {
-    /// No such pid under the proc root: another PID namespace (no `hostPID: true`), or it exited.
-    #[error("/proc/{0} does not exist under the proc root")]
-    Missing(u32),
-    /// The entry exists but cannot be read.
-    #[error("/proc/{pid}/{file}: {message}")]
-    Unreadable {
-        pid: u32,
-        file: &'static str,
-        message: String,
-    },
-    /// The content did not parse.
-    #[error("/proc/{pid}/{file}: malformed ({message})")]
-    Malformed {
-        pid: u32,
-        file: &'static str,
-        message: String,
-    },
-}
 
 /// Largest file read from `/proc/<pid>`: real `cgroup` and `stat` files are well under
 /// 4 KiB; a bigger one is not trusted and not read whole.

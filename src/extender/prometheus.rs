@@ -5,7 +5,7 @@
 //! chart default instead of trusting an ever older figure.
 
 use super::config::LearnedSource;
-use super::learned::{learn, query, LearnedNeeds};
+use super::learned::{learn, query, LearnError, LearnedNeeds};
 use super::watch::LedgerFeed;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -39,29 +39,55 @@ pub fn query_url(src: &LearnedSource) -> String {
     )
 }
 
+/// Why one query gave no table (logged once when the learner starts failing).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// `learned.prometheusUrl` does not make a URI.
+    #[error("learned.prometheusUrl: {0}")]
+    Url(#[from] hyper::http::uri::InvalidUri),
+    /// No connection, or no answer head.
+    #[error("{0}")]
+    Request(#[from] hyper_util::client::legacy::Error),
+    /// The body broke off or passed [`MAX_ANSWER_BYTES`].
+    #[error("reading the answer: {0}")]
+    Read(Box<dyn std::error::Error + Send + Sync>),
+    /// [`QUERY_TIMEOUT`] passed.
+    #[error("no answer in {}s", .0.as_secs())]
+    Timeout(Duration),
+    /// The answer is not a table (Prometheus's own error envelope included).
+    #[error("HTTP {status}: {source}")]
+    Answer {
+        /// The HTTP status code.
+        status: u16,
+        /// What the body said.
+        source: LearnError,
+    },
+}
+
 /// One query: the learned table, or why not.
-pub async fn fetch(src: &LearnedSource) -> Result<LearnedNeeds, String> {
+pub async fn fetch(src: &LearnedSource) -> Result<LearnedNeeds, FetchError> {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Empty<Bytes>>();
-    let uri: hyper::Uri = query_url(src)
-        .parse()
-        .map_err(|e| format!("learned.prometheusUrl: {e}"))?;
+    let uri: hyper::Uri = query_url(src).parse()?;
     let answer = async {
-        let resp = client.get(uri).await.map_err(|e| e.to_string())?;
+        let resp = client.get(uri).await?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(FetchError::Read)?
             .to_bytes();
-        Ok::<_, String>((status, body))
+        Ok::<_, FetchError>((status, body))
     };
     let (status, body) = tokio::time::timeout(QUERY_TIMEOUT, answer)
         .await
-        .map_err(|_| format!("no answer in {}s", QUERY_TIMEOUT.as_secs()))??;
+        .map_err(|_| FetchError::Timeout(QUERY_TIMEOUT))??;
     // Prometheus answers errors (400 bad_data, 422, 503) with the same JSON envelope: read
     // it for the reason whatever the status.
-    learn(&body, src.min_jobs).map_err(|e| format!("HTTP {}: {e}", status.as_u16()))
+    learn(&body, src.min_jobs).map_err(|source| FetchError::Answer {
+        status: status.as_u16(),
+        source,
+    })
 }
 
 /// Starts the learning loop.
@@ -185,9 +211,9 @@ mod tests {
             t.get("gitlab-runner", "7").map(|n| (n.mib, n.jobs)),
             Some((12288, 100))
         );
-        let e = fetch(&source(port, "30d")).await.unwrap_err();
+        let e = fetch(&source(port, "30d")).await.unwrap_err().to_string();
         assert!(e.contains("HTTP 400") && e.contains("bad_data"), "{e}");
-        let e = fetch(&source(1, "7d")).await.unwrap_err();
+        let e = fetch(&source(1, "7d")).await.unwrap_err().to_string();
         assert!(!e.is_empty());
     }
 

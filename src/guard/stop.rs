@@ -12,6 +12,7 @@
 
 use super::decision::EvictionOutcome;
 pub use super::policy::OnDecision;
+use crate::model::proc_stat::ProcError;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,7 +35,7 @@ pub struct Seen {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// No such process now (it exited), or its entry cannot be read.
-    Gone(String),
+    Gone(ProcError),
     /// Not in any pod's cgroup: a host process.
     HostProcess,
     /// In another pod's cgroup: it left the victim's, or the pid now belongs to another pod
@@ -69,7 +70,7 @@ impl fmt::Display for Refusal {
 /// Whether the process `seen` now holds a pid the decision listed for the victim `uid` may
 /// be signalled: it must be in that pod's cgroup and have started before the decision
 /// (`decided_ticks`). Returns its start time, which identifies it from then on.
-pub fn check(uid: &str, decided_ticks: u64, seen: Result<Seen, String>) -> Result<u64, Refusal> {
+pub fn check(uid: &str, decided_ticks: u64, seen: Result<Seen, ProcError>) -> Result<u64, Refusal> {
     let seen = seen.map_err(Refusal::Gone)?;
     match seen.pod_uid.as_deref() {
         None => return Err(Refusal::HostProcess),
@@ -205,7 +206,7 @@ impl StopBook {
 mod tests {
     use super::*;
 
-    fn seen(start: u64, uid: Option<&str>) -> Result<Seen, String> {
+    fn seen(start: u64, uid: Option<&str>) -> Result<Seen, ProcError> {
         Ok(Seen {
             start_ticks: start,
             pod_uid: uid.map(str::to_string),
@@ -218,7 +219,7 @@ mod tests {
     fn only_the_victims_own_processes_from_before_the_decision_are_signalled() {
         let victim = "3f1c-victim";
         let decided = 50_000;
-        type Row = (&'static str, Result<Seen, String>, Result<u64, Refusal>);
+        type Row = (&'static str, Result<Seen, ProcError>, Result<u64, Refusal>);
         let rows: Vec<Row> = vec![
             (
                 "the victim's process",
@@ -261,8 +262,8 @@ mod tests {
             ),
             (
                 "exited",
-                Err("/proc/7 does not exist".into()),
-                Err(Refusal::Gone("/proc/7 does not exist".into())),
+                Err(ProcError::Missing(7)),
+                Err(Refusal::Gone(ProcError::Missing(7))),
             ),
         ];
         for (name, s, want) in rows {

@@ -1,5 +1,7 @@
 //! The one rule for splitting a `/proc/<pid>/stat` line, which attribution (a process's start
-//! time) and the agent's own `process_*` families both read.
+//! time) and the agent's own `process_*` families both read; and [`ProcError`], why a
+//! process's entry could not be used, here so that the pure rooms that judge a pid (the
+//! guard's stop check, the stopper's port) can name it without naming the `/proc` shell.
 
 /// The fields of a `/proc/<pid>/stat` line from field 3 (the state) on: field `n` of
 /// proc(5) is item `n - 3`. The split is at the last `)`, because the command name (field 2)
@@ -7,6 +9,28 @@
 pub fn fields_after_name(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_ascii_whitespace())
+}
+
+/// Why a process's entry could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcError {
+    /// No such pid under the proc root: another PID namespace (no `hostPID: true`), or it exited.
+    #[error("/proc/{0} does not exist under the proc root")]
+    Missing(u32),
+    /// The entry exists but cannot be read.
+    #[error("/proc/{pid}/{file}: {message}")]
+    Unreadable {
+        pid: u32,
+        file: &'static str,
+        message: String,
+    },
+    /// The content did not parse.
+    #[error("/proc/{pid}/{file}: malformed ({message})")]
+    Malformed {
+        pid: u32,
+        file: &'static str,
+        message: String,
+    },
 }
 
 #[cfg(test)]

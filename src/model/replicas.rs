@@ -2,11 +2,13 @@
 //! NVIDIA's device IDs in every form its device plugin writes, matched with the GPUs NVML
 //! sees; the replicas allocated and allocatable per GPU, the pods holding each, their
 //! declared VRAM; and, joined with a snapshot, the replicas held with no process behind them
-//! and the processes running on a GPU their pod holds nothing of. `attribute::podresources`
-//! builds it; the metrics, the `vram` annotation and `/state` read it.
+//! and the processes running on a GPU their pod holds nothing of; why the kubelet gave
+//! nothing (its errors live here, beside the answer that carries them to `/state`).
+//! `attribute::podresources` builds it; the metrics, the `vram` annotation and `/state` read it.
 
 use crate::model::snapshot::{GpuSample, Owner, PodRef, ProcessSample, Snapshot, MIB};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 /// A pod as the kubelet's pod-resources API names it: (namespace, name).
 pub type PodKey = (String, String);
@@ -131,13 +133,86 @@ pub struct ListedPod {
     pub declared_mib: u64,
 }
 
+/// Why the kubelet's pod-resources data could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodResourcesError {
+    /// No socket: not a kubelet node, or the directory is not mounted. The feature is off.
+    #[error("{}: no kubelet pod-resources socket (mount the host's /var/lib/kubelet/pod-resources read-only)", path.display())]
+    Absent {
+        /// The socket path tried.
+        path: PathBuf,
+    },
+    /// The socket exists but this process may not connect (the kubelet's socket is root's).
+    /// The feature is off.
+    #[error("{}: permission denied on the kubelet pod-resources socket (the agent must run as a user that may connect to it)", path.display())]
+    Denied {
+        /// The socket path tried.
+        path: PathBuf,
+    },
+    /// Something other than a socket is at the path. A directory is what a `hostPath` mount
+    /// of the socket *file* leaves when the socket did not exist at that moment: the kubelet
+    /// can never be reached through it. The feature is off.
+    #[error("{}: {what}, not a socket{}", path.display(), if *what == "a directory" {
+        " (a hostPath mount of the socket file creates a directory when the socket is missing; mount the directory /var/lib/kubelet/pod-resources instead)"
+    } else { "" })]
+    NotASocket {
+        /// The socket path tried.
+        path: PathBuf,
+        /// `a directory`, `a regular file`, …
+        what: &'static str,
+    },
+    /// A call failed: the kubelet is restarting, refused it, or did not answer in time.
+    #[error("pod-resources {call}: {message}")]
+    Call {
+        /// `List` or `GetAllocatableResources`.
+        call: &'static str,
+        /// The gRPC status or transport error, and what it means.
+        message: String,
+    },
+}
+
+impl PodResourcesError {
+    /// Whether the feature should be switched off (as opposed to a poll that may succeed later).
+    pub fn disables(&self) -> bool {
+        matches!(
+            self,
+            Self::Absent { .. } | Self::Denied { .. } | Self::NotASocket { .. }
+        )
+    }
+}
+
+/// Why `GetAllocatableResources` gave nothing while `List` answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocatableError {
+    /// This kubelet does not serve it: `Unimplemented` (Kubernetes 1.20, before the call
+    /// existed) or `Unknown: Pod Resources API GetAllocatableResources disabled` (1.21–1.22
+    /// with the `KubeletPodResourcesGetAllocatable` gate off). Asked again only after the
+    /// kubelet restarts (a new connection).
+    #[error("GetAllocatableResources is not served by this kubelet ({0})")]
+    Unavailable(String),
+    /// It failed this time.
+    #[error(transparent)]
+    Failed(PodResourcesError),
+}
+
+impl AllocatableError {
+    /// Why there are no allocatable figures, as `/state` and the logs say it: the kubelet's
+    /// own words when it does not serve the call, the failure otherwise.
+    pub fn why(&self) -> String {
+        match self {
+            Self::Unavailable(why) => why.clone(),
+            Self::Failed(e) => e.to_string(),
+        }
+    }
+}
+
 /// What one poll of the kubelet answered, before its IDs are matched with NVML's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeletAnswer {
     pub pods: Vec<ListedPod>,
     /// `GetAllocatableResources`' NVIDIA GPU devices, or why there are none: the call is
     /// judged apart from `List` (kubelets before 1.23 may not serve it).
-    pub allocatable: Result<Vec<KubeletDevice>, String>,
+    pub allocatable: Result<Vec<KubeletDevice>, AllocatableError>,
 }
 
 /// One device a pod holds, and the GPU it was matched with.
@@ -274,7 +349,7 @@ impl KubeletAnswer {
                     }
                 }
             }
-            Err(why) => a.allocatable_unknown = Some(why.clone()),
+            Err(e) => a.allocatable_unknown = Some(e.why()),
         }
         let mut held = BTreeSet::new();
         for pod in &self.pods {
@@ -674,7 +749,7 @@ mod tests {
         let gpus = vec![gpu(0, G0, &[])];
         let answer = KubeletAnswer {
             pods: vec![pod("a", &[dev(GPU, &format!("{G0}::0"))], 0)],
-            allocatable: Err("Unimplemented".into()),
+            allocatable: Err(AllocatableError::Unavailable("Unimplemented".into())),
         };
         let v = answer.resolve(&gpus);
         assert_eq!(v.gpu(G0).0, 1);

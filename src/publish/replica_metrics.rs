@@ -145,7 +145,7 @@ pub fn write_replica_families(out: &mut Vec<u8>, snap: &Snapshot, view: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::replicas::{KubeletAnswer, KubeletDevice, ListedPod};
+    use crate::model::replicas::{AllocatableError, KubeletAnswer, KubeletDevice, ListedPod};
     use crate::model::snapshot::{Owner, PodRef, ProcessSample};
     use crate::publish::metrics::tests::{gpu, snap, text};
 
@@ -200,7 +200,7 @@ mod tests {
                     })
                     .collect())
             } else {
-                Err("Unimplemented".into())
+                Err(AllocatableError::Unavailable("Unimplemented".into()))
             },
         }
         .resolve(&snap.gpus)

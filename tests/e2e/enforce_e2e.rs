@@ -1,6 +1,7 @@
 //! The enforcer shell against the API server double over real HTTP, with the real kube
 //! clients (`gpu_warden::act::client::from_config`) and decisions made by the real `Guard`.
 
+use crate::support::enforcer_world::{double, process, snapshot, Pod, NODE};
 use apiserver_double::{ApiServer, EventApi, Fault, FaultAction, Method, StoredEvent};
 use gpu_warden::act::enforce::Enforcer;
 use gpu_warden::guard::decision::{Decision, EvictionOutcome};
@@ -10,18 +11,13 @@ use gpu_warden::guard::status::GpuPhase;
 use gpu_warden::model::clock::SystemClock;
 use gpu_warden::model::pod::PodInfo;
 use gpu_warden::model::pod::PodMap;
-use gpu_warden::model::snapshot::{
-    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
-};
+use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-const NODE: &str = "gpu-node-1";
-/// MiB of the test GPU: with the default policy hard is 500, soft 1000, target 1200 MiB.
-const TOTAL: u64 = 10_000;
 const GRACE: i64 = 7;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -104,8 +100,7 @@ impl World {
     async fn with_budgets(mode: Mode, pods: &[P], used: u64, budgets: Budgets) -> Result<World> {
         // The faithful kubelet (the default): an evicted pod stays, terminating, through its
         // 7 s grace plus the watch latency — longer than any of these tests looks.
-        let server = ApiServer::start().await?;
-        server.add_node(json!({"metadata": {"name": NODE}}))?;
+        let (server, clients) = double().await?;
         for p in pods {
             let annotations: serde_json::Map<String, Value> = p
                 .annotations
@@ -117,8 +112,6 @@ impl World {
                 "spec": {"nodeName": NODE, "priority": p.priority},
             }))?;
         }
-        let clients =
-            gpu_warden::act::client::from_config(kube::Config::new(server.url().parse()?), "test")?;
         let metrics = SelfMetrics::new("test")?;
         let policy = Policy {
             mode,
@@ -137,45 +130,16 @@ impl World {
         let processes = pods
             .iter()
             .enumerate()
-            .map(|(i, p)| ProcessSample {
-                pid: 1000 + i as u32,
-                gpu: 0,
-                used_bytes: Some(p.mib * MIB),
-                sm_util: None,
-                name: "python".into(),
-                owner: Owner::Pod(PodRef {
-                    namespace: p.ns.into(),
-                    pod: p.name.into(),
-                    container: "main".into(),
-                    uid: uid(p.name),
-                }),
+            .map(|(i, p)| {
+                let pod = Pod {
+                    namespace: p.ns,
+                    name: p.name,
+                    uid: &uid(p.name),
+                };
+                process(1000 + i as u32, "python", pod, "main", p.mib)
             })
             .collect();
-        let mut gpu = GpuSample::empty(
-            GpuIdentity {
-                index: 0,
-                uuid: "GPU-8f1b2c3d-0000-1111-2222-333344445555".into(),
-                pci_bus_id: "00000000:06:00.0".into(),
-                device: "nvidia0".into(),
-                model: "NVIDIA A10G".into(),
-            },
-            GpuHealth::Ok,
-        );
-        gpu.memory = Some(MemoryInfo {
-            total: TOTAL * MIB,
-            used: used * MIB,
-            free: (TOTAL - used) * MIB,
-            reserved: 0,
-        });
-        let snapshot = Snapshot {
-            seq: 1,
-            at: Duration::ZERO,
-            wall: SystemTime::UNIX_EPOCH,
-            driver_version: "580.159.04".into(),
-            gpus: vec![gpu],
-            processes,
-            errors: vec![],
-        };
+        let snapshot = snapshot(used, processes);
         let guard = Guard::new(policy);
         Ok(World {
             server,

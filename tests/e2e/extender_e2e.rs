@@ -4,6 +4,9 @@
 //! observation). Requests carry kube-scheduler's wire shapes; the fixtures are Go's
 //! `encoding/json` output of `extenderv1` / `v1.Pod` values.
 
+use crate::support::pod_resources::{
+    double_with_pods, finished_pod, shared_node_scenario, write_scenario,
+};
 use crate::support::*;
 use apiserver_double::ApiServer;
 use gpu_warden::model::pressure::Pressure;
@@ -637,52 +640,18 @@ const PR_NODE: &str = "gpu-pr-1";
 const PR_G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
 const PR_G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
 
-/// Two A10Gs and the pods of `kubelet::shared_node`: GPU 0 holds three replicas (4 + 2 GiB
-/// declared, 4 GiB used), GPU 1 two (`ml/train-0`, 8 GiB declared, 6 GiB used, plus the
-/// 0.5 GiB of `ci/job-3`, which holds a replica of GPU 0 but runs on GPU 1).
-fn pod_resources_scenario() -> String {
-    format!(
-        "
-gpus:
-  - {{model: NVIDIA A10G, uuid: {PR_G0}, memory_mib: 23028, reserved_mib: 434}}
-  - {{model: NVIDIA A10G, uuid: {PR_G1}, pci_bus_id: \"00000000:00:1F.0\", memory_mib: 23028, reserved_mib: 434}}
-processes:
-  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-1, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
-  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-2, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
-  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: job-3}}}}
-  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train-0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
-"
-    )
-}
-
 #[test]
 fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(ApiServer::start()).unwrap();
-    server
-        .add_node(json!({"metadata": {"name": PR_NODE}}))
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("two-gpus.yaml");
-    std::fs::write(&scenario, pod_resources_scenario()).unwrap();
-    let sc = gpu_warden::sample::scenario::Scenario::parse(&pod_resources_scenario(), "two-gpus")
-        .unwrap();
-    for p in gpu_warden::sample::sim::scenario_pods(&sc, PR_NODE) {
-        server.add_pod(p).unwrap();
-    }
+    // Two A10Gs and the pods of `kubelet::shared_node`: GPU 0 holds three replicas, GPU 1 two.
+    let text = shared_node_scenario(PR_G0, PR_G1);
+    let scenario = write_scenario(dir.path(), "two-gpus", &text);
+    let node = json!({"metadata": {"name": PR_NODE}});
+    let (server, kubeconfig) = double_with_pods(&rt, dir.path(), node, &text, "two-gpus");
     // Finished, but still listed by the kubelet with a replica of GPU 1: the agent must not
     // count it, or the two GPUs would tie and the device plugin would hand out GPU 0.
-    server
-        .add_pod(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "finished", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
-                         "annotations": {"gpu-warden.io/vram-request-mib": "9999"}},
-            "spec": {"nodeName": PR_NODE, "containers": [{"name": "main", "image": "x"}]},
-            "status": {"phase": "Succeeded"}
-        }))
-        .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    server.add_pod(finished_pod(PR_NODE)).unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = crate::kubelet::FakeKubelet::default();
     crate::kubelet::shared_node(&kubelet, PR_G0, PR_G1);
@@ -690,7 +659,7 @@ fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
     let _agent = Agent::start_with_env(
         &[
             "--scenario",
-            scenario.to_str().unwrap(),
+            &scenario,
             "--node-name",
             PR_NODE,
             "--guard-mode",

@@ -11,146 +11,17 @@
 //! kubelet's SIGTERM/SIGKILL reach no process here — the simulated processes live in the
 //! agent — so the cooldown (60 s here) keeps the guard from deciding twice.
 
-use crate::support::*;
+use crate::support::guard_world::{GuardWorld, POLICY, SCENARIO};
 use apiserver_double::{ApiServer, Fault, FaultAction, Method, RecordedRequest};
 use std::time::{Duration, Instant};
 
-const NODE: &str = "gpu-node-1";
-
-const SCENARIO: &str = r#"
-driver_version: "580.95.05"
-gpus:
-  - model: NVIDIA A10G
-    uuid: GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b
-    pci_bus_id: "00000000:00:1E.0"
-    memory_mib: 23028
-    reserved_mib: 434
-processes:
-  - pid: 500
-    gpu: 0
-    name: torchrun
-    memory: {constant: 8192}
-    pod: {namespace: ml-train, name: trainer, container: main, priority: 1000000}
-  - pid: 501
-    gpu: 0
-    name: pytest
-    memory: {constant: 3072}
-    pod: {namespace: ci, name: ci-a, container: build, priority: 0}
-  - pid: 502
-    gpu: 0
-    name: pytest
-    memory: {constant: 3072}
-    pod: {namespace: ci, name: ci-b, container: build, priority: 0}
-  - pid: 503
-    gpu: 0
-    name: python3
-    start: 1s
-    memory: {linear: {from: 512, per_second: 1024}}
-    pod: {namespace: ci, name: greedy, container: build, priority: 0}
-"#;
-
-struct World {
-    _rt: tokio::runtime::Runtime,
-    server: ApiServer,
-    agent: Option<Agent>,
-    _dir: tempfile::TempDir,
+/// The double with the node and the scenario's pods; `before` runs before the agent
+/// starts (to inject faults its first requests meet).
+fn world(before: impl FnOnce(&ApiServer)) -> GuardWorld {
+    GuardWorld::start(SCENARIO, "faults", POLICY, before)
 }
 
-/// The agent's `/state`, fetched when shown.
-struct StateOf<'a>(&'a World);
-
-impl std::fmt::Display for StateOf<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0.state())
-    }
-}
-
-impl World {
-    /// The double with the node and the scenario's pods; `before` runs before the agent
-    /// starts (to inject faults its first requests meet).
-    fn start(before: impl FnOnce(&ApiServer)) -> World {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let server = rt.block_on(ApiServer::start()).unwrap();
-        let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "faults").unwrap();
-        server
-            .add_node(serde_json::json!({"metadata": {"name": NODE}}))
-            .unwrap();
-        for pod in gpu_warden::sample::sim::scenario_pods(&scenario, NODE) {
-            server.add_pod(pod).unwrap();
-        }
-        before(&server);
-        let dir = tempfile::tempdir().unwrap();
-        let scenario_path = dir.path().join("faults.yaml");
-        std::fs::write(&scenario_path, SCENARIO).unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
-        let policy = dir.path().join("policy.yaml");
-        std::fs::write(
-            &policy,
-            "mode: enforce\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 60s\n",
-        )
-        .unwrap();
-        let args = AgentArgs::sim()
-            .scenario(&scenario_path)
-            .node(NODE)
-            .poll("250ms")
-            .guard_config(&policy);
-        let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
-        World {
-            _rt: rt,
-            server,
-            agent: Some(agent),
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.agent.as_ref().map_or(0, |a| a.port)
-    }
-
-    fn posts(&self) -> Vec<RecordedRequest> {
-        self.server
-            .requests()
-            .into_iter()
-            .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
-            .collect()
-    }
-
-    fn evicted(&self) -> Vec<String> {
-        self.server
-            .evictions()
-            .into_iter()
-            .map(|e| format!("{}/{}", e.namespace, e.name))
-            .collect()
-    }
-
-    fn state(&self) -> serde_json::Value {
-        get(self.port(), "/state")
-            .ok()
-            .and_then(|r| serde_json::from_str(&r.body).ok())
-            .unwrap_or_default()
-    }
-
-    /// Waits for `f`; a timeout shows the agent's `/state` (read only then).
-    fn wait(&self, what: &str, within: Duration, mut f: impl FnMut(&World) -> bool) {
-        gpu_warden::testkit::wait_for_seen(what, within, || {
-            if f(self) {
-                Ok(())
-            } else {
-                Err(StateOf(self))
-            }
-        });
-    }
-
-    /// Stops the agent (exit 0 expected) and returns its log.
-    fn stop(&mut self) -> String {
-        let (status, _, log) = self.agent.take().map(Agent::terminate).unwrap();
-        assert!(status.success(), "{log}");
-        log
-    }
-}
-
-fn pressure(w: &World) -> u64 {
+fn pressure(w: &GuardWorld) -> u64 {
     w.state()["guard"]["status"]["gpus"][0]["pressure"]
         .as_str()
         .map_or(0, |p| if p == "none" { 0 } else { 1 })
@@ -162,7 +33,7 @@ fn pressure(w: &World) -> u64 {
 /// only it — is evicted.
 #[test]
 fn a_frozen_api_server_evicts_nothing_then_only_the_greedy_job() {
-    let mut w = World::start(|_| {});
+    let mut w = world(|_| {});
     w.wait("the view to sync", Duration::from_secs(10), |w| {
         let st = w.state();
         st["guard"].is_object() && st["guard"]["held"].is_null()
@@ -217,7 +88,7 @@ fn a_frozen_api_server_evicts_nothing_then_only_the_greedy_job() {
 /// shows the pod gone the decision's record says it was evicted.
 #[test]
 fn a_slow_eviction_is_in_doubt_and_evicts_one_pod() {
-    let mut w = World::start(|s| {
+    let mut w = world(|s| {
         s.inject(
             Fault::new(
                 "/api/v1/namespaces/ci/pods/greedy/eviction",
@@ -249,25 +120,7 @@ fn a_slow_eviction_is_in_doubt_and_evicts_one_pod() {
     }
     assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
     assert_eq!(w.posts().len(), 1, "{:?}", w.posts());
-    let node_note = w
-        .server
-        .events()
-        .into_iter()
-        .filter_map(|e| {
-            let about = e
-                .object
-                .get("regarding")
-                .or_else(|| e.object.get("involvedObject"))?;
-            (about["kind"] == "Node").then(|| {
-                e.object["note"]
-                    .as_str()
-                    .or_else(|| e.object["message"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            })
-        })
-        .next()
-        .unwrap_or_default();
+    let node_note = w.node_notes().into_iter().next().unwrap_or_default();
     assert!(node_note.contains("ci/greedy in_doubt"), "{node_note}");
     assert!(!node_note.contains("failed"), "{node_note}");
     w.stop();
@@ -279,7 +132,7 @@ fn a_slow_eviction_is_in_doubt_and_evicts_one_pod() {
 /// instead — one pod, as the plan says. The trainer is never touched.
 #[test]
 fn a_stalled_watch_never_evicts_a_pod_that_became_exempt() {
-    let mut w = World::start(|s| {
+    let mut w = world(|s| {
         s.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
     });
     // The first watch is the stalled one; the change is not seen through it.

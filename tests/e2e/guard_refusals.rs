@@ -12,43 +12,9 @@
 //! faithful one; with the policy's grace 0 the API server deletes an evicted pod's object in
 //! the same request (the generic store's `lastGraceful == 0`), so the view sees it gone at once.
 
-use crate::support::*;
-use apiserver_double::{ApiServer, EvictionOutcome, Fault, FaultAction, Method, RecordedRequest};
+use crate::support::guard_world::{Counted, GuardWorld, POLICY, SCENARIO};
+use apiserver_double::{ApiServer, Fault, FaultAction, Method};
 use std::time::{Duration, Instant};
-
-const NODE: &str = "gpu-node-1";
-
-pub(crate) const SCENARIO: &str = r#"
-driver_version: "580.95.05"
-gpus:
-  - model: NVIDIA A10G
-    uuid: GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b
-    pci_bus_id: "00000000:00:1E.0"
-    memory_mib: 23028
-    reserved_mib: 434
-processes:
-  - pid: 500
-    gpu: 0
-    name: torchrun
-    memory: {constant: 8192}
-    pod: {namespace: ml-train, name: trainer, container: main, priority: 1000000}
-  - pid: 501
-    gpu: 0
-    name: pytest
-    memory: {constant: 3072}
-    pod: {namespace: ci, name: ci-a, container: build, priority: 0}
-  - pid: 502
-    gpu: 0
-    name: pytest
-    memory: {constant: 3072}
-    pod: {namespace: ci, name: ci-b, container: build, priority: 0}
-  - pid: 503
-    gpu: 0
-    name: python3
-    start: 1s
-    memory: {linear: {from: 512, per_second: 1024}}
-    pod: {namespace: ci, name: greedy, container: build, priority: 0}
-"#;
 
 /// Every eviction path a wrong walk could reach (the trainer's namespace included).
 const EVICTION_PATHS: [&str; 2] = [
@@ -56,92 +22,11 @@ const EVICTION_PATHS: [&str; 2] = [
     "/api/v1/namespaces/ml-train/pods/",
 ];
 
-struct World {
-    _rt: tokio::runtime::Runtime,
-    server: ApiServer,
-    agent: Option<Agent>,
-    _dir: tempfile::TempDir,
-}
-
-impl World {
-    /// The double with the node and the scenario's pods; `before` injects the faults the
-    /// agent's first requests meet; `policy` is the guard policy file.
-    fn start(policy: &str, before: impl FnOnce(&ApiServer)) -> World {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let server = rt.block_on(ApiServer::builder().start()).unwrap();
-        let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "refusals").unwrap();
-        server
-            .add_node(serde_json::json!({"metadata": {"name": NODE}}))
-            .unwrap();
-        for pod in gpu_warden::sample::sim::scenario_pods(&scenario, NODE) {
-            server.add_pod(pod).unwrap();
-        }
-        before(&server);
-        let dir = tempfile::tempdir().unwrap();
-        let scenario_path = dir.path().join("refusals.yaml");
-        std::fs::write(&scenario_path, SCENARIO).unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
-        let policy_path = dir.path().join("policy.yaml");
-        std::fs::write(&policy_path, policy).unwrap();
-        let args = AgentArgs::sim()
-            .scenario(&scenario_path)
-            .node(NODE)
-            .poll("250ms")
-            .guard_config(&policy_path);
-        let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
-        World {
-            _rt: rt,
-            server,
-            agent: Some(agent),
-            _dir: dir,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.agent.as_ref().map_or(0, |a| a.port)
-    }
-
-    fn posts(&self) -> Vec<RecordedRequest> {
-        self.server
-            .requests()
-            .into_iter()
-            .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
-            .collect()
-    }
-
-    /// Pods whose eviction the double carried out, in order.
-    fn evicted(&self) -> Vec<String> {
-        self.server
-            .evictions()
-            .into_iter()
-            .filter(|e| e.outcome == EvictionOutcome::Accepted)
-            .map(|e| format!("{}/{}", e.namespace, e.name))
-            .collect()
-    }
-
-    fn state(&self) -> serde_json::Value {
-        get(self.port(), "/state")
-            .ok()
-            .and_then(|r| serde_json::from_str(&r.body).ok())
-            .unwrap_or_default()
-    }
-
-    fn wait(&self, what: &str, within: Duration, mut f: impl FnMut(&World) -> bool) {
-        gpu_warden::testkit::wait_for_seen(what, within, || {
-            if f(self) {
-                Ok(())
-            } else {
-                Err(self.state().to_string())
-            }
-        });
-    }
-
-    fn stop(&mut self) -> String {
-        let (status, _, log) = self.agent.take().map(Agent::terminate).unwrap();
-        assert!(status.success(), "{log}");
-        log
-    }
+/// The double with the node and the scenario's pods; `before` injects the faults the
+/// agent's first requests meet; `policy` is the guard policy file. Its faults refuse
+/// evictions, so only those carried out count as evicted.
+fn world(policy: &str, before: impl FnOnce(&ApiServer)) -> GuardWorld {
+    GuardWorld::start(SCENARIO, "refusals", policy, before).counting(Counted::Accepted)
 }
 
 fn inject_evictions(s: &ApiServer, action: FaultAction, times: Option<usize>) {
@@ -154,7 +39,6 @@ fn inject_evictions(s: &ApiServer, action: FaultAction, times: Option<usize>) {
     }
 }
 
-const POLICY: &str = "mode: enforce\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 60s\n";
 const GREEDY: &str = "/api/v1/namespaces/ci/pods/greedy/eviction";
 
 /// The first two eviction POSTs meet API Priority and Fairness's 429 (`Retry-After: 1`, a
@@ -163,7 +47,7 @@ const GREEDY: &str = "/api/v1/namespaces/ci/pods/greedy/eviction";
 /// else ever is (issue 30 saw the trainer evicted 135 ms after the second 429).
 #[test]
 fn an_apf_429_backs_off_and_retries_the_same_pod() {
-    let mut w = World::start(POLICY, |s| {
+    let mut w = world(POLICY, |s| {
         s.inject(
             Fault::new(
                 "/api/v1/namespaces/",
@@ -204,7 +88,7 @@ fn an_apf_429_backs_off_and_retries_the_same_pod() {
 /// evicted 87 ms after the 500, and the first eviction land 1 s later: two for one).
 #[test]
 fn an_ambiguous_500_that_was_carried_out_evicts_one_pod() {
-    let mut w = World::start(POLICY, |s| {
+    let mut w = world(POLICY, |s| {
         inject_evictions(s, FaultAction::EtcdTimeout { apply: true }, Some(1));
     });
     w.wait("the eviction", Duration::from_secs(30), |w| {
@@ -234,7 +118,7 @@ fn an_ambiguous_500_that_was_carried_out_evicts_one_pod() {
 /// instead of asking again every poll.
 #[test]
 fn a_403_stops_the_walk_and_says_so() {
-    let mut w = World::start(POLICY, |s| {
+    let mut w = world(POLICY, |s| {
         inject_evictions(s, FaultAction::Forbidden, None);
     });
     w.wait("the refusal in /state", Duration::from_secs(30), |w| {
@@ -256,24 +140,7 @@ fn a_403_stops_the_walk_and_says_so() {
     assert!(w.evicted().is_empty());
     let victims = w.state()["guard"]["recentDecisions"][0]["victims"].clone();
     assert_eq!(victims[0]["result"], "forbidden", "{victims}");
-    let node_note: String = w
-        .server
-        .events()
-        .into_iter()
-        .filter_map(|e| {
-            let about = e
-                .object
-                .get("regarding")
-                .or_else(|| e.object.get("involvedObject"))?;
-            (about["kind"] == "Node").then(|| {
-                e.object["note"]
-                    .as_str()
-                    .or_else(|| e.object["message"].as_str())
-                    .unwrap_or("")
-                    .to_string()
-            })
-        })
-        .collect();
+    let node_note: String = w.node_notes().concat();
     assert!(node_note.contains("forbidden"), "{node_note}");
     let log = w.stop();
     assert!(
@@ -290,7 +157,7 @@ fn a_403_stops_the_walk_and_says_so() {
 /// switch it off (issue 30: aborted five times, the GPU full from 50 s, nothing evicted).
 #[test]
 fn a_slow_api_slows_the_guard_but_does_not_switch_it_off() {
-    let mut w = World::start(POLICY, |s| {
+    let mut w = world(POLICY, |s| {
         s.inject(
             Fault::new(
                 "/api/v1/namespaces/ci/pods/greedy",

@@ -17,6 +17,7 @@
 //! here. These tests hand the enforcer a tree of copies of their own children's entries and
 //! say so (`trusting_proc_root`).
 
+use crate::support::enforcer_world::{double, process, snapshot, Pod, NODE};
 use apiserver_double::{ApiServer, Fault, FaultAction, Method};
 use gpu_warden::act::enforce::Enforcer;
 use gpu_warden::act::signal::ProcSignals;
@@ -28,17 +29,12 @@ use gpu_warden::guard::ports::DecisionExecutor;
 use gpu_warden::guard::state::Guard;
 use gpu_warden::model::clock::{Clock, SystemClock};
 use gpu_warden::model::pod::PodMap;
-use gpu_warden::model::snapshot::{
-    GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
-};
+use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use serde_json::json;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
-
-const NODE: &str = "gpu-node-1";
-const TOTAL: u64 = 10_000;
+use std::time::Duration;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -97,8 +93,7 @@ impl World {
     /// Two CI pods in the API and the view, the victim first, each with one real process
     /// in its pod's cgroup; `action` at decision.
     async fn new(mode: Mode, action: OnDecision) -> Result<World> {
-        let server = ApiServer::builder().start().await?;
-        server.add_node(json!({"metadata": {"name": NODE}}))?;
+        let (server, clients) = double().await?;
         for (name, uid, prio) in [("victim", VICTIM_UID, 0), ("spare", SPARE_UID, 5)] {
             server.add_pod(json!({
                 "metadata": {"name": name, "namespace": "ci", "uid": uid},
@@ -115,8 +110,6 @@ impl World {
         let proc = tempfile::tempdir()?;
         place(proc.path(), children[0].id(), Some(VICTIM_UID));
         place(proc.path(), children[1].id(), Some(SPARE_UID));
-        let clients =
-            gpu_warden::act::client::from_config(kube::Config::new(server.url().parse()?), "test")?;
         let metrics = SelfMetrics::new("test")?;
         let policy = Policy {
             mode,
@@ -145,45 +138,16 @@ impl World {
         ]);
         let processes = [(VICTIM_UID, "victim", 0usize), (SPARE_UID, "spare", 1)]
             .into_iter()
-            .map(|(uid, name, i)| ProcessSample {
-                pid: children[i].id(),
-                gpu: 0,
-                used_bytes: Some(3000 * MIB),
-                sm_util: None,
-                name: "sleep".into(),
-                owner: Owner::Pod(PodRef {
-                    namespace: "ci".into(),
-                    pod: name.into(),
-                    container: "build".into(),
-                    uid: uid.into(),
-                }),
+            .map(|(uid, name, i)| {
+                let pod = Pod {
+                    namespace: "ci",
+                    name,
+                    uid,
+                };
+                process(children[i].id(), "sleep", pod, "build", 3000)
             })
             .collect();
-        let mut gpu = GpuSample::empty(
-            GpuIdentity {
-                index: 0,
-                uuid: "GPU-8f1b2c3d-0000-1111-2222-333344445555".into(),
-                pci_bus_id: "00000000:06:00.0".into(),
-                device: "nvidia0".into(),
-                model: "NVIDIA A10G".into(),
-            },
-            GpuHealth::Ok,
-        );
-        gpu.memory = Some(MemoryInfo {
-            total: TOTAL * MIB,
-            used: 9600 * MIB,
-            free: 400 * MIB,
-            reserved: 0,
-        });
-        let snapshot = Snapshot {
-            seq: 1,
-            at: Duration::ZERO,
-            wall: SystemTime::UNIX_EPOCH,
-            driver_version: "580.159.04".into(),
-            gpus: vec![gpu],
-            processes,
-            errors: vec![],
-        };
+        let snapshot = snapshot(9600, processes);
         let seen: Arc<Mutex<Vec<(String, char)>>> = Arc::default();
         let victim_pid = children[0].id();
         let log = seen.clone();

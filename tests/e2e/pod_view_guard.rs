@@ -13,11 +13,9 @@
 //! — the simulated processes live in the agent — so the cooldown (60 s) keeps the guard from
 //! deciding twice.
 
-use crate::support::*;
-use apiserver_double::{ApiServer, Fault, FaultAction, Method};
+use crate::support::guard_world::{GuardWorld, POLICY};
+use apiserver_double::{Fault, FaultAction};
 use std::time::{Duration, Instant};
-
-const NODE: &str = "gpu-node-1";
 
 const SCENARIO: &str = r#"
 driver_version: "580.95.05"
@@ -48,83 +46,26 @@ processes:
 
 #[test]
 fn the_guard_acts_on_a_view_proven_by_lists_when_every_watch_expires() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(ApiServer::start()).unwrap();
-    let scenario = gpu_warden::sample::scenario::Scenario::parse(SCENARIO, "expired").unwrap();
-    server
-        .add_node(serde_json::json!({"metadata": {"name": NODE}}))
-        .unwrap();
-    for pod in gpu_warden::sample::sim::scenario_pods(&scenario, NODE) {
-        server.add_pod(pod).unwrap();
-    }
-    server.inject(Fault::new("/api/v1/pods", FaultAction::ExpireWatch));
-    let dir = tempfile::tempdir().unwrap();
-    let scenario_path = dir.path().join("expired.yaml");
-    std::fs::write(&scenario_path, SCENARIO).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "mode: enforce\nevictionGracePeriodSeconds: 0\ncooldownTimeout: 60s\n",
-    )
-    .unwrap();
-    let args = AgentArgs::sim()
-        .scenario(&scenario_path)
-        .node(NODE)
-        .poll("250ms")
-        .guard_config(&policy);
-    let started = Instant::now();
-    let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
-    let state = || -> serde_json::Value {
-        get(agent.port, "/state")
-            .ok()
-            .and_then(|r| serde_json::from_str(&r.body).ok())
-            .unwrap_or_default()
-    };
-    let evicted = || -> Vec<String> {
-        server
-            .evictions()
-            .into_iter()
-            .map(|e| format!("{}/{}", e.namespace, e.name))
-            .collect()
-    };
-    gpu_warden::testkit::wait_for_seen(
-        "the view proven by a LIST",
-        Duration::from_secs(10),
-        || {
-            let st = state();
-            if st["guard"].is_object() && st["guard"]["held"].is_null() {
-                Ok(())
-            } else {
-                Err(st)
-            }
-        },
-    );
-    gpu_warden::testkit::wait_for_seen(
-        "the greedy job's eviction",
-        Duration::from_secs(25),
-        || {
-            if evicted().is_empty() {
-                Err(state())
-            } else {
-                Ok(())
-            }
-        },
-    );
+    let mut w = GuardWorld::start(SCENARIO, "expired", POLICY, |s| {
+        s.inject(Fault::new("/api/v1/pods", FaultAction::ExpireWatch));
+    });
+    let started = w.started;
+    w.wait("the view proven by a LIST", Duration::from_secs(10), |w| {
+        let st = w.state();
+        st["guard"].is_object() && st["guard"]["held"].is_null()
+    });
+    w.wait("the greedy job's eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
     let decided = started.elapsed();
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(evicted(), vec!["ci/greedy".to_string()], "{}", state());
-    let posts = server
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
-        .count();
-    assert_eq!(posts, 1);
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()], "{}", w.state());
+    assert_eq!(w.posts().len(), 1);
     // The 410 loop backed off: 0.25–0.5, 0.5–1, 1–2, 2–4, 4–8 s between LISTs while the
     // GPU is calm (at most 5 LISTs in the first 7 s: a backoff reset by each LIST gave ~17),
     // at most 2 s apart once it is under pressure (the urgent cap), never a storm.
-    let lists: Vec<Instant> = server
+    let lists: Vec<Instant> = w
+        .server
         .requests()
         .iter()
         .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
@@ -142,7 +83,6 @@ fn the_guard_acts_on_a_view_proven_by_lists_when_every_watch_expires() {
         .count();
     assert!(bursts <= 1, "{lists:?}");
     assert!(decided < Duration::from_secs(20), "{decided:?}");
-    let (status, _, log) = agent.terminate();
-    assert!(status.success(), "{log}");
+    let log = w.stop();
     assert!(log.contains("pod watch expired"), "{log}");
 }

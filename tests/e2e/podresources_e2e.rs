@@ -5,12 +5,15 @@
 //! process runs on a GPU it holds no replica of. Short intervals keep it to a few seconds.
 
 use crate::kubelet::{pod, replicas, serve, shared_node, FakeKubelet};
+use crate::support::pod_resources::{
+    double_with_pods, finished_pod, metrics, pod_resources_lines, shared_node_scenario, sim_args,
+    wait_until,
+};
 use crate::support::*;
 use apiserver_double::ApiServer;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::Duration;
 
 const NODE: &str = "gpu-node-1";
 const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
@@ -19,43 +22,11 @@ const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
 /// Two A10Gs, the pods of `kubelet::shared_node`: `ci/job-3` holds a replica of GPU 0 but
 /// runs on GPU 1.
 fn scenario() -> String {
-    format!(
-        "
-gpus:
-  - {{model: NVIDIA A10G, uuid: {G0}, memory_mib: 23028, reserved_mib: 434}}
-  - {{model: NVIDIA A10G, uuid: {G1}, pci_bus_id: \"00000000:00:1F.0\", memory_mib: 23028, reserved_mib: 434}}
-processes:
-  - {{pid: 100, gpu: 0, memory: {{constant: 3000}}, pod: {{namespace: ci, name: job-1, annotations: {{gpu-warden.io/vram-request-mib: \"4096\"}}}}}}
-  - {{pid: 101, gpu: 0, memory: {{constant: 1000}}, pod: {{namespace: ci, name: job-2, annotations: {{gpu-warden.io/vram-request-mib: \"2048\"}}}}}}
-  - {{pid: 102, gpu: 1, memory: {{constant: 500}}, pod: {{namespace: ci, name: job-3}}}}
-  - {{pid: 200, gpu: 1, memory: {{constant: 6000}}, pod: {{namespace: ml, name: train-0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}
-"
-    )
-}
-
-fn metrics(port: u16) -> String {
-    get(port, "/metrics").map(|r| r.body).unwrap_or_default()
+    shared_node_scenario(G0, G1)
 }
 
 fn replica_line(gpu: u32, uuid: &str, state: &str, n: u32) -> String {
     format!("gpu_warden_gpu_replicas{{gpu=\"{gpu}\",UUID=\"{uuid}\",state=\"{state}\"}} {n}\n")
-}
-
-/// Waits up to 8 s for `ok`, then fails with what was last seen.
-fn wait_until(what: &str, mut probe: impl FnMut() -> (bool, String)) {
-    gpu_warden::testkit::wait_for_seen(what, Duration::from_secs(8), || match probe() {
-        (true, _) => Ok(()),
-        (false, seen) => Err(seen),
-    });
-}
-
-/// The agent on the two-GPU scenario reading the fake kubelet at `socket` every 100 ms.
-fn sim_args(scenario_path: &str, socket: &Path) -> AgentArgs {
-    AgentArgs::sim()
-        .scenario(scenario_path)
-        .poll("100ms")
-        .set("--pod-resources-socket", socket)
-        .set("--pod-resources-interval", "100ms")
 }
 
 fn vram_doc(server: &ApiServer) -> Option<Value> {
@@ -64,43 +35,18 @@ fn vram_doc(server: &ApiServer) -> Option<Value> {
 }
 
 fn write_scenario(dir: &Path) -> String {
-    let path = dir.join("two-gpus.yaml");
-    std::fs::write(&path, scenario()).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
-fn pod_resources_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|l| l.contains("pod-resources"))
-        .collect()
+    crate::support::pod_resources::write_scenario(dir, "two-gpus", &scenario())
 }
 
 #[test]
 fn replicas_reach_the_annotation_and_metrics_and_come_back_after_a_kubelet_restart() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(ApiServer::builder().start()).unwrap();
-    server
-        .add_node(json!({"metadata": {"name": NODE, "annotations": {"team": "ml"}}}))
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = write_scenario(dir.path());
-    let sc = gpu_warden::sample::scenario::Scenario::parse(&scenario(), "two-gpus").unwrap();
-    for p in gpu_warden::sample::sim::scenario_pods(&sc, NODE) {
-        server.add_pod(p).unwrap();
-    }
+    let node = json!({"metadata": {"name": NODE, "annotations": {"team": "ml"}}});
+    let (server, kubeconfig) = double_with_pods(&rt, dir.path(), node, &scenario(), "two-gpus");
     // Finished, but still listed by the kubelet: its replica and its 9999 MiB must not count.
-    server
-        .add_pod(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "finished", "namespace": "ci", "uid": "0d0e0000-0000-4000-8000-000000000001",
-                         "annotations": {"gpu-warden.io/vram-request-mib": "9999"}},
-            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "x"}]},
-            "status": {"phase": "Succeeded"}
-        }))
-        .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    server.add_pod(finished_pod(NODE)).unwrap();
 
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::default();
@@ -299,10 +245,7 @@ fn a_socket_that_appears_after_start_is_picked_up() {
     });
     let (status, _, stderr) = agent.terminate();
     assert!(status.success(), "{stderr}");
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("pod-resources"))
-        .collect();
+    let lines = pod_resources_lines(&stderr);
     assert_eq!(lines.len(), 2, "one line waiting, one line on: {stderr}");
     assert!(
         lines[0].contains("waiting for the kubelet") && lines[1].contains("pod-resources: on"),

@@ -7,8 +7,10 @@
 //! names no NVML GPU. Short intervals keep each to a few seconds.
 
 use crate::kubelet::{devices_of, pod_of, serve, FakeKubelet, Generation};
+use crate::support::pod_resources::{
+    double_with_pods, metrics, pod_resources_lines, sim_args, wait_until,
+};
 use crate::support::*;
-use apiserver_double::ApiServer;
 use gpu_warden::attribute::podresources::generated::AllocatableResourcesResponse;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -77,10 +79,6 @@ fn kubelet(generation: Generation) -> FakeKubelet {
     k
 }
 
-fn metrics(port: u16) -> String {
-    get(port, "/metrics").map(|r| r.body).unwrap_or_default()
-}
-
 fn state(port: u16) -> Value {
     get(port, "/state")
         .ok()
@@ -88,32 +86,8 @@ fn state(port: u16) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn wait_until(what: &str, mut probe: impl FnMut() -> (bool, String)) {
-    gpu_warden::testkit::wait_for_seen(what, Duration::from_secs(8), || match probe() {
-        (true, _) => Ok(()),
-        (false, seen) => Err(seen),
-    });
-}
-
 fn write_scenario(dir: &Path) -> String {
-    let path = dir.join("mig-node.yaml");
-    std::fs::write(&path, scenario()).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
-fn sim_args(scenario_path: &str, socket: &Path) -> AgentArgs {
-    AgentArgs::sim()
-        .scenario(scenario_path)
-        .poll("100ms")
-        .set("--pod-resources-socket", socket)
-        .set("--pod-resources-interval", "100ms")
-}
-
-fn pod_resources_lines(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|l| l.contains("pod-resources"))
-        .collect()
+    crate::support::pod_resources::write_scenario(dir, "mig-node", &scenario())
 }
 
 /// A MIG node behind a 1.22 kubelet with the `GetAllocatableResources` gate off, the plugin
@@ -124,18 +98,10 @@ fn pod_resources_lines(stderr: &str) -> Vec<&str> {
 #[test]
 fn a_mig_node_on_a_kubelet_without_get_allocatable_resources() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(ApiServer::builder().start()).unwrap();
-    server
-        .add_node(json!({"metadata": {"name": NODE, "annotations": {}}}))
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = write_scenario(dir.path());
-    let sc = gpu_warden::sample::scenario::Scenario::parse(&scenario(), "mig-node").unwrap();
-    for p in gpu_warden::sample::sim::scenario_pods(&sc, NODE) {
-        server.add_pod(p).unwrap();
-    }
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    let node = json!({"metadata": {"name": NODE, "annotations": {}}});
+    let (server, kubeconfig) = double_with_pods(&rt, dir.path(), node, &scenario(), "mig-node");
     let socket = dir.path().join("kubelet.sock");
     let kubelet = kubelet(Generation::GateOff);
     let serving = rt.block_on(async { serve(&kubelet, &socket) });

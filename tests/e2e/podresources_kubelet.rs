@@ -8,11 +8,11 @@ use crate::kubelet::{
     devices_of, pod, pod_of, replicas, serve, shared_node, FakeKubelet, Generation, Serving,
 };
 use gpu_warden::attribute::podresources::client::{
-    AllocatableError, PodResourcesClient, PodResourcesError, PodResourcesReply, MAX_MESSAGE,
+    PodResourcesClient, PodResourcesReply, MAX_MESSAGE,
 };
 use gpu_warden::attribute::podresources::generated::AllocatableResourcesResponse;
 use gpu_warden::attribute::podresources::model::reduce;
-use gpu_warden::model::replicas::{PodKey, ReplicaView};
+use gpu_warden::model::replicas::{AllocatableError, PodKey, PodResourcesError, ReplicaView};
 use gpu_warden::model::snapshot::GpuSample;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,8 +66,13 @@ fn view(
     gpus: &[GpuSample],
     is_terminal: impl Fn(&str, &str) -> bool,
 ) -> ReplicaView {
-    let allocatable = reply.allocatable.as_ref().map_err(|e| e.to_string());
-    reduce(&reply.list, allocatable, is_terminal, |_, _| None).resolve(gpus)
+    reduce(
+        &reply.list,
+        reply.allocatable.as_ref(),
+        is_terminal,
+        |_, _| None,
+    )
+    .resolve(gpus)
 }
 
 /// Polls until a poll succeeds (a kubelet coming up), at most 2.5 s.

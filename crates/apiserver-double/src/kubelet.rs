@@ -60,15 +60,24 @@ impl KubeletModel {
     }
 }
 
+/// A `--kubelet` or `--pid1` value the double does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownMode {
+    /// Not a [`KubeletModel`].
+    #[error("unknown kubelet model {0:?}: expected faithful or instant")]
+    Kubelet(String),
+    /// Not a [`Pid1Mode`].
+    #[error("unknown PID 1 mode {0:?}: expected shell or exits")]
+    Pid1(String),
+}
+
 impl std::str::FromStr for KubeletModel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, UnknownMode> {
         match s {
             "faithful" => Ok(KubeletModel::Faithful),
             "instant" => Ok(KubeletModel::Instant),
-            other => Err(format!(
-                "unknown kubelet model {other:?}: expected faithful or instant"
-            )),
+            other => Err(UnknownMode::Kubelet(other.to_string())),
         }
     }
 }
@@ -85,14 +94,12 @@ pub enum Pid1Mode {
 }
 
 impl std::str::FromStr for Pid1Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, UnknownMode> {
         match s {
             "shell" => Ok(Pid1Mode::Shell),
             "exits" => Ok(Pid1Mode::Exits),
-            other => Err(format!(
-                "unknown PID 1 mode {other:?}: expected shell or exits"
-            )),
+            other => Err(UnknownMode::Pid1(other.to_string())),
         }
     }
 }

@@ -63,7 +63,7 @@ mod watch;
 pub use fault::{Fault, FaultAction};
 pub use fixtures::Fixtures;
 pub use hyper::Method;
-pub use kubelet::{EndCause, KubeletModel, KubeletOptions, Pid1Mode, StepKind};
+pub use kubelet::{EndCause, KubeletModel, KubeletOptions, Pid1Mode, StepKind, UnknownMode};
 pub use kubelet_run::{KubeletAction, PodRuntime, SteppedClock};
 pub use record::{
     EventApi, EvictionOutcome, EvictionRecord, RecordedBody, RecordedRequest, StoredEvent,

@@ -28,13 +28,27 @@ pub enum LabelRequirement {
     NotIn(String, Vec<String>),
 }
 
+/// Why a selector does not parse (the double answers 400 with it, as kube-apiserver does).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A label requirement that is none of `k`, `!k`, `k=v`, `k!=v`, `k in (…)`, `k notin (…)`.
+    #[error("unable to parse requirement: {0:?}")]
+    Requirement(String),
+    /// A field term without `=`, `==` or `!=`.
+    #[error("invalid field selector term {0:?}: expected key=value")]
+    NoOperator(String),
+    /// A field term with nothing before its operator.
+    #[error("invalid field selector term {0:?}: empty field")]
+    EmptyField(String),
+}
+
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector(pub Vec<LabelRequirement>);
 
 impl LabelSelector {
     /// Parses the `labelSelector` query parameter.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for term in split_top_level(s) {
             let term = term.trim();
@@ -87,8 +101,8 @@ fn valid_key(k: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
-fn parse_label_term(term: &str) -> Result<LabelRequirement, String> {
-    let bad = || format!("unable to parse requirement: {term:?}");
+fn parse_label_term(term: &str) -> Result<LabelRequirement, SelectorError> {
+    let bad = || SelectorError::Requirement(term.to_string());
     if let Some(k) = term.strip_prefix('!') {
         let k = k.trim();
         return if valid_key(k) {
@@ -155,7 +169,7 @@ pub struct FieldSelector(pub Vec<FieldRequirement>);
 
 impl FieldSelector {
     /// Parses the `fieldSelector` query parameter.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for term in s.split(',') {
             let term = term.trim();
@@ -169,13 +183,11 @@ impl FieldSelector {
             } else if let Some((p, v)) = term.split_once('=') {
                 (p, v, false)
             } else {
-                return Err(format!(
-                    "invalid field selector term {term:?}: expected key=value"
-                ));
+                return Err(SelectorError::NoOperator(term.to_string()));
             };
             let path = path.trim();
             if path.is_empty() {
-                return Err(format!("invalid field selector term {term:?}: empty field"));
+                return Err(SelectorError::EmptyField(term.to_string()));
             }
             reqs.push(FieldRequirement {
                 path: path.to_string(),

@@ -18,9 +18,10 @@ use gpu_warden::extender::wire::PodView;
 use gpu_warden::guard::policy::Mode;
 use gpu_warden::guard::state::Guard;
 use gpu_warden::model::pod::PodInfo;
+use gpu_warden::model::vram_request;
 use gpu_warden::publish::annotations::{AnnotationConfig, AnnotationPlanner};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Wall time of step 0.
@@ -93,13 +94,28 @@ pub(crate) fn pod_uid(job: &Job, attempt: u32) -> String {
     )
 }
 
+/// The pod annotation keys the real guard and extender read. The annotations themselves
+/// stay string-keyed (they are the pod's Kubernetes metadata), so the keys are made once
+/// instead of formatted again for every attempt queued and placed.
+struct AnnotationKeys {
+    /// `<prefix>/vram-request-mib`, by the library's one key function.
+    vram_request: String,
+    /// `<prefix>/evict`.
+    evict: String,
+}
+
+static KEYS: LazyLock<AnnotationKeys> = LazyLock::new(|| AnnotationKeys {
+    vram_request: vram_request::key(PREFIX),
+    evict: format!("{PREFIX}/evict"),
+});
+
 pub(crate) fn annotations_of(job: &Job) -> BTreeMap<String, String> {
     let mut a = BTreeMap::new();
     if let Some(d) = job.declared_mib {
-        a.insert(format!("{PREFIX}/vram-request-mib"), d.to_string());
+        a.insert(KEYS.vram_request.clone(), d.to_string());
     }
     if job.protected {
-        a.insert(format!("{PREFIX}/evict"), "never".to_string());
+        a.insert(KEYS.evict.clone(), "never".to_string());
     }
     a.insert("job.runner.gitlab.com/id".into(), job.id.to_string());
     a

@@ -13,7 +13,7 @@
 //! 5 minutes (or on a change, which the baseline leaves out) and a Lease renewal every 10 s,
 //! each node at its own phase.
 
-use cluster_sim::sim::{simulate, Cluster, EventKind, PolicyKind, Scenario};
+use cluster_sim::sim::{simulate, Cluster, EventKind, PolicyKind, Scenario, SimError};
 use cluster_sim::workload::{draw, Job, WorkloadModel};
 use gpu_warden::act::lease::{lease_object, lease_planner_config, LeaseConfig};
 use gpu_warden::guard::levels::Levels;
@@ -153,8 +153,19 @@ impl Traces {
     }
 }
 
+/// Why the write-load table cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteLoadError {
+    /// The cluster simulation refused its scenario.
+    #[error("{0}")]
+    Sim(#[from] SimError),
+    /// The model traced no node.
+    #[error("the simulation has no nodes")]
+    NoNodes,
+}
+
 /// Runs the cluster simulation (extender + guard, 4 replicas) for each seed.
-pub fn traces(m: &Model) -> Result<Traces, String> {
+pub fn traces(m: &Model) -> Result<Traces, WriteLoadError> {
     let mut nodes = Vec::new();
     let mut all_jobs = Vec::new();
     let mut step_s = 2;
@@ -167,7 +178,7 @@ pub fn traces(m: &Model) -> Result<Traces, String> {
             ..Scenario::default()
         };
         step_s = sc.step_s;
-        let out = simulate(&sc, PolicyKind::ExtenderGuard, REPLICAS).map_err(|e| e.0)?;
+        let out = simulate(&sc, PolicyKind::ExtenderGuard, REPLICAS)?;
         let jobs = draw(&sc.workload, sc.seed, sc.horizon_s as f64);
         let count = m.cluster.small_nodes + m.cluster.big_nodes;
         let mut per_node: Vec<NodeTrace> = (0..count)
@@ -427,10 +438,14 @@ pub fn span(m: &Model) -> u64 {
 }
 
 /// The table for each cluster size: the kubelets, then each discipline.
-pub fn table(m: &Model, sizes: &[u64], watchers_beyond_nodes: u64) -> Result<Vec<Row>, String> {
+pub fn table(
+    m: &Model,
+    sizes: &[u64],
+    watchers_beyond_nodes: u64,
+) -> Result<Vec<Row>, WriteLoadError> {
     let tr = traces(m)?;
     if tr.is_empty() {
-        return Err("the simulation has no nodes".into());
+        return Err(WriteLoadError::NoNodes);
     }
     let span = span(m);
     let minutes = (span / 60) as usize;

@@ -12,6 +12,7 @@ use super::generated::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse,
 };
+use crate::model::replicas::{AllocatableError, PodResourcesError};
 use hyper_util::rt::TokioIo;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -26,54 +27,6 @@ pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// The largest answer accepted, in bytes (docs/attribution.md, "Message size"): a `List` of
 /// 5,000 pods is far below it, and decoding one this large fits the agent's memory limit.
 pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
-
-/// Why the kubelet's pod-resources data could not be had.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PodResourcesError {
-    /// No socket: not a kubelet node, or the directory is not mounted. The feature is off.
-    #[error("{}: no kubelet pod-resources socket (mount the host's /var/lib/kubelet/pod-resources read-only)", path.display())]
-    Absent {
-        /// The socket path tried.
-        path: PathBuf,
-    },
-    /// The socket exists but this process may not connect (the kubelet's socket is root's).
-    /// The feature is off.
-    #[error("{}: permission denied on the kubelet pod-resources socket (the agent must run as a user that may connect to it)", path.display())]
-    Denied {
-        /// The socket path tried.
-        path: PathBuf,
-    },
-    /// Something other than a socket is at the path. A directory is what a `hostPath` mount
-    /// of the socket *file* leaves when the socket did not exist at that moment: the kubelet
-    /// can never be reached through it. The feature is off.
-    #[error("{}: {what}, not a socket{}", path.display(), if *what == "a directory" {
-        " (a hostPath mount of the socket file creates a directory when the socket is missing; mount the directory /var/lib/kubelet/pod-resources instead)"
-    } else { "" })]
-    NotASocket {
-        /// The socket path tried.
-        path: PathBuf,
-        /// `a directory`, `a regular file`, …
-        what: &'static str,
-    },
-    /// A call failed: the kubelet is restarting, refused it, or did not answer in time.
-    #[error("pod-resources {call}: {message}")]
-    Call {
-        /// `List` or `GetAllocatableResources`.
-        call: &'static str,
-        /// The gRPC status or transport error, and what it means.
-        message: String,
-    },
-}
-
-impl PodResourcesError {
-    /// Whether the feature should be switched off (as opposed to a poll that may succeed later).
-    pub fn disables(&self) -> bool {
-        matches!(
-            self,
-            Self::Absent { .. } | Self::Denied { .. } | Self::NotASocket { .. }
-        )
-    }
-}
 
 /// Classifies an error of connecting to the socket path; None: a socket that does not
 /// answer (yet), which later polls retry.
@@ -103,20 +56,6 @@ fn not_a_socket(path: &Path) -> Option<PodResourcesError> {
         path: path.into(),
         what,
     })
-}
-
-/// Why `GetAllocatableResources` gave nothing while `List` answered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllocatableError {
-    /// This kubelet does not serve it: `Unimplemented` (Kubernetes 1.20, before the call
-    /// existed) or `Unknown: Pod Resources API GetAllocatableResources disabled` (1.21–1.22
-    /// with the `KubeletPodResourcesGetAllocatable` gate off). Asked again only after the
-    /// kubelet restarts (a new connection).
-    #[error("GetAllocatableResources is not served by this kubelet ({0})")]
-    Unavailable(String),
-    /// It failed this time.
-    #[error(transparent)]
-    Failed(PodResourcesError),
 }
 
 /// The answers of one poll: `List` answered; `GetAllocatableResources` is judged apart.

@@ -13,9 +13,10 @@
 // (clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
-use super::client::{AllocatableError, PodResourcesClient, PodResourcesError, MAX_MESSAGE};
+use super::client::{PodResourcesClient, MAX_MESSAGE};
 use super::model::answer;
 use crate::attribute::ports::PodSource;
+use crate::model::replicas::{AllocatableError, PodResourcesError};
 use crate::model::replicas::{KubeletAnswer, KubeletDevice, ReplicaView};
 use crate::model::snapshot::Snapshot;
 use std::path::PathBuf;
@@ -260,21 +261,19 @@ async fn run(
         match client.poll().await {
             Ok(reply) => {
                 list_fresh.answered(started);
-                let (allocatable, state) = match reply.allocatable {
-                    Ok(a) => {
+                let state = match &reply.allocatable {
+                    Ok(_) => {
                         allocatable_fresh.answered(started);
-                        (Ok(a), AllocatableState::Answers)
+                        AllocatableState::Answers
                     }
                     Err(AllocatableError::Unavailable(why)) => {
-                        (Err(why.clone()), AllocatableState::Unavailable(why))
+                        AllocatableState::Unavailable(why.clone())
                     }
-                    Err(AllocatableError::Failed(e)) => {
-                        (Err(e.to_string()), AllocatableState::Failing)
-                    }
+                    Err(AllocatableError::Failed(_)) => AllocatableState::Failing,
                 };
                 let mut view = answer(
                     &reply.list,
-                    allocatable.as_ref().map_err(Clone::clone),
+                    reply.allocatable.as_ref(),
                     &pods.pods(),
                     &cfg.request_key,
                 );

@@ -10,7 +10,9 @@
 
 use super::generated::{AllocatableResourcesResponse, ContainerDevices, ListPodResourcesResponse};
 use crate::model::pod::{PodInfo, PodMap};
-use crate::model::replicas::{parse_device_id, KubeletAnswer, KubeletDevice, ListedPod};
+use crate::model::replicas::{
+    parse_device_id, AllocatableError, KubeletAnswer, KubeletDevice, ListedPod,
+};
 use std::collections::{BTreeSet, HashMap};
 
 fn gpu_devices<'a>(
@@ -34,7 +36,7 @@ fn gpu_devices<'a>(
 /// name)` is a pod's declared VRAM in MiB.
 pub fn reduce(
     list: &ListPodResourcesResponse,
-    allocatable: Result<&AllocatableResourcesResponse, String>,
+    allocatable: Result<&AllocatableResourcesResponse, &AllocatableError>,
     is_terminal: impl Fn(&str, &str) -> bool,
     declared: impl Fn(&str, &str) -> Option<u64>,
 ) -> KubeletAnswer {
@@ -54,7 +56,9 @@ pub fn reduce(
         .collect();
     KubeletAnswer {
         pods,
-        allocatable: allocatable.map(|a| gpu_devices(a.devices.iter()).collect()),
+        allocatable: allocatable
+            .map(|a| gpu_devices(a.devices.iter()).collect())
+            .map_err(Clone::clone),
     }
 }
 
@@ -63,7 +67,7 @@ pub fn reduce(
 /// annotation `request_key` (`<prefix>/vram-request-mib`; unset or unparsable counts as 0).
 pub fn answer(
     list: &ListPodResourcesResponse,
-    allocatable: Result<&AllocatableResourcesResponse, String>,
+    allocatable: Result<&AllocatableResourcesResponse, &AllocatableError>,
     pods: &PodMap,
     request_key: &str,
 ) -> KubeletAnswer {
@@ -89,6 +93,7 @@ mod tests {
     use super::*;
     use crate::attribute::podresources::generated::{ContainerResources, PodResources};
     use crate::model::pod::PodInfo;
+    use crate::model::replicas::PodResourcesError;
 
     const G0: &str = "GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b";
     const G1: &str = "GPU-66666666-7777-8888-9999-000000000000";
@@ -204,8 +209,19 @@ mod tests {
             .listed
             .contains(&("ci".into(), "no-gpu".into())));
         assert!(!v.allocations.listed.contains(&("ci".into(), "done".into())));
-        let without = answer(&list, Err("Unimplemented".into()), &pods, "k");
-        assert_eq!(without.allocatable, Err("Unimplemented".to_string()));
+        let unserved = AllocatableError::Unavailable("Unimplemented".into());
+        let without = answer(&list, Err(&unserved), &pods, "k");
+        assert_eq!(without.allocatable, Err(unserved));
+        let unknown = |a: &KubeletAnswer| a.resolve(&[]).allocations.allocatable_unknown;
+        assert_eq!(unknown(&without).as_deref(), Some("Unimplemented"));
+        let failed = AllocatableError::Failed(PodResourcesError::Call {
+            call: "GetAllocatableResources",
+            message: "deadline exceeded".into(),
+        });
+        assert_eq!(
+            unknown(&answer(&list, Err(&failed), &pods, "k")).as_deref(),
+            Some("pod-resources GetAllocatableResources: deadline exceeded")
+        );
         assert_eq!(without.pods.len(), 4, "List stands on its own");
     }
 }

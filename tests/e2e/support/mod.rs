@@ -1,6 +1,12 @@
 //! Helpers shared by the integration tests: the agent's command line ([`AgentArgs`]), start
-//! the real binary, speak plain HTTP/1.1.
+//! the real binary, speak plain HTTP/1.1; [`guard_world`], the guard's binary on the API
+//! double; [`enforcer_world`], what the enforcer tests hand the real enforcer;
+//! [`pod_resources`], the agent on a fake kubelet.
 #![allow(dead_code)]
+
+pub mod enforcer_world;
+pub mod guard_world;
+pub mod pod_resources;
 
 use gpu_warden::testkit::wait_for;
 use std::ffi::OsStr;
