@@ -18,6 +18,21 @@ pub struct Levels {
     pub target: u64,
 }
 
+/// Why a GPU has no thresholds now: no memory reading to resolve them against, or a policy
+/// that does not fit it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoLevels {
+    /// No reading yet since the guard began.
+    #[error("no memory reading yet")]
+    NotYetRead,
+    /// The last reading failed (or the GPU is not healthy).
+    #[error("no memory reading")]
+    NoReading,
+    /// The thresholds do not fit the GPU.
+    #[error(transparent)]
+    Unfit(#[from] LevelsError),
+}
+
 /// Why a policy's thresholds do not fit a GPU.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LevelsError {

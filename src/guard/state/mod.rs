@@ -21,7 +21,7 @@ pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 
 use super::decision::{Decision, EvictionOutcome};
 use super::growth::PodGrowth;
-use super::levels::{Levels, Pressure};
+use super::levels::{Levels, NoLevels, Pressure};
 use super::policy::{Mode, Policy};
 use super::read_cadence;
 use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, RefusedPod};
@@ -37,7 +37,7 @@ struct GpuState {
     uuid: String,
     health: GpuHealth,
     memory: Option<MemoryInfo>,
-    levels: Result<Levels, String>,
+    levels: Result<Levels, NoLevels>,
     pressure: Pressure,
     pressure_since: Duration,
     below_soft_since: Option<Duration>,
@@ -59,7 +59,7 @@ impl GpuState {
             uuid,
             health: GpuHealth::Ok,
             memory: None,
-            levels: Err("no memory reading yet".into()),
+            levels: Err(NoLevels::NotYetRead),
             pressure: Pressure::None,
             pressure_since: now,
             below_soft_since: None,
@@ -93,12 +93,12 @@ impl GpuState {
             None => {
                 // Stale data: the trend would span a gap and grace continuity is unknown.
                 self.trend.clear();
-                self.levels = Err("no memory reading".into());
+                self.levels = Err(NoLevels::NoReading);
                 Pressure::None
             }
             Some(m) => {
                 self.trend.push(now, m.used);
-                self.levels = Levels::resolve(policy, m.total).map_err(|e| e.to_string());
+                self.levels = Levels::resolve(policy, m.total).map_err(NoLevels::from);
                 match &self.levels {
                     // Free is NVML v2's `free`, which already excludes `reserved`:
                     // total − used would overstate what CUDA can still allocate.

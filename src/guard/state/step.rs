@@ -114,7 +114,7 @@ impl Guard {
             (_, GpuHealth::Lost(r), ..) => Some(format!("GPU lost: {r}")),
             (_, GpuHealth::Degraded(r), ..) => Some(format!("GPU degraded: {r}")),
             (_, _, None, _) => Some("no memory reading".into()),
-            (_, _, _, Err(e)) => Some(e.clone()),
+            (_, _, _, Err(e)) => Some(e.to_string()),
             _ => None,
         };
         // In enforce mode a cooldown may give way (see `escalate`): the triggers are then
