@@ -299,9 +299,14 @@ impl Core {
 impl GuardCore {
     fn refresh_hold(&mut self, now: Duration) {
         let st = self.parts.pods.status();
-        // Only time the server answered counts toward an eviction in doubt's timeout.
-        let proven_at = st.proven_ago.map(|ago| now.saturating_sub(ago));
-        self.parts.guard.note_view_proof(proven_at);
+        // Only time the server answered counts toward an eviction in doubt's timeout: the
+        // time between the arrivals of proofs, not between the moments they prove (a LIST
+        // a frozen server held proves the moment it was sent, and arrives at the thaw).
+        let heard_at = st
+            .proven_ago
+            .and(st.heard_ago)
+            .map(|ago| now.saturating_sub(ago));
+        self.parts.guard.note_view_proof(heard_at);
         let reason = hold_reason(&st);
         if reason.as_deref() != self.parts.guard.held() {
             match &reason {

@@ -139,6 +139,8 @@ struct ViewState {
     proven_at: Option<Instant>,
     /// How long a proof lasts now (it follows the server's latency).
     proof_lifetime: Duration,
+    /// When the last proof arrived (see `PodViewStatus::heard_ago`).
+    heard_at: Option<Instant>,
     resource_version: Option<String>,
     last_error: Option<String>,
     latency: Option<Duration>,
@@ -152,6 +154,7 @@ impl ViewState {
             healthy: self.synced && proven_ago.is_some_and(|a| a <= self.proof_lifetime),
             last_error: self.last_error.clone(),
             proven_ago,
+            heard_ago: self.heard_at.map(|t| t.elapsed()),
             resource_version: self.resource_version.clone(),
             api_latency: self.latency,
         }
@@ -232,6 +235,7 @@ impl WatchedPods {
             pods: Arc::new(PodMap::new()),
             synced: false,
             proven_at: None,
+            heard_at: None,
             proof_lifetime: view_bounds::proof_lifetime(
                 timing.stall_bound,
                 bounds.timeout(&ApiLatency::default()),
@@ -388,7 +392,9 @@ impl Watcher {
     /// The server showed the view current at `rv` now.
     fn prove(&self, rv: &str) {
         let mut s = lock(&self.st);
-        s.proven_at = Some(Instant::now());
+        let now = Instant::now();
+        s.proven_at = Some(now);
+        s.heard_at = Some(now);
         s.resource_version = Some(rv.to_string());
     }
 
@@ -451,6 +457,7 @@ impl Watcher {
             s.synced = true;
             // The LIST shows the pods as they were at some moment after it was sent.
             s.proven_at = Some(sent);
+            s.heard_at = Some(listed_at);
             s.resource_version = Some(rv.clone());
         }
         self.lists += 1;

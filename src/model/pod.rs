@@ -103,6 +103,13 @@ pub struct PodViewStatus {
     /// `None` before the first proof and after a failure or a distrust dropped it.
     #[serde(serialize_with = "ser_opt_secs")]
     pub proven_ago: Option<Duration>,
+    /// How long before this status was taken the last proof *arrived* (a LIST's answer, a
+    /// watch event or bookmark, a watch's clean end). `proven_ago` dates a LIST's proof
+    /// from when it was sent — the view is at least that fresh — but a LIST held by a frozen
+    /// server is sent long before it is answered; the time the guard counts as the server
+    /// answering runs between arrivals, not between the moments they prove.
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub heard_ago: Option<Duration>,
     /// The resourceVersion the view is current at (its last LIST's, or the last event's or
     /// bookmark's since).
     pub resource_version: Option<String>,
@@ -119,6 +126,7 @@ impl PodViewStatus {
             synced: true,
             healthy: true,
             proven_ago: Some(Duration::ZERO),
+            heard_ago: Some(Duration::ZERO),
             ..PodViewStatus::default()
         }
     }

@@ -168,3 +168,51 @@ fn a_stalled_watch_never_evicts_a_pod_that_became_exempt() {
     let log = w.stop();
     assert!(log.contains("disagrees with the pod view"), "{log}");
 }
+
+/// A freeze that begins between the fresh read of the greedy job and its eviction and lasts
+/// longer than `MAX_PROOF_GAP` (30 s), so none of it is time the server answered; on the
+/// thaw the server answers reads at once and carries the held eviction out 2 s later
+/// (`set_thaw_writes_after`: a watch cache back before its storage). With `inDoubtTimeout:
+/// 4s`, a guard that counted the frozen time would end the doubt as "not carried out" at the
+/// first good view after the thaw — a fresh read then even shows the pod running — and
+/// evict `ci-a` too: two for one. Counting only answered time, the held eviction lands
+/// first and the doubt ends as carried out; nobody else is evicted.
+#[test]
+fn a_thaw_that_answers_reads_first_does_not_make_a_held_eviction_two_for_one() {
+    let policy = format!("{POLICY}inDoubtTimeout: 4s\n");
+    let mut w = GuardWorld::start(SCENARIO, "faults", &policy, |s| {
+        s.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/greedy/eviction",
+                FaultAction::Freeze,
+            )
+            .method(Method::POST)
+            .times(1),
+        );
+        s.set_thaw_writes_after(Duration::from_secs(2));
+    });
+    w.wait(
+        "the greedy job's eviction to freeze the server",
+        Duration::from_secs(30),
+        |w| w.server.is_frozen(),
+    );
+    std::thread::sleep(Duration::from_secs(33));
+    w.server.set_frozen(false);
+    // Past the held eviction, and past inDoubtTimeout of answering after it.
+    std::thread::sleep(Duration::from_secs(10));
+    if w.evicted() != vec!["ci/greedy".to_string()] {
+        let log = w.stop();
+        panic!("{:?}\n{log}", w.evicted());
+    }
+    let posted: Vec<String> = w.posts().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        posted,
+        vec!["/api/v1/namespaces/ci/pods/greedy/eviction".to_string()]
+    );
+    let log = w.stop();
+    assert!(
+        log.contains("eviction that was in doubt was carried out"),
+        "{log}"
+    );
+    assert!(!log.contains("was not carried out"), "{log}");
+}

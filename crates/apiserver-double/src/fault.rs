@@ -128,6 +128,11 @@ pub enum FaultAction {
     /// For requests other than watches (a LIST, a GET): wait this long, then serve the
     /// request normally, while watches on the same path answer at once.
     SlowList(Duration),
+    /// Freeze the whole server as this request arrives (as `ApiServer::set_frozen(true)`),
+    /// holding this request with the rest: it is carried out when the test thaws the server
+    /// (after `set_thaw_writes_after`'s delay, for a write). For a freeze that begins
+    /// between the guard's fresh read of a pod and its eviction.
+    Freeze,
     /// Read the whole request body, then break the connection without an answer. With
     /// `apply: true` the request is carried out first (the client cannot know it was);
     /// with `apply: false` it is not.

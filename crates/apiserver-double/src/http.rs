@@ -229,6 +229,14 @@ async fn handle_inner(
             return Ok(finish(&shared, id, resp));
         }
         Some(FaultAction::Delay(d) | FaultAction::SlowList(d)) => tokio::time::sleep(d).await,
+        Some(FaultAction::Freeze) => {
+            shared.set_frozen(true);
+            drop(shared.gate.clone().lock_owned().await);
+            let delay = shared.mutate(|s| s.thaw_writes_after);
+            if method != Method::GET && !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
         Some(FaultAction::Hang) => {
             notify(&shared, id);
             // never answer; the connection task drops us on shutdown or set_down

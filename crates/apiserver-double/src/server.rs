@@ -401,20 +401,12 @@ impl ApiServer {
     /// — even those whose client gave up meanwhile, as a real server does — and watches
     /// resume.
     pub fn set_frozen(&self, frozen: bool) {
-        let mut held = crate::state::lock(&self.shared.frozen_guard);
-        if frozen && held.is_none() {
-            // Uncontended unless a request is passing the gate this very instant.
-            let gate = self.shared.gate.clone();
-            *held = Some(loop {
-                if let Ok(g) = gate.clone().try_lock_owned() {
-                    break g;
-                }
-                std::thread::yield_now();
-            });
-        } else if !frozen {
-            *held = None;
-        }
-        self.shared.frozen.send_replace(frozen);
+        self.shared.set_frozen(frozen);
+    }
+
+    /// Whether the server is frozen (by [`ApiServer::set_frozen`] or a `Freeze` fault).
+    pub fn is_frozen(&self) -> bool {
+        *self.shared.frozen.borrow()
     }
 
     /// When the server thaws, the writes its freeze held (an eviction, a patch) are carried

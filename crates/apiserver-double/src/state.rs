@@ -410,6 +410,23 @@ impl Shared {
     }
 
     /// Drops every open connection (watches included).
+    /// Freezes (`true`) or thaws the server: see `ApiServer::set_frozen`.
+    pub(crate) fn set_frozen(&self, frozen: bool) {
+        let mut held = lock(&self.frozen_guard);
+        if frozen && held.is_none() {
+            // Uncontended unless a request is passing the gate this very instant.
+            *held = Some(loop {
+                if let Ok(g) = self.gate.clone().try_lock_owned() {
+                    break g;
+                }
+                std::thread::yield_now();
+            });
+        } else if !frozen {
+            *held = None;
+        }
+        self.frozen.send_replace(frozen);
+    }
+
     pub(crate) fn kill_connections(&self) {
         self.kill.send_modify(|g| *g += 1);
     }

@@ -287,7 +287,12 @@ async fn run(shared: Arc<Shared>, req: WatchRequest, tx: Tx) {
                         return;
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    // A frozen server sends nothing, not even the end of a watch that timed
+                    // out: the client sees the clean end only once it thaws.
+                    out.thawed().await;
+                    return;
+                }
                 _ = out.tx.closed() => return,
             }
         }

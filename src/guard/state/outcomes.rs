@@ -221,9 +221,10 @@ impl Guard {
 pub const MAX_PROOF_GAP: Duration = Duration::from_secs(30);
 
 impl Guard {
-    /// Tells the guard when the API server last proved the pod view current (`None`: not
-    /// proven). The time between two proofs no more than [`MAX_PROOF_GAP`] apart is time the
-    /// server answered, and counts toward each eviction in doubt's `inDoubtTimeout`.
+    /// Tells the guard when the last proof of the pod view arrived from the API server
+    /// (`None`: not proven). The time between two arrivals no more than [`MAX_PROOF_GAP`]
+    /// apart is time the server answered, and counts toward each eviction in doubt's
+    /// `inDoubtTimeout`.
     pub fn note_view_proof(&mut self, proven_at: Option<Duration>) {
         let Some(p) = proven_at else {
             return;
