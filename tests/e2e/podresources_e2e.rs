@@ -253,3 +253,74 @@ fn a_socket_that_appears_after_start_is_picked_up() {
     );
     rt.block_on(serving.shut_down(&socket));
 }
+
+/// The agent's resident memory, kB (`VmRSS`), 0 if it cannot be read.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A large `List` answer does not leave the agent at its peak (issue 27): 1,900 pods with 40
+/// replica IDs each (3.7 MB) raise RSS by tens of MB while they are decoded; once the kubelet
+/// answers small again, RSS comes back down (glibc kept the freed memory — 92 MB for good —
+/// until the feed trimmed the allocator after each large answer).
+#[test]
+fn resident_memory_comes_back_down_after_a_large_answer() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = write_scenario(dir.path());
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::default();
+    shared_node(&kubelet, G0, G1);
+    let serving = rt.block_on(async { serve(&kubelet, &socket) });
+    // A debug build encodes the large answer slowly: a 1 s interval (and call timeout).
+    let args = sim_args(&scenario_path, &socket)
+        .set("--pod-resources-interval", "1s")
+        .kube_off();
+    let agent = Agent::start(&args.args());
+    let pid = agent.child.id();
+    wait_until("replica metrics", || {
+        let m = metrics(agent.port);
+        (m.contains("gpu_warden_gpu_replicas{"), m)
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let base = rss_kb(pid);
+
+    kubelet.set(|s| {
+        s.list.pod_resources = (0..1900)
+            .map(|i| pod("ci", &format!("job-{i:012}"), replicas(G0, 0..40)))
+            .collect()
+    });
+    let served = |n: u64| {
+        let from = kubelet.calls();
+        move |k: &FakeKubelet| k.calls() >= from + n
+    };
+    let mut peak = base;
+    let enough = served(8);
+    wait_until("large answers served", || {
+        peak = peak.max(rss_kb(pid));
+        (enough(&kubelet), format!("{} calls", kubelet.calls()))
+    });
+    shared_node(&kubelet, G0, G1);
+    let enough = served(6);
+    wait_until("small answers again", || {
+        (enough(&kubelet), format!("{} calls", kubelet.calls()))
+    });
+    let after = rss_kb(pid);
+    assert!(
+        peak >= base + 20_000,
+        "the large answers must raise RSS for this test to show anything: {base} → {peak} kB"
+    );
+    assert!(
+        after < base + (peak - base) / 3,
+        "RSS stayed up after the large answers: {base} → peak {peak} → {after} kB"
+    );
+    drop(agent);
+    rt.block_on(serving.shut_down(&socket));
+}
