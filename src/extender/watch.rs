@@ -29,6 +29,11 @@ pub trait NodeLookup: Send + Sync {
     fn state(&self, node: &str) -> Option<Arc<NodeState>>;
     /// The node's annotations as they are; `None` when the node is not known.
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>>;
+    /// The same, shared: a cache hands out the one copy it holds, the same `Arc` until the
+    /// Node changes (so a caller can tell a change by pointer).
+    fn shared_annotations(&self, node: &str) -> Option<Arc<BTreeMap<String, String>>> {
+        self.annotations(node).map(Arc::new)
+    }
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
     /// `annotations` of `node` (from a full Node object) as verdicts read them; the Lease
@@ -62,11 +67,14 @@ impl NodeLookup for NodeCache {
             .map(|(_, s)| s.clone())
     }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
+        self.shared_annotations(node).map(|a| (*a).clone())
+    }
+    fn shared_annotations(&self, node: &str) -> Option<Arc<BTreeMap<String, String>>> {
         self.nodes
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(node)
-            .map(|(a, _)| (**a).clone())
+            .map(|(a, _)| a.clone())
     }
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
