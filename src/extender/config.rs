@@ -8,14 +8,14 @@
 //! marginMiB: 512            # kept free beyond the pod's need
 //! staleAfter: 120s          # 8 x the agents' Lease renewal; 2 x the Node heartbeat of agents without one
 //! unknownNode: pass         # stale, missing or unreadable figures: pass (fail-open) | fail
-//! score: pack               # pack (best fit) | spread
+//! score: spread             # spread (most room left) | pack (best fit)
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
 //! resource: nvidia.com/gpu
-//! unknownNeed: {rule: reserve, mib: 8192} # the default; or {rule: pass}
+//! unknownNeed: {rule: reserve, mib: 22016} # the default (an A10G less the margin); or {rule: pass}
 //! learned:                  # needs learned per GitLab project (off without a url)
 //!   prometheusUrl: http://prometheus-operated.monitoring:9090
 //!   window: 7d
-//!   minJobs: 20
+//!   minJobs: 3
 //!   refresh: 5m
 //!   maxAge: 1h
 //! defaults:                 # first match wins; a pod's own annotation and a learned need beat them
@@ -146,7 +146,7 @@ pub struct LearnedFile {
     pub prometheus_url: Option<String>,
     /// The range of job peaks learned from (PromQL duration, default `7d`).
     pub window: Option<String>,
-    /// Fewest job peaks in the window for a project to get a need (default 20).
+    /// Fewest job peaks in the window for a project to get a need (default 3).
     pub min_jobs: Option<u64>,
     /// How often the query runs (default `5m`).
     pub refresh: Option<String>,
@@ -160,8 +160,17 @@ pub struct LearnedFile {
 pub use super::learned::LearnedSource;
 
 /// The need a GPU pod gets when nothing else gives it one (`unknownNeed`'s default): what
-/// docs/scheduling.md's simulation chose.
-pub const DEFAULT_UNKNOWN_NEED_MIB: u64 = 8192;
+/// docs/scheduling.md's simulation chose — a whole A10G (23028 MiB) less the 512 MiB margin
+/// and the annotations' 256 MiB quantum, so a job nothing is known of yet (no declaration,
+/// its project not learned) gets a GPU to itself; 8 GiB let the jobs of heavy projects die
+/// in the first hour.
+pub const DEFAULT_UNKNOWN_NEED_MIB: u64 = 22016;
+
+/// Fewest job peaks for a project to get a learned need (`learned.minJobs`'s default): what
+/// docs/scheduling.md's simulation chose. With fewer than 20 the p95 is the largest peak
+/// seen, rounded up to its histogram bucket; waiting for 20 left a project's jobs on
+/// `unknownNeed` for an hour of a cold start.
+pub const DEFAULT_MIN_JOBS: u64 = 3;
 
 /// A policy that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +287,7 @@ impl PolicyFile {
                 Some(LearnedSource {
                     url: url.trim_end_matches('/').to_string(),
                     window,
-                    min_jobs: l.min_jobs.unwrap_or(20).max(1),
+                    min_jobs: l.min_jobs.unwrap_or(DEFAULT_MIN_JOBS).max(1),
                     refresh,
                     max_age,
                 })

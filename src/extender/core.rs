@@ -256,6 +256,10 @@ pub fn reservation_for(
         ),
         _ => (None, None),
     };
+    let declared_mib = pod
+        .annotation(&policy.needs.annotation)
+        .and_then(crate::model::vram_request::parse_mib)
+        .unwrap_or(0);
     Some(Reservation {
         pod: pod.key(),
         mib,
@@ -263,6 +267,8 @@ pub fn reservation_for(
         at: now,
         at_wall: wall,
         baseline,
+        declared_mib,
+        shown: false,
     })
 }
 

@@ -169,13 +169,21 @@ fn pending_on<'a>(
         .filter(move |r| r.gpu.as_deref().is_none_or(|u| u == gpu.uuid))
 }
 
-/// MiB committed on `gpu` but not used yet.
+/// MiB committed on `gpu` but not used yet: what the pods there are promised (their
+/// declarations, `declaredMiB`, plus what the ledger's shown reservations need beyond
+/// theirs) less what the GPU uses, and the pending reservations in full (the node shows
+/// neither their replica nor their declaration yet).
 fn committed(gpu: &GpuFigures, pending: &[Reservation]) -> u64 {
-    let declared_unused = gpu
-        .declared_mib
-        .map(|d| d.saturating_sub(gpu.used_mib))
-        .unwrap_or(0);
-    declared_unused + pending_on(pending, gpu).map(|r| r.mib).sum::<u64>()
+    let (shown, waiting): (Vec<&Reservation>, Vec<&Reservation>) =
+        pending_on(pending, gpu).partition(|r| r.shown);
+    let promised =
+        gpu.declared_mib.unwrap_or(0) + shown.iter().map(|r| r.beyond_declared_mib()).sum::<u64>();
+    let unused = if gpu.declared_mib.is_some() || !shown.is_empty() {
+        promised.saturating_sub(gpu.used_mib)
+    } else {
+        0
+    };
+    unused + waiting.iter().map(|r| r.mib).sum::<u64>()
 }
 
 /// The GPU NVIDIA's device plugin hands out next, counting pending reservations: fewest
@@ -197,7 +205,8 @@ pub fn next_gpus<'a>(
         .gpus
         .iter()
         .filter_map(|g| {
-            let allocated = g.replicas_allocated? + pending_on(pending, g).count() as u32;
+            let allocated =
+                g.replicas_allocated? + pending_on(pending, g).filter(|r| !r.shown).count() as u32;
             let allocatable = g.replicas_allocatable?;
             (allocated < allocatable).then_some((allocated, g.index, g))
         })
@@ -470,7 +479,63 @@ pub(crate) mod tests {
             at: Duration::ZERO,
             at_wall: at(0),
             baseline: None,
+            declared_mib: 0,
+            shown: false,
         }
+    }
+
+    #[test]
+    fn a_shown_pods_need_beyond_its_declaration_is_still_committed() {
+        // One pod on the GPU, declared nothing, judged on 12 GiB, using 4 GiB: the node's
+        // figures say 18.5 GiB free and nothing declared.
+        let n = node(
+            vec![gpu(0, 18932, 4096, Some((1, 8, 0)))],
+            Some(Some("GPU-0".into())),
+        );
+        let p = policy(512, UnknownNode::Pass);
+        let alone = judge(&n, &[], Some(10240), 1, &p, at(5));
+        assert!(alone.pass, "{}", alone.message);
+        let mut shown = res(Some("GPU-0"), 12288);
+        shown.shown = true;
+        let v = judge(&n, std::slice::from_ref(&shown), Some(10240), 1, &p, at(5));
+        assert_eq!((v.pass, v.reason), (false, Reason::NoRoom), "{}", v.message);
+        assert!(v.message.contains("8 GiB committed"), "{}", v.message);
+        // Shown, it no longer waits for a replica: the next GPU counts it once, in the
+        // node's replicas-allocated figure.
+        let two = node(
+            vec![
+                gpu(0, 18932, 4096, Some((1, 8, 0))),
+                gpu(1, 23028, 0, Some((1, 8, 0))),
+            ],
+            None,
+        );
+        let NodeState::Known(v2) = &two else {
+            panic!("known")
+        };
+        assert_eq!(
+            next_gpu(v2, std::slice::from_ref(&shown)).map(|g| g.index),
+            Some(0)
+        );
+        let mut waiting = shown.clone();
+        waiting.shown = false;
+        assert_eq!(
+            next_gpu(v2, std::slice::from_ref(&waiting)).map(|g| g.index),
+            Some(1)
+        );
+        // Once the pod uses more than its need, what it uses is what counts.
+        let grown = node(
+            vec![gpu(0, 8692, 14336, Some((1, 8, 0)))],
+            Some(Some("GPU-0".into())),
+        );
+        let v = judge(
+            &grown,
+            std::slice::from_ref(&shown),
+            Some(4096),
+            1,
+            &p,
+            at(5),
+        );
+        assert!(v.pass, "{}", v.message);
     }
 
     #[test]

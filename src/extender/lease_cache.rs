@@ -15,18 +15,33 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::Api;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-/// Node annotations as the verdicts should read them: through each node's Lease.
+/// One node's figures read through its Lease, with the two objects they were read from (the
+/// Node cache's and the Lease reflector's `Arc`s: each update replaces them, so pointer
+/// equality says nothing changed; holding them keeps their addresses from being reused).
+struct Memo {
+    node: Arc<BTreeMap<String, String>>,
+    lease: Option<Arc<Lease>>,
+    state: Arc<NodeState>,
+}
+
+/// Past this many nodes' entries the memo starts over.
+const MEMO_MAX_NODES: usize = 65_536;
+
+/// Node annotations as the verdicts should read them: through each node's Lease. What they
+/// say is parsed once per update of the Node or its Lease (on the first call after it), not
+/// per call.
 pub struct LiveNodes {
     nodes: Arc<dyn NodeLookup>,
     leases: Store<Lease>,
     namespace: String,
     prefix: String,
     synced: Arc<AtomicBool>,
+    memo: RwLock<HashMap<String, Memo>>,
 }
 
 fn view(l: &Lease) -> LeaseView {
@@ -41,18 +56,75 @@ fn view(l: &Lease) -> LeaseView {
 }
 
 impl LiveNodes {
-    fn lease(&self, node: &str) -> Option<LeaseView> {
+    /// `nodes` read through the Leases of `leases` (the agents' namespace), annotations
+    /// under `prefix`; `synced` turns true once the Lease reflector has listed.
+    pub fn new(
+        nodes: Arc<dyn NodeLookup>,
+        leases: Store<Lease>,
+        namespace: &str,
+        prefix: &str,
+        synced: Arc<AtomicBool>,
+    ) -> LiveNodes {
+        LiveNodes {
+            nodes,
+            leases,
+            namespace: namespace.to_string(),
+            prefix: prefix.to_string(),
+            synced,
+            memo: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn lease_object(&self, node: &str) -> Option<Arc<Lease>> {
         let key = ObjectRef::new(lease_name(node)).within(&self.namespace);
-        self.leases.get(&key).map(|l| view(&l))
+        self.leases.get(&key)
+    }
+
+    fn lease(&self, node: &str) -> Option<LeaseView> {
+        self.lease_object(node).map(|l| view(&l))
+    }
+}
+
+fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 
 impl NodeLookup for LiveNodes {
-    // Through a Lease the figures change with every renewal, so they are read per call
-    // (one JSON parse per node; docs/performance.md, "The extender").
+    // Through a Lease the figures change with every renewal (15 s): parsed again on the
+    // first call after a change of the Node or its Lease, a pointer comparison otherwise
+    // (docs/performance.md, "The extender").
     fn state(&self, node: &str) -> Option<Arc<NodeState>> {
-        let a = self.annotations(node)?;
-        Some(Arc::new(read_node(&a, &self.prefix)))
+        let ann = self.nodes.shared_annotations(node)?;
+        let lease = self.lease_object(node);
+        {
+            let memo = self.memo.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(m) = memo.get(node) {
+                if Arc::ptr_eq(&m.node, &ann) && same(m.lease.as_ref(), lease.as_ref()) {
+                    return Some(m.state.clone());
+                }
+            }
+        }
+        let effective_ann = effective(&ann, lease.as_deref().map(view).as_ref(), &self.prefix);
+        let state = Arc::new(read_node(&effective_ann, &self.prefix));
+        let mut memo = self.memo.write().unwrap_or_else(|e| e.into_inner());
+        // Nodes that left the cluster leave their entries behind: start over past a bound
+        // (13 x the 5,000 nodes docs/performance.md measures).
+        if memo.len() >= MEMO_MAX_NODES {
+            memo.clear();
+        }
+        memo.insert(
+            node.to_string(),
+            Memo {
+                node: ann,
+                lease,
+                state: state.clone(),
+            },
+        );
+        Some(state)
     }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
         let a = self.nodes.annotations(node)?;
@@ -82,13 +154,13 @@ pub fn spawn_live_nodes(
     let cfg = watcher::Config::default().labels(&format!("{}={}", LEASE_LABEL.0, LEASE_LABEL.1));
     let (store, writer) = reflector::store();
     let synced = Arc::new(AtomicBool::new(false));
-    let live = Arc::new(LiveNodes {
+    let live = Arc::new(LiveNodes::new(
         nodes,
-        leases: store.clone(),
-        namespace: namespace.to_string(),
-        prefix: prefix.to_string(),
-        synced: synced.clone(),
-    });
+        store.clone(),
+        namespace,
+        prefix,
+        synced.clone(),
+    ));
     let waiter = store.clone();
     let ns = namespace.to_string();
     tokio::spawn(async move {
@@ -120,4 +192,99 @@ pub fn spawn_live_nodes(
         }
     });
     live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::watch::NodeCache;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    const P: &str = "gpu-warden.io";
+    const T0: u64 = 1_780_000_000;
+
+    fn figures(free: u64, t: u64) -> BTreeMap<String, String> {
+        let ts =
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(T0 + t)).to_string();
+        let vram = format!(
+            r#"{{"v":1,"observedAt":"{ts}","gpus":[{{"index":0,"uuid":"GPU-0","totalMiB":24576,"usedMiB":{},"freeMiB":{free},"pressure":"none"}}]}}"#,
+            24576 - free
+        );
+        BTreeMap::from([
+            (format!("{P}/vram"), vram),
+            (format!("{P}/vram-observed-at"), ts),
+        ])
+    }
+
+    fn lease(free: u64, t: u64) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                namespace: Some("gpu-warden".into()),
+                annotations: Some(figures(free, t)),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(
+                    k8s_openapi::jiff::Timestamp::from_second((T0 + t) as i64).unwrap(),
+                )),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    fn free_of(s: &NodeState) -> Option<u64> {
+        match s {
+            NodeState::Known(v) => Some(v.gpus[0].free_mib),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_figures_are_parsed_once_per_update_of_the_node_or_its_lease() {
+        let cache = Arc::new(NodeCache::new(P));
+        let node = |free| Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                annotations: Some(figures(free, 0)),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        cache.apply(watcher::Event::Apply(node(1000)), &mut None);
+        let (store, mut writer) = reflector::store::<Lease>();
+        let live = LiveNodes::new(
+            cache.clone(),
+            store,
+            "gpu-warden",
+            P,
+            Arc::new(AtomicBool::new(true)),
+        );
+        // No Lease: the Node's figures, parsed once.
+        let a = live.state("n1").unwrap();
+        assert_eq!(free_of(&a), Some(1000));
+        assert!(
+            Arc::ptr_eq(&a, &live.state("n1").unwrap()),
+            "not parsed again"
+        );
+        // A Lease with newer figures: read through it, once.
+        writer.apply_watcher_event(&watcher::Event::Apply(lease(2000, 15)));
+        let b = live.state("n1").unwrap();
+        assert_eq!(free_of(&b), Some(2000));
+        assert!(Arc::ptr_eq(&b, &live.state("n1").unwrap()));
+        // A renewal (same figures, a later renewTime) is an update: parsed again.
+        writer.apply_watcher_event(&watcher::Event::Apply(lease(2000, 30)));
+        let c = live.state("n1").unwrap();
+        assert!(!Arc::ptr_eq(&b, &c));
+        assert_eq!(free_of(&c), Some(2000));
+        // So is a change of the Node.
+        cache.apply(watcher::Event::Apply(node(3000)), &mut None);
+        let d = live.state("n1").unwrap();
+        assert!(!Arc::ptr_eq(&c, &d));
+        assert!(Arc::ptr_eq(&d, &live.state("n1").unwrap()));
+        assert!(live.state("n2").is_none(), "an unknown node");
+    }
 }

@@ -1,12 +1,20 @@
 //! The reservation ledger: pods this scheduler bound to a node recently whose memory the
-//! node's annotations do not show yet. Without it, a burst of pods would all be placed on
-//! the same free figure before the agent's next patch.
+//! node's annotations do not show yet, and, once they do, what of each pod's need they still
+//! do not show. Without it, a burst of pods would all be placed on the same free figure before
+//! the agent's next patch — and a pod judged on more than it declares (a need learned for its
+//! project, a default, `unknownNeed`) would have that need forgotten once its replica shows:
+//! the agent's `declaredMiB` counts declarations only.
 //!
-//! A reservation ends when the node's annotations show the pod — an observation made after
-//! the binding whose replicas-allocated total has grown past the reservation's baseline
-//! (the kubelet has allocated it, so its declared MiB is in `declaredMiB`) — or after a TTL
-//! (nodes without pod-resources data: the pod's use shows only once it allocates), or when
-//! the pod is deleted. Pure: time is handed in.
+//! A reservation stops being *pending* when the node's annotations show the pod — an
+//! observation made after the binding whose replicas-allocated total has grown past the
+//! reservation's baseline (the kubelet has allocated it, so its declared MiB is in
+//! `declaredMiB`). From then on it is *shown*: only the part of its need beyond its own
+//! declaration (`mib − declared_mib`) is still counted, added to the GPU's `declaredMiB`
+//! before the GPU's use is taken off (src/extender/judge.rs), until the pod is deleted or
+//! finishes. A shown reservation whose need is within its declaration ends there (the node
+//! counts all of it). A pending reservation also ends after a TTL (nodes without pod-resources
+//! data: the pod's use shows only once it allocates), or when the pod is deleted. Pure: time
+//! is handed in.
 
 use super::nodes::NodeState;
 use std::collections::BTreeMap;
@@ -27,18 +35,32 @@ pub struct Reservation {
     pub at_wall: SystemTime,
     /// The node's replicas-allocated total when it was made, when known.
     pub baseline: Option<u32>,
+    /// What the agent counts for the pod in `declaredMiB` once its replica is allocated: its
+    /// own `vram-request-mib` (0 when it declares none).
+    pub declared_mib: u64,
+    /// The node's annotations show the pod: it no longer waits for a replica, and only
+    /// `mib − declared_mib` is counted on top of the node's figures.
+    pub shown: bool,
 }
 
-/// Why a reservation ended.
+impl Reservation {
+    /// MiB of its need the node's `declaredMiB` does not carry once the pod is shown.
+    pub fn beyond_declared_mib(&self) -> u64 {
+        self.mib.saturating_sub(self.declared_mib)
+    }
+}
+
+/// Why a reservation stopped being pending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
-    /// The node's annotations account for it.
+    /// The node's annotations account for it (what they do not carry of its need stays
+    /// counted until the pod ends, when there is any).
     Shown,
     /// Its TTL ran out.
     Expired,
 }
 
-/// Reservations by node, each node's in the order they were made.
+/// Reservations by node, each node's in the order they were made (pending and shown).
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     ttl: Duration,
@@ -76,8 +98,35 @@ impl Ledger {
         found
     }
 
-    /// Ends the reservations on `node` that `state` shows or whose TTL ran out at `now`;
-    /// returns what ended, in order.
+    /// Records `r` on `node` as already shown (a pod bound before the extender started,
+    /// found on a relist): only its need beyond its declaration counts, until it ends. False
+    /// when the pod already has one, or when nothing of its need is beyond its declaration.
+    pub fn commit(&mut self, node: &str, mut r: Reservation) -> bool {
+        r.shown = true;
+        if r.beyond_declared_mib() == 0 || self.nodes.values().flatten().any(|x| x.pod == r.pod) {
+            return false;
+        }
+        self.nodes.entry(node.to_string()).or_default().push(r);
+        true
+    }
+
+    /// Keeps only the reservations of `pods` (`namespace/name`): after a relist of the
+    /// watched pods, one whose deletion was missed must not count forever. Returns how many
+    /// ended.
+    pub fn retain_pods(&mut self, pods: &std::collections::HashSet<String>) -> usize {
+        let mut n = 0;
+        for list in self.nodes.values_mut() {
+            let before = list.len();
+            list.retain(|r| pods.contains(&r.pod));
+            n += before - list.len();
+        }
+        self.nodes.retain(|_, l| !l.is_empty());
+        n
+    }
+
+    /// Settles the pending reservations on `node` that `state` shows (they become shown, or
+    /// end when the node counts all of their need) or whose TTL ran out at `now`; returns
+    /// those that stopped being pending, in order.
     pub fn settle(
         &mut self,
         node: &str,
@@ -97,6 +146,10 @@ impl Ledger {
         // their position drops by one, so their baseline rises by one.
         let mut bump = 0;
         for mut r in list.drain(..) {
+            if r.shown {
+                kept.push(r);
+                continue;
+            }
             if now.saturating_sub(r.at) >= self.ttl {
                 ended.push((r, Release::Expired));
                 continue;
@@ -104,13 +157,18 @@ impl Ledger {
             r.baseline = r.baseline.map(|b| b + bump);
             // The k-th still-pending reservation is shown once k more replicas are out than
             // when it was made, in an observation taken after it.
-            let position = kept.len() as u32 + 1;
+            let position = kept.iter().filter(|k| !k.shown).count() as u32 + 1;
             let shown = match (allocated, r.baseline, observed_at) {
                 (Some(a), Some(b), Some(t)) => t >= r.at_wall && a >= b + position,
                 _ => false,
             };
             if shown {
                 bump += 1;
+                if r.beyond_declared_mib() > 0 {
+                    let mut k = r.clone();
+                    k.shown = true;
+                    kept.push(k);
+                }
                 ended.push((r, Release::Shown));
             } else {
                 kept.push(r);
@@ -123,32 +181,38 @@ impl Ledger {
         ended
     }
 
-    /// Ends every reservation whose TTL ran out (nodes that vanished from the cache too).
+    /// Ends every pending reservation whose TTL ran out (nodes that vanished from the cache
+    /// too). Shown ones end with their pod.
     pub fn expire(&mut self, now: Duration) -> usize {
         let ttl = self.ttl;
         let mut n = 0;
         for list in self.nodes.values_mut() {
             let before = list.len();
-            list.retain(|r| now.saturating_sub(r.at) < ttl);
+            list.retain(|r| r.shown || now.saturating_sub(r.at) < ttl);
             n += before - list.len();
         }
         self.nodes.retain(|_, l| !l.is_empty());
         n
     }
 
-    /// The pending reservations on `node`, oldest first.
+    /// The reservations on `node`, oldest first: pending and shown (`Reservation::shown`).
     pub fn pending(&self, node: &str) -> &[Reservation] {
         self.nodes.get(node).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// How many reservations are pending in all.
+    /// How many reservations are pending in all (not yet shown by their node).
     pub fn len(&self) -> usize {
-        self.nodes.values().map(Vec::len).sum()
+        self.nodes.values().flatten().filter(|r| !r.shown).count()
     }
 
     /// Whether none is pending.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.len() == 0
+    }
+
+    /// How many shown reservations still count part of their pod's need.
+    pub fn shown(&self) -> usize {
+        self.nodes.values().flatten().filter(|r| r.shown).count()
     }
 }
 
@@ -165,6 +229,8 @@ mod tests {
             at: Duration::from_secs(at_s),
             at_wall: at(at_s),
             baseline,
+            declared_mib: 4096,
+            shown: false,
         }
     }
 
@@ -223,6 +289,65 @@ mod tests {
         assert!(l
             .settle("n1", &shown(5), Duration::from_secs(31))
             .is_empty());
+    }
+
+    #[test]
+    fn a_need_beyond_the_declaration_stays_counted_until_the_pod_ends() {
+        let mut l = Ledger::new(Duration::from_secs(60));
+        // Judged on 12 GiB (learned for its project), declared 4 GiB; another declared
+        // enough; a third declared nothing (judged on the unknown rule's 8 GiB).
+        let mut a = r("ci/a", 0, Some(2));
+        a.mib = 12288;
+        let b = r("ci/b", 0, Some(2));
+        let mut c = r("ci/c", 0, Some(2));
+        (c.mib, c.declared_mib) = (8192, 0);
+        l.reserve("n1", a);
+        l.reserve("n1", b);
+        l.reserve("n1", c);
+        let ended = l.settle("n1", &shown(5), Duration::from_secs(1));
+        assert_eq!(ended.len(), 3, "all three shown");
+        assert!(ended.iter().all(|(_, why)| *why == Release::Shown));
+        assert_eq!(
+            (l.len(), l.shown()),
+            (0, 2),
+            "none pending; a and c still count"
+        );
+        let kept: Vec<(&str, u64)> = l
+            .pending("n1")
+            .iter()
+            .map(|r| (r.pod.as_str(), r.beyond_declared_mib()))
+            .collect();
+        assert_eq!(kept, vec![("ci/a", 8192), ("ci/c", 8192)]);
+        assert!(l.pending("n1").iter().all(|r| r.shown));
+        // Settling again changes nothing, and the TTL does not end a shown reservation.
+        assert!(l.settle("n1", &shown(5), Duration::from_secs(2)).is_empty());
+        assert_eq!(l.expire(Duration::from_secs(3600)), 0);
+        assert_eq!(l.shown(), 2);
+        // The pod's end does.
+        assert!(l.forget("ci/a"));
+        assert_eq!(l.shown(), 1);
+    }
+
+    #[test]
+    fn a_relist_ends_reservations_of_pods_no_longer_there_and_commit_counts_old_pods() {
+        let mut l = Ledger::new(Duration::from_secs(60));
+        l.reserve("n1", r("ci/a", 0, None));
+        let mut old = r("ci/old", 0, None);
+        (old.mib, old.declared_mib) = (8192, 0);
+        assert!(
+            l.commit("n2", old.clone()),
+            "bound before the extender started"
+        );
+        assert!(!l.commit("n2", old), "once per pod");
+        let within = r("ci/within", 0, None);
+        assert!(
+            !l.commit("n2", within),
+            "a need within the declaration: the node counts all of it"
+        );
+        assert_eq!((l.len(), l.shown()), (1, 1));
+        let listed: std::collections::HashSet<String> = ["ci/old".to_string()].into();
+        assert_eq!(l.retain_pods(&listed), 1);
+        assert_eq!((l.len(), l.shown()), (0, 1));
     }
 
     #[test]

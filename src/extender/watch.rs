@@ -29,6 +29,11 @@ pub trait NodeLookup: Send + Sync {
     fn state(&self, node: &str) -> Option<Arc<NodeState>>;
     /// The node's annotations as they are; `None` when the node is not known.
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>>;
+    /// The same, shared: a cache hands out the one copy it holds, the same `Arc` until the
+    /// Node changes (so a caller can tell a change by pointer).
+    fn shared_annotations(&self, node: &str) -> Option<Arc<BTreeMap<String, String>>> {
+        self.annotations(node).map(Arc::new)
+    }
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
     /// `annotations` of `node` (from a full Node object) as verdicts read them; the Lease
@@ -62,11 +67,14 @@ impl NodeLookup for NodeCache {
             .map(|(_, s)| s.clone())
     }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
+        self.shared_annotations(node).map(|a| (*a).clone())
+    }
+    fn shared_annotations(&self, node: &str) -> Option<Arc<BTreeMap<String, String>>> {
         self.nodes
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(node)
-            .map(|(a, _)| (**a).clone())
+            .map(|(a, _)| a.clone())
     }
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
@@ -252,12 +260,11 @@ impl LedgerFeed {
             } => {
                 let wall = self.clock.wall();
                 // After a restart the watch lists every bound pod again: only those bound
-                // within the TTL may still be unseen by their node.
-                if let Some(t) = bound_at {
-                    if wall.duration_since(t).unwrap_or_default() >= self.policy.ledger_ttl {
-                        return;
-                    }
-                }
+                // within the TTL may still be unseen by their node; the others are shown
+                // already, and only their need beyond their declaration is counted.
+                let old = bound_at.is_some_and(|t| {
+                    wall.duration_since(t).unwrap_or_default() >= self.policy.ledger_ttl
+                });
                 let state = self.nodes.state(&node);
                 let learned = self.learned_needs();
                 let r = reservation_for(
@@ -271,7 +278,11 @@ impl LedgerFeed {
                 );
                 if let Some(r) = r {
                     let (mib, gpu) = (r.mib, r.gpu.clone());
-                    if ledger.reserve(&node, r) {
+                    if old {
+                        if ledger.commit(&node, r) {
+                            tracing::debug!(pod = %pod.key(), node = %node, mib, gpu = ?gpu, "bound before this extender: its need beyond its declaration counted until it ends");
+                        }
+                    } else if ledger.reserve(&node, r) {
                         tracing::info!(pod = %pod.key(), node = %node, mib, gpu = ?gpu, "reserved until the node's annotations show the pod");
                     }
                 }
@@ -299,6 +310,17 @@ impl LedgerFeed {
         }
     }
 
+    /// After a relist of the watched pods: ends the reservations of pods not in it (their
+    /// deletion was missed while the watch was down).
+    pub fn relisted(&self, pods: &std::collections::HashSet<String>) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let n = ledger.retain_pods(pods);
+        if n > 0 {
+            tracing::info!(ended = n, "reservations of pods gone during a relist ended");
+        }
+        self.metrics.reservations.set(ledger.len() as i64);
+    }
+
     /// Ends reservations whose TTL ran out.
     pub fn expire(&self) {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
@@ -318,12 +340,30 @@ pub fn spawn_pod_feed(client: kube::Client, scheduler_name: &str, feed: Arc<Ledg
     let f = feed.clone();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        let mut listed: Option<std::collections::HashSet<String>> = None;
         while let Some(ev) = stream.next().await {
             let (pod, deleted) = match ev {
-                Ok(Event::Apply(p) | Event::InitApply(p)) => (p, false),
+                Ok(Event::Apply(p)) => (p, false),
+                Ok(Event::InitApply(p)) => {
+                    if let Some(l) = listed.as_mut() {
+                        let m = &p.metadata;
+                        l.insert(format!(
+                            "{}/{}",
+                            m.namespace.as_deref().unwrap_or("default"),
+                            m.name.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    (p, false)
+                }
                 Ok(Event::Delete(p)) => (p, true),
-                Ok(Event::Init) => continue,
+                Ok(Event::Init) => {
+                    listed = Some(Default::default());
+                    continue;
+                }
                 Ok(Event::InitDone) => {
+                    if let Some(l) = listed.take() {
+                        f.relisted(&l);
+                    }
                     if !f.pods_synced.swap(true, Ordering::Relaxed) {
                         tracing::info!("pod watch listed: reservations are complete");
                     }

@@ -67,6 +67,10 @@ pub(crate) struct Run {
     pub(crate) release_at_s: Option<u64>,
     pub(crate) pid: u32,
     pub(crate) info: PodInfo,
+    /// The extender's need for it when it was placed (`None`: no extender, or unchecked).
+    pub(crate) need_mib: Option<u64>,
+    /// Where that need came from, and the placed node's verdict (for the kill causes).
+    pub(crate) placed_as: (&'static str, &'static str),
 }
 
 pub(crate) struct Queued {
@@ -235,6 +239,7 @@ impl<'a> Engine<'a> {
                 oom_undeclared: 0,
                 evictions: 0,
                 victim_growth_mib: 0,
+                oom_causes: BTreeMap::new(),
                 jobs_per_gpu_hour: 0.0,
                 evictions_per_hour: 0.0,
                 wait_p95_s: 0.0,
@@ -327,7 +332,7 @@ impl<'a> Engine<'a> {
                     .sum();
                 let pace = if busy > 1.0 { 1.0 / busy } else { 1.0 };
                 let mut used: u64 = ids.iter().map(|i| self.runs[i].used_mib).sum();
-                for id in ids {
+                for &id in &ids {
                     let Some(r) = self.runs.get_mut(&id) else {
                         continue;
                     };
@@ -352,6 +357,11 @@ impl<'a> Engine<'a> {
                     }
                     used -= r.used_mib;
                     let (j, attempt, evicted) = (r.job, r.attempt, r.evicted_at_s.is_some());
+                    if !evicted {
+                        let cause =
+                            format!("{}, hour {}", self.kill_cause(id, want, &ids), t / 3600 + 1);
+                        *self.out.oom_causes.entry(cause).or_default() += 1;
+                    }
                     self.remove_run(id);
                     if evicted {
                         self.enqueue(j, attempt + 1, t)?;
@@ -370,6 +380,39 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Why run `id`'s allocation to `want` MiB found no room, for the kill causes: it grew
+    /// past the need it was placed on; a neighbour on the GPU had; or every pod there was
+    /// within the need it was placed on and the needs together passed the GPU.
+    fn kill_cause(&self, id: u64, want: u64, on_gpu: &[u64]) -> String {
+        let r = &self.runs[&id];
+        let (source, verdict) = r.placed_as;
+        match r.need_mib {
+            None => return format!("unchecked ({source}, {verdict})"),
+            Some(n) if want > n => return format!("grew past its need ({source})"),
+            _ => {}
+        }
+        let over: Vec<&Run> = on_gpu
+            .iter()
+            .filter(|i| **i != id)
+            .filter_map(|i| self.runs.get(i))
+            .filter(|o| o.need_mib.is_none_or(|n| o.used_mib > n))
+            .collect();
+        if let Some(o) = over.first() {
+            let stopped = if o.stopped { ", stopped" } else { "" };
+            return format!("a neighbour past its need ({}{stopped})", o.placed_as.0);
+        }
+        let needs: u64 = on_gpu
+            .iter()
+            .filter_map(|i| self.runs.get(i))
+            .map(|o| o.need_mib.unwrap_or(0).max(o.used_mib))
+            .sum();
+        if needs > self.sc.cluster.gpu_total_mib {
+            format!("within needs, needs past the GPU (placed: {verdict})")
+        } else {
+            format!("within needs, needs fit (placed: {verdict})")
+        }
     }
 
     fn run(mut self) -> Result<Outcome, SimError> {

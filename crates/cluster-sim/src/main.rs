@@ -133,6 +133,9 @@ fn main() -> ExitCode {
                             o.oom_share() * 100.0,
                             o.jobs_per_gpu_hour
                         );
+                        for (cause, k) in &o.oom_causes {
+                            eprintln!("cluster-sim:   OOM kills: {k} {cause}");
+                        }
                         outcomes.push(o);
                     }
                 }

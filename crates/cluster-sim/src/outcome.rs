@@ -53,6 +53,9 @@ pub struct Outcome {
     /// MiB the guard's victims allocated after its decision (the kubelet's grace, when
     /// they are not stopped).
     pub victim_growth_mib: u64,
+    /// OOM kills by cause (see `Engine::kill_cause`): whether the job grew past the need
+    /// the extender placed it on, a neighbour did, or the needs together passed the GPU.
+    pub oom_causes: std::collections::BTreeMap<String, usize>,
     /// Jobs finished after the warm-up, per GPU-hour of the rest of the run.
     pub jobs_per_gpu_hour: f64,
     /// Evictions per hour.

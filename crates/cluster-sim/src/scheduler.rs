@@ -22,10 +22,18 @@ use crate::scenario::{EXTENDER_WEIGHT, NAMESPACE};
 use gpu_warden::extender::core::{
     evaluate, filter_result, prioritize_result, reservation_for, Candidates, Judged,
 };
+use gpu_warden::extender::need::NeedSource;
 use gpu_warden::model::pod::{ContainerInfo, PodInfo};
 use gpu_warden::model::replicas::{Allocations, GpuReplicas};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+/// Where the scheduler put a pod, and what the extender judged it on.
+struct Placed {
+    node: usize,
+    need_mib: Option<u64>,
+    placed_as: (&'static str, &'static str),
+}
 
 impl Engine<'_> {
     fn allocated(&self, n: usize) -> usize {
@@ -90,7 +98,9 @@ impl Engine<'_> {
         gpus.iter().position(|g| g.uuid == uuid)
     }
 
-    fn choose(&mut self, q: &Queued, t: u64) -> Option<usize> {
+    fn choose(&mut self, q: &Queued, t: u64) -> Option<Placed> {
+        let mut placed_as: BTreeMap<usize, (Option<u64>, (&'static str, &'static str))> =
+            BTreeMap::new();
         let fit: Vec<usize> = (0..self.nodes.len()).filter(|n| self.fits(*n)).collect();
         let mut ext: BTreeMap<usize, i64> = BTreeMap::new();
         let mut allowed: Vec<usize> = fit.clone();
@@ -130,6 +140,18 @@ impl Engine<'_> {
                         .unwrap_or(0),
                 );
             }
+            let source = match e.need.as_ref().map(|n| &n.source) {
+                Some(NeedSource::Declared) => "declared",
+                Some(NeedSource::Learned(_)) => "learned",
+                Some(NeedSource::Default(_)) => "default",
+                Some(NeedSource::UnknownReserved) => "unknown-reserved",
+                Some(NeedSource::UnknownPassed) => "unknown-passed",
+                None => "bad-declaration",
+            };
+            let mib = e.need.as_ref().and_then(|n| n.mib);
+            for (n, v) in fit.iter().zip(&e.verdicts) {
+                placed_as.insert(*n, (mib, (source, v.reason.as_str())));
+            }
             allowed.retain(|n| passed.contains(&self.nodes[*n].name));
         }
         let total = |n: usize| {
@@ -152,7 +174,12 @@ impl Engine<'_> {
                 self.ledger.reserve(&name, r);
             }
         }
-        Some(pick)
+        let (need_mib, placed_as) = placed_as.remove(&pick).unwrap_or((None, ("-", "-")));
+        Some(Placed {
+            node: pick,
+            need_mib,
+            placed_as,
+        })
     }
 
     pub(crate) fn schedule(&mut self, t: u64) {
@@ -168,13 +195,14 @@ impl Engine<'_> {
             attempts += 1;
             let placed = self
                 .choose(&q, t)
-                .and_then(|n| self.device_plugin_gpu(n).map(|g| (n, g)));
-            let Some((n, g)) = placed else {
+                .and_then(|p| self.device_plugin_gpu(p.node).map(|g| (p, g)));
+            let Some((p, g)) = placed else {
                 q.not_before_s = t + q.backoff_s;
                 q.backoff_s = (q.backoff_s * 2).min(10);
                 kept.push(q);
                 continue;
             };
+            let n = p.node;
             let job = &self.jobs[q.job];
             let info = PodInfo {
                 uid: pod_uid(job, q.attempt),
@@ -211,6 +239,8 @@ impl Engine<'_> {
                     release_at_s: None,
                     pid: 1000 + id as u32,
                     info,
+                    need_mib: p.need_mib,
+                    placed_as: p.placed_as,
                 },
             );
             self.nodes[n].gpus[g].runs.push(id);

@@ -128,6 +128,32 @@ fn the_shipped_extender_keeps_a_job_that_would_not_fit_off_the_gpu() {
     assert!(b[0] >= a_done[0], "B waits for A: {b:?} vs {a_done:?}");
 }
 
+#[test]
+fn a_need_beyond_the_declaration_stays_committed_after_the_replica_shows() {
+    // A declares nothing and is judged on the unknown rule's 12 GiB; it starts at 40 % of
+    // its 12 GiB and grows over 10 minutes. B (11 GiB, declared) arrives two minutes in,
+    // long after A's replica shows in the node's figures: free memory says B fits, and so
+    // does `declaredMiB` (A declared nothing) — only A's need, still counted, says no.
+    let jobs = vec![
+        job(0, 0.0, 1200.0, 12 * GIB, None),
+        job(1, 120.0, 600.0, 11 * GIB, Some(11 * GIB)),
+    ];
+    let sc = Scenario {
+        extender_policy: "unknownNeed: {rule: reserve, mib: 12288}\n".into(),
+        ..one_gpu(jobs, 2400)
+    };
+    let ext = simulate(&sc, PolicyKind::ExtenderGuard, 4).expect("runs");
+    assert_eq!(
+        (ext.oom_killed, ext.evictions, ext.finished),
+        (0, 0, 2),
+        "{:?}",
+        ext.trace
+    );
+    let a_done = events(&ext, 0, |k| *k == EventKind::Finished);
+    let b = events(&ext, 1, |k| matches!(k, EventKind::Started(..)));
+    assert!(b[0] >= a_done[0], "B waits for A: {b:?} vs {a_done:?}");
+}
+
 fn guard_keeps(protect_by_annotation: bool) {
     // P is protected (annotated evict: never, or simply within what it declared); G
     // declares nothing and grows past what the GPU can hold next to P.
@@ -234,6 +260,7 @@ fn a_row_is_safe_only_when_every_seed_is() {
         oom_killed,
         oom_within_declared: 0,
         oom_undeclared: 0,
+        oom_causes: Default::default(),
         evictions: 0,
         victim_growth_mib: 0,
         jobs_per_gpu_hour: 1.0,
