@@ -25,7 +25,7 @@ use crate::attribute::pods::pod_info;
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{self, EventDraft};
 use crate::guard::policy::{Mode, Policy};
-use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor};
+use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor, StopStatus};
 use crate::guard::rank::Victim;
 use crate::guard::recheck;
 use crate::model::clock::Clock;
@@ -462,10 +462,8 @@ impl DecisionExecutor for Enforcer {
         }
     }
 
-    fn status(&self) -> serde_json::Value {
-        self.stopper
-            .as_ref()
-            .map_or(serde_json::Value::Null, |s| s.status())
+    fn status(&self) -> Option<StopStatus> {
+        self.stopper.as_ref().map(|s| s.status())
     }
 }
 

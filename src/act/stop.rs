@@ -12,12 +12,12 @@
 
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::notes::{EventDraft, EventType, Regarding};
+use crate::guard::ports::{HeldStop, StopStatus};
 use crate::guard::rank::Victim;
 use crate::guard::stop::{self, Held, Next, OnDecision, Seen, StopBook};
 use crate::model::clock::Clock;
 use crate::model::proc_stat::ProcError;
 use crate::publish::self_metrics::SelfMetrics;
-use serde::Serialize;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -95,17 +95,7 @@ mod result {
 /// How many recent actions `/state` shows.
 const RECENT: usize = 32;
 
-/// One thing done to a pod's processes, for /state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ActionRecord {
-    pub decision_id: u64,
-    pub pod: String,
-    pub uid: String,
-    /// What was done, as the Events say it.
-    pub action: String,
-    #[serde(serialize_with = "crate::guard::decision::ser_secs")]
-    pub at: Duration,
-}
+pub use crate::guard::ports::ActionRecord;
 
 /// Stops, kills and resumes victims' GPU processes for the enforcer.
 pub struct Stopper {
@@ -348,21 +338,26 @@ impl Stopper {
 
     /// The stopper's part of /state: the action, whether it is permitted, what is stopped
     /// now and the recent actions.
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> StopStatus {
         let book = lock(&self.book);
-        let held: Vec<serde_json::Value> = book
+        let stopped = book
             .held()
             .into_iter()
-            .map(|(uid, s)| serde_json::json!({"uid": uid, "pod": s.pod, "decisionId": s.decision_id, "pids": s.procs.iter().map(|h| h.pid).collect::<Vec<_>>(), "since": s.since.as_secs_f64()}))
+            .map(|(uid, s)| HeldStop {
+                uid: uid.to_string(),
+                pod: s.pod.clone(),
+                decision_id: s.decision_id,
+                pids: s.procs.iter().map(|h| h.pid).collect(),
+                since: s.since,
+            })
             .collect();
-        let recent: Vec<ActionRecord> = lock(&self.recent).iter().cloned().collect();
-        serde_json::json!({
-            "onDecision": self.action.as_str(),
-            "permitted": self.permitted.is_ok(),
-            "notPermittedReason": self.permitted.as_ref().err().map(ToString::to_string),
-            "stopped": held,
-            "recent": recent,
-        })
+        StopStatus {
+            on_decision: self.action.as_str(),
+            permitted: self.permitted.is_ok(),
+            not_permitted_reason: self.permitted.as_ref().err().map(ToString::to_string),
+            stopped,
+            recent: lock(&self.recent).iter().cloned().collect(),
+        }
     }
 }
 

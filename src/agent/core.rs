@@ -362,11 +362,7 @@ impl GuardCore {
 
     fn view(&self) -> GuardView {
         // What stop-at-decision did and holds (`act::stop`), when the executor stops.
-        let on_decision = self
-            .parts
-            .executor
-            .as_ref()
-            .map_or(serde_json::Value::Null, |e| e.status());
+        let on_decision = self.parts.executor.as_ref().and_then(|e| e.status());
         self.history.view(
             self.parts.guard.status(),
             self.parts.guard.held(),

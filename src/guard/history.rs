@@ -4,6 +4,7 @@
 
 use super::decision::{Decision, EvictionOutcome};
 use super::policy::Mode;
+use super::ports::StopStatus;
 use super::status::GuardStatus;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -50,7 +51,7 @@ impl History {
         &self,
         status: GuardStatus,
         held: Option<&str>,
-        on_decision: serde_json::Value,
+        on_decision: Option<StopStatus>,
     ) -> GuardView {
         GuardView {
             status,
@@ -80,7 +81,7 @@ pub struct GuardView {
     status: GuardStatus,
     held: Option<String>,
     /// What stop-at-decision did and holds (`act::stop`), when the executor stops.
-    on_decision: serde_json::Value,
+    on_decision: Option<StopStatus>,
     recent_decisions: Vec<RecentView>,
 }
 

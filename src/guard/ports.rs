@@ -5,7 +5,9 @@ use super::decision::{Decision, EvictionOutcome};
 use crate::model::pod::PodMap;
 use std::future::Future;
 use std::pin::Pin;
+use serde::Serialize;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What executing a decision yields: each pod tried, with its outcome.
 pub type Outcomes = Vec<(String, EvictionOutcome)>;
@@ -37,6 +39,51 @@ pub enum Confirmation {
     Unknown(String),
 }
 
+/// What stop-at-decision did and holds (`act::stop`), for `/state`'s `guard.onDecision`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopStatus {
+    /// The policy's `onDecision`.
+    pub on_decision: &'static str,
+    /// Whether the agent may signal the victims' processes.
+    pub permitted: bool,
+    /// Why not, when it may not.
+    pub not_permitted_reason: Option<String>,
+    /// Pods whose processes are stopped now, awaiting their eviction's fate.
+    pub stopped: Vec<HeldStop>,
+    /// The last things done to victims' processes, oldest first.
+    pub recent: Vec<ActionRecord>,
+}
+
+/// A pod whose processes are stopped now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldStop {
+    /// The pod's UID.
+    pub uid: String,
+    /// `namespace/name`.
+    pub pod: String,
+    /// The decision that stopped them.
+    pub decision_id: u64,
+    /// The stopped processes.
+    pub pids: Vec<u32>,
+    /// When they were stopped (monotonic, seconds in JSON).
+    #[serde(serialize_with = "crate::guard::decision::ser_secs")]
+    pub since: Duration,
+}
+
+/// One thing done to a pod's processes, for /state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionRecord {
+    pub decision_id: u64,
+    pub pod: String,
+    pub uid: String,
+    /// What was done, as the Events say it.
+    pub action: String,
+    #[serde(serialize_with = "crate::guard::decision::ser_secs")]
+    pub at: Duration,
+}
+
 /// Carries out a guard decision (the enforcer shell in production, a recorder in tests)
 /// and returns what happened to each pod it tried.
 pub trait DecisionExecutor: Send + Sync {
@@ -64,8 +111,8 @@ pub trait DecisionExecutor: Send + Sync {
     /// since nobody will resolve it.
     fn shutdown(&self) {}
 
-    /// The executor's own part of /state (JSON null when it has none).
-    fn status(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    /// What stop-at-decision did and holds, when the executor stops (`/state`).
+    fn status(&self) -> Option<StopStatus> {
+        None
     }
 }

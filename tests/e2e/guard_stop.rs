@@ -261,7 +261,7 @@ async fn an_evicted_victim_stays_stopped_until_the_kubelet_kills_it() -> Result 
             .any(|n| n.starts_with("At decision: stopped 1 GPU process; evicting.")),
         "{notes:#?}"
     );
-    let st = w.enforcer.status();
+    let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
     assert_eq!(st["onDecision"], "stop", "{st}");
     assert_eq!(st["permitted"], true, "{st}");
     assert_eq!(
@@ -388,7 +388,7 @@ async fn an_eviction_in_doubt_keeps_the_victim_stopped_until_resolved_not_carrie
         "{outcomes:?}"
     );
     assert_eq!(state(w.victim_pid()), 'T', "held while in doubt");
-    let st = w.enforcer.status();
+    let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
     assert_eq!(st["stopped"][0]["uid"], VICTIM_UID, "{st}");
     let not_done = EvictionOutcome::Failed("not carried out".into());
     w.enforcer.resolved(VICTIM_UID, &not_done);
