@@ -3,9 +3,9 @@
 
 use super::decision::{Decision, EvictionOutcome};
 use crate::model::pod::PodMap;
+use serde::Serialize;
 use std::future::Future;
 use std::pin::Pin;
-use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
