@@ -269,20 +269,32 @@ impl Enforcer {
         (outcomes, actions)
     }
 
+    /// One GET of a pod, bounded by `timeout`; its latency (or the timeout) feeds the
+    /// read limit ([`ReadTimeout`]) that every fresh read follows.
+    async fn read_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Result<Pod, kube::Error>, tokio::time::error::Elapsed> {
+        let api: Api<Pod> = Api::namespaced(self.evict.clone(), namespace);
+        let t0 = self.clock.mono();
+        let read = tokio::time::timeout(timeout, api.get(name)).await;
+        let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
+        match &read {
+            Err(_) => bound.timed_out(timeout),
+            Ok(_) => bound.answered(self.clock.mono().saturating_sub(t0)),
+        }
+        read
+    }
+
     /// The fresh read before an eviction: `None` to go ahead, else the outcome that stands
     /// in for the eviction (see [`recheck::recheck`]).
     async fn recheck(&self, victim: &Victim, timeout: Duration) -> Option<EvictionOutcome> {
-        let api: Api<Pod> = Api::namespaced(self.evict.clone(), &victim.namespace);
-        let t0 = self.clock.mono();
-        let read = tokio::time::timeout(timeout, api.get(&victim.name)).await;
+        let pod = match self
+            .read_pod(&victim.namespace, &victim.name, timeout)
+            .await
         {
-            let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
-            match &read {
-                Err(_) => bound.timed_out(timeout),
-                Ok(_) => bound.answered(self.clock.mono().saturating_sub(t0)),
-            }
-        }
-        let pod = match read {
             Err(_) => {
                 return Some(EvictionOutcome::Aborted(format!(
                     "fresh read of the pod: no answer within {} ms; evicting nothing",
@@ -313,18 +325,11 @@ impl Enforcer {
     /// The fresh read that may end a doubt as "not carried out" (`guard::state::confirm`):
     /// only the same pod, with no deletion timestamp and not finished, is `Running`.
     async fn confirm_read(&self, request: &ConfirmRequest) -> Confirmation {
-        let api: Api<Pod> = Api::namespaced(self.evict.clone(), &request.namespace);
         let timeout = self.read_limit();
-        let t0 = self.clock.mono();
-        let read = tokio::time::timeout(timeout, api.get(&request.name)).await;
+        let answer = match self
+            .read_pod(&request.namespace, &request.name, timeout)
+            .await
         {
-            let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
-            match &read {
-                Err(_) => bound.timed_out(timeout),
-                Ok(_) => bound.answered(self.clock.mono().saturating_sub(t0)),
-            }
-        }
-        let answer = match read {
             Err(_) => Confirmation::Unknown(format!("no answer within {} ms", timeout.as_millis())),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
                 Confirmation::Gone("the pod is gone (404)".into())
