@@ -20,6 +20,9 @@ pub enum Trigger {
     /// Sustained growth would cross `hard` within `actBudget`, before the rules above
     /// could act in time (possibly while free is still above `soft`).
     EarlyTrend,
+    /// Not a decision of this process: an eviction in doubt or a cooldown carried over an
+    /// agent restart (`guard::carry`), restored so the guard does not decide again on it.
+    Restored,
 }
 
 impl Trigger {
@@ -30,6 +33,7 @@ impl Trigger {
             Trigger::SoftGrace => "soft_grace",
             Trigger::SoftTrend => "soft_trend",
             Trigger::EarlyTrend => "early_trend",
+            Trigger::Restored => "restored",
         }
     }
 }

@@ -216,3 +216,81 @@ fn a_thaw_that_answers_reads_first_does_not_make_a_held_eviction_two_for_one() {
     );
     assert!(!log.contains("was not carried out"), "{log}");
 }
+
+/// The agent is restarted (a rollout) while its eviction of the greedy job is in doubt: the
+/// POST was answered `500 etcdserver: request timed out` and is carried out only after the
+/// new process has started (etcd committed it late). The new process starts its scenario
+/// again (its processes there from the first poll), so the GPU fills up again within
+/// seconds; the greedy pod is gone from the API by then and its process, which the kubelet
+/// has not killed yet, belongs to no pod. Without
+/// the doubt carried over the restart (in the agent's Lease, `gpu-warden.io/guard-doubts`)
+/// the new process plans from scratch and evicts `ci-a`: two pods for one. With it, the
+/// restored doubt resolves as carried out and the GPU cools down on the greedy job's
+/// process: nobody else is evicted.
+#[test]
+fn an_agent_restarted_while_an_eviction_is_in_doubt_evicts_no_second_pod() {
+    let lease_ns = "gpu-warden";
+    // The greedy job's process from the first poll: the simulator plays its scenario from
+    // the start in each process, and a real process outlives the agent's restart.
+    let scenario = SCENARIO.replace("    start: 1s\n", "");
+    assert_ne!(scenario, SCENARIO);
+    let mut w = GuardWorld::start_env(
+        &scenario,
+        "faults",
+        POLICY,
+        &[("POD_NAMESPACE", lease_ns)],
+        |s| {
+            s.inject(
+                Fault::new(
+                    "/api/v1/namespaces/ci/pods/greedy/eviction",
+                    FaultAction::EtcdTimeout { apply: false },
+                )
+                .method(Method::POST)
+                .times(1),
+            );
+        },
+    );
+    w.wait("the doubt", Duration::from_secs(25), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "in_doubt"
+    });
+    let key = "gpu-warden.io/guard-doubts";
+    let carried = |w: &GuardWorld| {
+        w.server
+            .lease(lease_ns, crate::support::guard_world::NODE)
+            .and_then(|l| l["metadata"]["annotations"][key].as_str().map(String::from))
+    };
+    w.wait("the doubt on the lease", Duration::from_secs(5), |w| {
+        carried(w).is_some_and(|c| c.contains("greedy"))
+    });
+    w.restart();
+    if !carried(&w).is_some_and(|c| c.contains("greedy")) {
+        let lease = w.server.lease(lease_ns, crate::support::guard_world::NODE);
+        panic!(
+            "the doubt is not on the lease after the restart: {lease:?}\n{}",
+            w.stop()
+        );
+    }
+    // The held write lands: the pod is deleted (grace 0) after the restart.
+    w.server.delete_pod("ci", "greedy");
+    let restarted = Instant::now();
+    w.wait("hard pressure again", Duration::from_secs(20), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["pressure"] == "hard"
+    });
+    // Well past the moment a fresh plan would have evicted the next pod.
+    std::thread::sleep(Duration::from_secs(4));
+    let posted: Vec<String> = w.posts().into_iter().map(|r| r.path).collect();
+    let phase = w.state()["guard"]["status"]["gpus"][0]["phase"].clone();
+    let log = w.stop();
+    assert_eq!(
+        posted,
+        vec!["/api/v1/namespaces/ci/pods/greedy/eviction".to_string()],
+        "{:?} after the restart, phase {phase}\n{log}",
+        restarted.elapsed()
+    );
+    assert_eq!(phase["phase"], "cooldown", "{phase}\n{log}");
+    assert!(log.contains("guard state carried over a restart"), "{log}");
+    assert!(
+        log.contains("eviction that was in doubt was carried out"),
+        "{log}"
+    );
+}
