@@ -294,3 +294,46 @@ fn an_agent_restarted_while_an_eviction_is_in_doubt_evicts_no_second_pod() {
         "{log}"
     );
 }
+
+/// etcd stalls under the API server once the view has synced, and the GPU fills up: the
+/// watch cache still ends every watch cleanly at its 20 s timeout and sends bookmarks with
+/// a resourceVersion that no longer moves, while every GET, LIST and write hangs. Neither
+/// proves the pod view, so within the proof's lifetime (30 s) the guard holds its decisions
+/// — no fresh read into the stalled server, no eviction — and once storage answers it
+/// evicts the greedy job, and only it. (While a clean end proved the view, it stayed proven
+/// through the stall and the guard kept deciding, sending a fresh read every 7 s.)
+#[test]
+fn a_storage_stall_holds_the_guard_though_its_watches_end_cleanly() {
+    let fresh_reads = |w: &GuardWorld| {
+        w.server
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::GET && r.path.starts_with("/api/v1/namespaces/"))
+            .count()
+    };
+    let mut w = world(|_| {});
+    w.wait("the view to sync", Duration::from_secs(10), |w| {
+        let st = w.state();
+        st["guard"].is_object() && st["guard"]["held"].is_null()
+    });
+    w.server.set_storage_stalled(true);
+    let stalled_at = Instant::now();
+    w.wait("decisions held", Duration::from_secs(45), |w| {
+        w.state()["guard"]["held"].is_string()
+    });
+    let held_after = stalled_at.elapsed();
+    assert!(held_after <= Duration::from_secs(36), "{held_after:?}");
+    let reads = fresh_reads(&w);
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(fresh_reads(&w), reads, "a fresh read on an unproven view");
+    assert!(w.posts().is_empty(), "{:?}", w.posts());
+    assert!(w.state()["guard"]["held"].is_string(), "{}", w.state());
+
+    w.server.set_storage_stalled(false);
+    w.wait("the greedy job's eviction", Duration::from_secs(20), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    w.stop();
+}
