@@ -375,6 +375,12 @@ impl GuardCore {
                     uid = %r.uid,
                     "eviction that was in doubt was carried out: the pod is gone or terminating"
                 ),
+                EvictionOutcome::Lost(detail) => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    detail = %detail,
+                    "eviction that was in doubt was lost with the pod's UID"
+                ),
                 other => tracing::warn!(
                     decision = r.decision_id,
                     uid = %r.uid,

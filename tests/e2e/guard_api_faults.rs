@@ -337,3 +337,52 @@ fn a_storage_stall_holds_the_guard_though_its_watches_end_cleanly() {
     assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
     w.stop();
 }
+
+/// The greedy job's eviction gets no answer (in doubt), and the API server restarts: its
+/// history is gone (410), its pods come back under new UIDs, and the eviction it held is
+/// lost with it. `/state` must not call that eviction `evicted`: the old UID vanished, but the
+/// pod of that name running now was never evicted — the record says `lost`, and why.
+#[test]
+fn an_eviction_lost_with_a_restarted_server_is_not_shown_as_evicted() {
+    let mut w = world(|s| {
+        s.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/greedy/eviction",
+                FaultAction::Hang,
+            )
+            .method(Method::POST)
+            .times(1),
+        );
+    });
+    w.wait("the doubt", Duration::from_secs(30), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "in_doubt"
+    });
+    // The restart: new history, every pod back under a new UID.
+    w.server.restart_history();
+    for mut p in w.server.pods() {
+        let (ns, name) = (
+            p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        );
+        w.server.delete_pod(&ns, &name);
+        let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        p["metadata"]["uid"] = serde_json::json!(format!("{}{}", &uid[..uid.len() - 4], "beef"));
+        p["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        w.server.add_pod(p).unwrap();
+    }
+    w.wait("the doubt to resolve", Duration::from_secs(20), |w| {
+        w.state()["guard"]["recentDecisions"][0]["victims"][0]["result"] != "in_doubt"
+    });
+    let victim = w.state()["guard"]["recentDecisions"][0]["victims"][0].clone();
+    let log = w.stop();
+    assert_eq!(victim["name"], "greedy", "{victim}");
+    assert_eq!(victim["result"], "lost", "{victim}\n{log}");
+    let detail = victim["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("was not evicted"), "{detail}");
+}

@@ -2110,4 +2110,59 @@ mod tests {
         assert_eq!((r.doubts, r.dropped.len()), (0, 1), "{r:?}");
         assert_eq!(one(late.poll(0.0, 9900)).planned, 1);
     }
+
+    /// An eviction in doubt whose pod's UID vanishes while a pod of the same name runs
+    /// under another UID (an API server restarted with new UIDs, its queue lost): the record
+    /// says `lost`, not `evicted` — what runs now was not evicted. The old UID's processes
+    /// still count as on their way out (a cooldown on them), as before.
+    #[test]
+    fn a_doubt_whose_uid_vanishes_under_a_new_uid_of_the_same_name_is_lost_not_evicted() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::InDoubt("no answer within 5 s".into()),
+            secs(0.1),
+        );
+        // The restarted server's view: `a` under a new UID, same namespace and name.
+        let mut again = w.pods.remove("a").unwrap();
+        again.uid = "a2".into();
+        w.pods.insert("a2".into(), again);
+        assert!(w.poll(1.0, 9600).is_empty());
+        let r = w.guard.take_resolutions();
+        assert_eq!(r.len(), 1, "{r:?}");
+        let EvictionOutcome::Lost(why) = &r[0].outcome else {
+            panic!("{r:?}");
+        };
+        assert!(
+            why.contains("(UID a2)") && why.contains("was not evicted"),
+            "{why}"
+        );
+        assert!(
+            matches!(w.phase(0), GpuPhase::Cooldown { .. }),
+            "{:?}",
+            w.phase(0)
+        );
+
+        // Without a pod of that name in the view the doubt ends as evicted, as before.
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::InDoubt("x".into()), secs(0.1));
+        w.pods.remove("a");
+        assert!(w.poll(1.0, 9600).is_empty());
+        assert_eq!(
+            w.guard.take_resolutions()[0].outcome,
+            EvictionOutcome::Evicted
+        );
+    }
 }
