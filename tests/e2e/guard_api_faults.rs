@@ -386,3 +386,105 @@ fn an_eviction_lost_with_a_restarted_server_is_not_shown_as_evicted() {
     let detail = victim["detail"].as_str().unwrap_or("");
     assert!(detail.contains("was not evicted"), "{detail}");
 }
+
+/// Issue 30, "read, not reproduced": the fresh read re-checked exclusions but not the
+/// ranking's inputs, so a stale view could rank the wrong pod first. A watch stalls
+/// silently while the greedy job declares a VRAM request above what it uses
+/// (`gpu-warden.io/vram-request-mib`; `spec.priority` is immutable on a real server, the
+/// declared need is not): it no longer ranks first, the fresh read before its eviction
+/// sees that and skips it ("request 0 MiB → 20000 MiB"), and the next CI job in rank is
+/// evicted instead — one pod for the decision, as its plan says.
+#[test]
+fn a_stale_view_that_ranks_the_wrong_pod_first_is_caught_by_the_fresh_read() {
+    let mut w = world(|s| {
+        s.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
+    });
+    w.server.update_pod("ci", "greedy", |p| {
+        p["metadata"]["annotations"]["gpu-warden.io/vram-request-mib"] = serde_json::json!("20000");
+    });
+    w.wait("an eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // The first decision: the greedy job skipped, ci-a evicted, and nobody else. (The greedy
+    // job, now within its declared need, keeps growing: a later decision whose cooldown gave
+    // way to that growth may take ci-b — the next pod over its request — but never it.)
+    let first = w.evicted();
+    assert_eq!(
+        first.first().map(String::as_str),
+        Some("ci/ci-a"),
+        "{first:?}"
+    );
+    assert!(
+        !first.contains(&"ml-train/trainer".to_string()),
+        "{first:?}"
+    );
+    let decisions = w.state()["guard"]["recentDecisions"].clone();
+    let victims = decisions[0]["victims"].clone();
+    assert_eq!(victims[0]["name"], "greedy", "{victims}");
+    assert_eq!(victims[0]["result"], "skipped", "{victims}");
+    assert!(
+        victims[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("request 0 MiB → 20000 MiB")),
+        "{victims}"
+    );
+    assert_eq!(victims[1]["name"], "ci-a", "{victims}");
+    assert_eq!(victims[1]["result"], "evicted", "{victims}");
+    let evicted_by_first = victims
+        .as_array()
+        .map_or(0, |v| v.iter().filter(|v| v["result"] == "evicted").count());
+    assert_eq!(evicted_by_first, 1, "{victims}");
+    w.stop();
+}
+
+/// What the Lease carries is read as hostile input (anyone allowed to write the Lease can
+/// write it): an annotation that is not the guard's JSON — here a doubt naming a path for a
+/// namespace — is ignored with one warning line, and nothing else is lost: the guard acts
+/// as a fresh agent would (the greedy job, only it), the Lease gets its figures, and another
+/// owner's annotation on it survives.
+#[test]
+fn a_hostile_carried_state_on_the_lease_is_ignored_with_one_warning() {
+    let lease_ns = "gpu-warden";
+    let node = crate::support::guard_world::NODE;
+    let hostile = r#"{"v":1,"doubts":[{"gpu":"GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b","uid":"u-1","namespace":"../../etc","name":"greedy","pids":[503],"since":"2026-01-01T00:00:00Z","decision":1}]}"#;
+    let mut w = GuardWorld::start_env(
+        SCENARIO,
+        "faults",
+        POLICY,
+        &[("POD_NAMESPACE", lease_ns)],
+        |s| {
+            s.add_lease(serde_json::json!({
+                "metadata": {"name": node, "namespace": lease_ns, "annotations": {
+                    "gpu-warden.io/guard-doubts": hostile,
+                    "example.com/owner": "someone else",
+                }},
+                "spec": {"holderIdentity": "an-earlier-agent"},
+            }))
+            .unwrap();
+        },
+    );
+    w.wait("the greedy job's eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    let lease = w.server.lease(lease_ns, node).unwrap_or_default();
+    let annotations = &lease["metadata"]["annotations"];
+    assert_eq!(annotations["example.com/owner"], "someone else", "{lease}");
+    assert!(
+        annotations["gpu-warden.io/vram-free-mib"].is_string(),
+        "{lease}"
+    );
+    let log = w.stop();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("carried state on the lease"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("namespace \"../../etc\""),
+        "{}",
+        warnings[0]
+    );
+}
