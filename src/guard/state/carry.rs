@@ -11,7 +11,7 @@ use super::Guard;
 use crate::guard::carry::{Carried, CarriedCooldown, CarriedDoubt, RESTORE_MARGIN};
 use crate::guard::decision::{Decision, EvictionOutcome, Trigger};
 use crate::guard::levels::Levels;
-use crate::guard::rank::{self, Excluded, Exclusion, Victim};
+use crate::guard::rank::{self, Victim};
 use crate::guard::status::GpuPhase;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -166,9 +166,11 @@ impl Guard {
         };
         let (total, used, free) = st.memory.map_or((0, 0, 0), |m| (m.total, m.used, m.free));
         let n = victims.len();
-        // What the others use now is the baseline a cooldown's escalation measures their
-        // growth from (`escalate::others_growth`): what they used at the original decision
-        // is not known here, and counting all of it as growth would end the cooldown at once.
+        // The others on the GPU follow the pods in doubt as candidates (never tried: only
+        // the first `n` are the plan), with what they use now: the baseline a cooldown's
+        // escalation measures their growth from (`escalate::others_growth`). What they used
+        // at the original decision is not known here, and counting all of it as growth
+        // would end the cooldown at once.
         let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
         let ranked = rank::rank_growing(
             &self.policy,
@@ -178,20 +180,13 @@ impl Guard {
             &HashMap::new(),
             &HashMap::new(),
         );
-        let baseline: Vec<Excluded> = ranked
+        let mut candidates = victims;
+        let others: Vec<Victim> = ranked
             .candidates
-            .iter()
-            .filter(|c| !victims.iter().any(|v| v.uid == c.uid))
-            .map(|c| Excluded {
-                uid: c.uid.clone(),
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-                use_bytes: c.use_bytes,
-                exclusion: Exclusion::RecentlyRefused {
-                    detail: "not a candidate of a restored decision".into(),
-                },
-            })
+            .into_iter()
+            .filter(|c| !candidates.iter().any(|v| v.uid == c.uid))
             .collect();
+        candidates.extend(others);
         st.last_decision = Some(Decision {
             id,
             gpu: index,
@@ -210,11 +205,11 @@ impl Guard {
             }),
             time_to_full: None,
             reclaim_target_bytes: 0,
-            candidates: victims,
+            candidates,
             planned: n,
             max_evictions: n,
             rate_limited: false,
-            excluded: baseline,
+            excluded: Vec::new(),
             other_bytes: 0,
             escalated: None,
         });
