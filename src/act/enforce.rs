@@ -546,6 +546,8 @@ fn log_outcome(
         EvictionOutcome::Aborted(_) => {
             log!(warn, "cannot read the pod fresh; evicting nothing for this decision")
         }
+        // Only ever a doubt's resolution (`guard::state`), never the walk's.
+        EvictionOutcome::Lost(_) => log!(warn, "the pod's UID is gone; the eviction was lost"),
     }
 }
 

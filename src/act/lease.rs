@@ -14,6 +14,7 @@
 //! Lease (the agent's RBAC has no `delete`); the extender then reads the Node, whose keys the
 //! annotator removes at the same time.
 
+use crate::guard::carry::CARRY_KEY;
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;
 use crate::publish::annotations::{AnnotationConfig, AnnotationPatch, AnnotationPlanner};
@@ -167,13 +168,34 @@ pub fn spawn_lease(
     published: watch::Receiver<Option<Arc<Published>>>,
     clock: Arc<dyn Clock>,
 ) -> LeaseHandle {
+    spawn_lease_carrying(client, cfg, node_cfg, published, clock, None)
+}
+
+/// [`spawn_lease`] that also keeps the guard's carried state (`guard::carry`) in the
+/// Lease's `<prefix>/guard-doubts` annotation: written as soon as it changes (not held by
+/// [`LEASE_MIN_INTERVAL`]: a doubt that begins must be on record before the agent can be
+/// restarted), retried with the renewals' backoff, and kept when the figures are taken off
+/// at shutdown (a restart is a shutdown and a start).
+pub fn spawn_lease_carrying(
+    client: kube::Client,
+    cfg: LeaseConfig,
+    node_cfg: &AnnotationConfig,
+    published: watch::Receiver<Option<Arc<Published>>>,
+    clock: Arc<dyn Clock>,
+    carry: Option<watch::Receiver<Option<String>>>,
+) -> LeaseHandle {
     let seed = clock
         .wall()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
         ^ crate::model::ids::fnv64(&[&cfg.name, "lease"]);
+    let carry_key = format!("{}/{CARRY_KEY}", node_cfg.prefix);
     let task = Task {
         api: Api::namespaced(client, &cfg.namespace),
+        carry,
+        carry_key,
+        carry_written: None,
+        figures: BTreeMap::new(),
         planner: AnnotationPlanner::new(lease_planner_config(node_cfg, cfg.renew_interval)),
         prefix: node_cfg.prefix.clone(),
         cfg,
@@ -196,6 +218,14 @@ pub fn spawn_lease(
 
 struct Task {
     api: Api<Lease>,
+    /// The guard's carried state (its JSON), when the Lease keeps it.
+    carry: Option<watch::Receiver<Option<String>>>,
+    /// Its annotation key.
+    carry_key: String,
+    /// What of it the Lease holds now (as last written).
+    carry_written: Option<String>,
+    /// The figures last written.
+    figures: BTreeMap<String, String>,
     planner: AnnotationPlanner,
     prefix: String,
     cfg: LeaseConfig,
@@ -227,6 +257,11 @@ impl Task {
                         self.feed_open = false;
                     }
                 }
+                changed = carry_changed(&mut self.carry) => {
+                    if changed.is_err() {
+                        self.carry = None;
+                    }
+                }
                 _ = sleep_for(wake), if wake.is_some() => {}
             }
         }
@@ -254,18 +289,36 @@ impl Task {
             Some(t) if now < t => return,
             _ => self.retry_at = None,
         }
+        let carry_wanted = self
+            .carry
+            .as_mut()
+            .map(|c| c.borrow_and_update().clone())
+            .unwrap_or_else(|| self.carry_written.clone());
         let latest = self.published.borrow_and_update().clone();
-        let Some(p) = latest else { return };
-        let Some(patch) =
+        let patch = latest.and_then(|p| {
             self.planner
                 .plan_with_replicas(&p.snapshot, &p.pressure, p.replicas.as_deref(), now)
-        else {
+        });
+        if patch.is_none() && carry_wanted == self.carry_written {
             return;
+        }
+        let figures = match &patch {
+            Some(p) => p.values.to_annotations(&self.prefix),
+            None => self.figures.clone(),
         };
-        let figures = patch.values.to_annotations(&self.prefix);
-        match self.write(&figures).await {
-            Ok(()) => self.succeeded(&patch),
-            Err(e) => self.failed(&patch, e),
+        let body = with_carry(&figures, &self.carry_key, carry_wanted.as_deref());
+        match self.write(&body).await {
+            Ok(()) => {
+                if let Some(p) = &patch {
+                    self.succeeded(p);
+                }
+                if carry_wanted != self.carry_written {
+                    tracing::info!(lease = %self.cfg.name, carried = carry_wanted.as_deref().unwrap_or(""), "guard doubts and cooldowns recorded on the lease");
+                }
+                self.figures = figures;
+                self.carry_written = carry_wanted;
+            }
+            Err(e) => self.failed(patch.as_ref(), e),
         }
     }
 
@@ -279,8 +332,10 @@ impl Task {
         tracing::debug!(lease = %self.cfg.name, reason = patch.reason.as_str(), "lease renewed");
     }
 
-    fn failed(&mut self, patch: &AnnotationPatch, error: LeaseError) {
-        self.planner.patch_failed(self.clock.mono());
+    fn failed(&mut self, patch: Option<&AnnotationPatch>, error: LeaseError) {
+        if patch.is_some() {
+            self.planner.patch_failed(self.clock.mono());
+        }
         self.failures += 1;
         let delay = self.backoff.next_delay();
         self.retry_at = Some(self.clock.mono() + delay);
@@ -289,7 +344,8 @@ impl Task {
         if forbidden {
             tracing::warn!(lease = %self.cfg.name, namespace = %self.cfg.namespace, error = %error, "writing the lease is forbidden: the extender reads this node's figures from its Node, at the Node's slower cadence (grant leases get/create/update in the agent's namespace, docs/deploy.md)");
         } else {
-            tracing::warn!(lease = %self.cfg.name, reason = patch.reason.as_str(), failures = self.failures, retry_in = ?delay, error = %error, "renewing the lease failed; will retry");
+            let reason = patch.map_or("guard doubts", |p| p.reason.as_str());
+            tracing::warn!(lease = %self.cfg.name, reason, failures = self.failures, retry_in = ?delay, error = %error, "renewing the lease failed; will retry");
         }
     }
 
@@ -370,14 +426,76 @@ impl Task {
             return;
         }
         self.timeout = Duration::from_secs(2);
-        let empty = BTreeMap::new();
-        let result = tokio::time::timeout(Duration::from_secs(3), self.write(&empty)).await;
+        // The guard's carried state stays: the next process of this agent reads it.
+        let carried = self
+            .carry
+            .as_ref()
+            .map(|c| c.borrow().clone())
+            .unwrap_or_else(|| self.carry_written.clone());
+        let left = with_carry(&BTreeMap::new(), &self.carry_key, carried.as_deref());
+        let result = tokio::time::timeout(Duration::from_secs(3), self.write(&left)).await;
         match result {
             Ok(Ok(())) => tracing::info!(lease = %self.cfg.name, "lease figures removed"),
             Ok(Err(e)) => tracing::warn!(error = %e, "removing the lease figures failed; they age into the extender's staleness rule"),
             Err(_) => tracing::warn!("removing the lease figures did not finish in time; they age into the extender's staleness rule"),
         }
     }
+}
+
+/// `figures` with the carried state's annotation, when there is one.
+fn with_carry(
+    figures: &BTreeMap<String, String>,
+    key: &str,
+    carried: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut all = figures.clone();
+    if let Some(c) = carried {
+        all.insert(key.to_string(), c.to_string());
+    }
+    all
+}
+
+/// Resolves when the carried state changes (never without one).
+async fn carry_changed(
+    carry: &mut Option<watch::Receiver<Option<String>>>,
+) -> Result<(), watch::error::RecvError> {
+    match carry {
+        Some(c) => c.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the guard's carried state from this agent's Lease once, at start (`None`: no
+/// Lease, or nothing carried). Bounded by `timeout`: an agent whose API server does not
+/// answer starts without it, and says so.
+pub async fn read_carried(
+    client: kube::Client,
+    cfg: &LeaseConfig,
+    prefix: &str,
+    timeout: Duration,
+) -> Result<Option<String>, LeaseError> {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let lease = match tokio::time::timeout(timeout, api.get_opt(&cfg.name)).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(source)) => {
+            return Err(LeaseError::Api {
+                namespace: cfg.namespace.clone(),
+                name: cfg.name.clone(),
+                source,
+            })
+        }
+        Err(_) => {
+            return Err(LeaseError::Timeout {
+                namespace: cfg.namespace.clone(),
+                name: cfg.name.clone(),
+                timeout,
+            })
+        }
+    };
+    let key = format!("{prefix}/{CARRY_KEY}");
+    Ok(lease
+        .and_then(|l| l.metadata.annotations)
+        .and_then(|mut a| a.remove(&key)))
 }
 
 async fn sleep_for(d: Option<Duration>) {

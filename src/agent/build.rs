@@ -7,7 +7,7 @@ use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::event_sender::EventSender;
-use crate::act::lease::{spawn_lease, LeaseConfig};
+use crate::act::lease::{read_carried, spawn_lease_carrying, LeaseConfig};
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
 use crate::act::signal::ProcSignals;
 use crate::act::stop::Stopper;
@@ -18,6 +18,7 @@ use crate::attribute::ports::PodSource;
 use crate::attribute::procfs::ProcFs;
 use crate::attribute::watch::WatchedPods;
 use crate::config::{self, Backend, Cli, KubeMode, Switch};
+use crate::guard::carry::Carried;
 use crate::guard::policy::{Mode, Policy, PolicyError};
 use crate::guard::ports::DecisionExecutor;
 use crate::guard::state::Guard;
@@ -38,6 +39,7 @@ use crate::sample::{GpuSource, SourceError};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// The demo scenario played when the simulator runs without `--scenario`.
 const EMBEDDED_SCENARIO: &str = include_str!("../../examples/a10g-timesliced.yaml");
@@ -291,6 +293,9 @@ pub fn run(cli: Cli) -> Result<(), StartError> {
     result
 }
 
+/// How long the start waits for the Lease holding the guard's carried state.
+const CARRY_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What the async half of the start-up needs.
 struct Wiring {
     cli: Cli,
@@ -346,7 +351,8 @@ impl Wiring {
         let events = clients
             .as_ref()
             .map(|c| Arc::new(EventSender::new(c.main.clone(), self.node.clone())));
-        let companions = self.companions(clients.as_ref());
+        let carry = self.carry(clients.as_ref(), &mut core).await;
+        let companions = self.companions(clients.as_ref(), carry);
         let security = self.http_security()?;
         let listener = tokio::net::TcpListener::bind(self.cli.listen)
             .await
@@ -436,7 +442,11 @@ impl Wiring {
 
     /// The node annotator (stopped, and its keys removed, at shutdown); with
     /// `--annotations off`, a one-off removal of what an earlier run may have left.
-    fn companions(&self, clients: Option<&KubeClients>) -> Vec<super::Companion> {
+    fn companions(
+        &self,
+        clients: Option<&KubeClients>,
+        carry: Option<watch::Receiver<Option<String>>>,
+    ) -> Vec<super::Companion> {
         let Some(c) = clients else {
             return Vec::new();
         };
@@ -448,7 +458,7 @@ impl Wiring {
                     self.metrics.clone(),
                     self.clock.clone(),
                 );
-                let lease = self.lease_companion(c, &cfg);
+                let lease = self.lease_companion(c, &cfg, carry);
                 let annotator: super::Companion = Box::new(move |rx| {
                     let handle = spawn_annotator(client, node, cfg, rx, clock, metrics);
                     Box::new(move || {
@@ -472,23 +482,36 @@ impl Wiring {
         }
     }
 
-    /// The Lease task (liveness and figures for the extender), when `--lease on` and the
-    /// agent knows its namespace.
+    /// The Lease task (liveness and figures for the extender; the guard's carried state
+    /// when `carry` is given), when `--lease on` and the agent knows its namespace.
     fn lease_companion(
         &self,
         c: &KubeClients,
         node_cfg: &AnnotationConfig,
+        carry: Option<watch::Receiver<Option<String>>>,
     ) -> Option<super::Companion> {
         let args = &self.cli.lease;
         if args.lease == Switch::Off {
             tracing::info!("--lease=off: no Lease; extenders judge this node by its Node's vram-observed-at, so keep --annotation-heartbeat below their staleAfter");
             return None;
         }
-        let Some(namespace) = args.lease_namespace.clone() else {
+        let Some(cfg) = self.lease_config() else {
             tracing::warn!("no --lease-namespace / POD_NAMESPACE: no Lease; extenders judge this node by its Node's vram-observed-at (set POD_NAMESPACE from the Downward API, or --annotation-heartbeat below their staleAfter)");
             return None;
         };
-        let cfg = LeaseConfig {
+        let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());
+        Some(Box::new(move |rx| {
+            let handle = spawn_lease_carrying(client, cfg, &node_cfg, rx, clock, carry);
+            Box::new(move || Box::pin(handle.shutdown()))
+        }))
+    }
+
+    /// Where the agent's Lease is, when it keeps one.
+    fn lease_config(&self) -> Option<LeaseConfig> {
+        let args = &self.cli.lease;
+        let on = args.lease == Switch::On && self.cli.annotations == Switch::On;
+        let namespace = args.lease_namespace.clone().filter(|_| on)?;
+        Some(LeaseConfig {
             namespace,
             name: self.node.clone(),
             holder: args
@@ -497,12 +520,45 @@ impl Wiring {
                 .unwrap_or_else(|| self.node.clone()),
             renew_interval: args.lease_renew_interval,
             duration: args.lease_duration,
+        })
+    }
+
+    /// An enforcing guard's doubts and cooldowns outlive the process in its Lease
+    /// (docs/guard.md, "What survives a restart"): what an earlier process left there is
+    /// read once and handed to the guard, and the channel the Lease task writes from is
+    /// wired to the core. Without a Lease they do not survive a restart, and the log says so.
+    async fn carry(
+        &self,
+        clients: Option<&KubeClients>,
+        core: &mut Core,
+    ) -> Option<watch::Receiver<Option<String>>> {
+        let c = clients.filter(|_| self.policy.mode == Mode::Enforce)?;
+        let Some(cfg) = self.lease_config() else {
+            tracing::warn!("no Lease (--lease, --annotations or POD_NAMESPACE): an eviction in doubt or a cooldown does not survive a restart of the agent");
+            return None;
         };
-        let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());
-        Some(Box::new(move |rx| {
-            let handle = spawn_lease(client, cfg, &node_cfg, rx, clock);
-            Box::new(move || Box::pin(handle.shutdown()))
-        }))
+        let prefix = &self.annotation_cfg.prefix;
+        match read_carried(c.direct.clone(), &cfg, prefix, CARRY_READ_TIMEOUT).await {
+            Ok(None) => {}
+            Ok(Some(text)) => match Carried::parse(&text) {
+                Ok(carried) => {
+                    if let Some(r) = core.restore(carried) {
+                        tracing::warn!(doubts = r.doubts, cooldowns = r.cooldowns, dropped = ?r.dropped, "guard state carried over a restart of the agent: no decision on those GPUs until it is resolved");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %cfg.name, namespace = %cfg.namespace, error = %e, "the guard's carried state on the lease ({prefix}/{}) is unusable; ignored", crate::guard::carry::CARRY_KEY)
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the guard's carried state from the lease; starting without it")
+            }
+        }
+        let (tx, rx) = watch::channel(core.carried().map(|c| c.to_json()));
+        core.set_carry(Box::new(move |c| {
+            tx.send_replace(c.map(|c| c.to_json()));
+        }));
+        Some(rx)
     }
 
     /// TLS and authentication for the HTTP server, from their flags.

@@ -4,11 +4,12 @@
 //! comes from the injected clock, so tests drive it poll by poll.
 
 use crate::attribute::ports::{Attributor, PodSource};
+use crate::guard::carry::Carried;
 use crate::guard::decision::{Decision, EvictionOutcome};
 use crate::guard::history::{GuardView, History};
 use crate::guard::hold::hold_reason;
 use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor, Outcomes};
-use crate::guard::state::Guard;
+use crate::guard::state::{carried_key, Guard, RestoreReport};
 use crate::model::clock::Clock;
 use crate::model::event::EventDraft;
 use crate::model::pod::PodMap;
@@ -39,6 +40,11 @@ pub struct GuardParts {
 /// (the shell hands in a read of its channel, so the core names no runtime type).
 pub type LatestReplicas = Box<dyn FnMut(&Snapshot) -> Option<Arc<ReplicaView>> + Send>;
 
+/// Where the guard's state that must survive a restart goes (`guard::carry`): called with
+/// its new value each time its entries change (`None`: nothing left to carry). The shell
+/// hands in a send on its channel, so the core names no runtime type.
+pub type CarrySink = Box<dyn FnMut(Option<Carried>) + Send>;
+
 /// A decision to execute, with the pod view it was taken on.
 pub type Dispatch = (Decision, Arc<PodMap>);
 
@@ -66,6 +72,8 @@ pub struct Core {
     /// Each CI job's VRAM peak (`--job-peaks`), and the Events on pods it asks for.
     job_peaks: Option<JobPeaks>,
     notices: Vec<EventDraft>,
+    /// Where the carried state goes, and the entries last sent there.
+    carry: Option<(CarrySink, Vec<String>)>,
 }
 
 /// The Event reason of a pod's recorded VRAM peak.
@@ -86,6 +94,7 @@ impl Core {
             scratch: Scratch::default(),
             job_peaks: None,
             notices: Vec::new(),
+            carry: None,
         }
     }
 
@@ -118,6 +127,44 @@ impl Core {
                 .guard
                 .record_confirmation(request.decision_id, &request.uid, answer, now);
             g.note_resolutions();
+        }
+        self.note_carry();
+    }
+
+    /// Sends the guard's doubts and cooldowns to `sink` whenever they change (a doubt or a
+    /// cooldown begins or ends), so they survive a restart of the agent.
+    pub fn set_carry(&mut self, sink: CarrySink) {
+        let key = self.carried().map(|c| carried_key(&c)).unwrap_or_default();
+        self.carry = Some((sink, key));
+    }
+
+    /// What the guard would carry over a restart now, if anything.
+    pub fn carried(&self) -> Option<Carried> {
+        let g = self.guard.as_ref()?;
+        let c = g.parts.guard.carried(self.clock.mono(), self.clock.wall());
+        (!c.is_empty()).then_some(c)
+    }
+
+    /// Hands the guard what an earlier process of this agent carried (read at start).
+    pub fn restore(&mut self, carried: Carried) -> Option<RestoreReport> {
+        let g = self.guard.as_mut()?;
+        let report = g
+            .parts
+            .guard
+            .restore(carried, self.clock.mono(), self.clock.wall());
+        Some(report)
+    }
+
+    /// Sends the carried state on if its entries changed since the last send.
+    fn note_carry(&mut self) {
+        let (Some(g), Some((sink, last))) = (&self.guard, &mut self.carry) else {
+            return;
+        };
+        let carried = g.parts.guard.carried(self.clock.mono(), self.clock.wall());
+        let key = carried_key(&carried);
+        if key != *last {
+            *last = key;
+            sink((!carried.is_empty()).then_some(carried));
         }
     }
 
@@ -230,6 +277,7 @@ impl Core {
                     .map(|p| p.notice(jp.request_annotation())),
             );
         }
+        self.note_carry();
         (self.publish(snap, pressure, guard_view), out)
     }
 
@@ -267,6 +315,7 @@ impl Core {
                 g.parts.guard.record_outcome(id, &uid, outcome, now);
             }
         }
+        self.note_carry();
     }
 
     /// How often the sampler should read memory alone now, if at all: while the guard can
@@ -325,6 +374,12 @@ impl GuardCore {
                     decision = r.decision_id,
                     uid = %r.uid,
                     "eviction that was in doubt was carried out: the pod is gone or terminating"
+                ),
+                EvictionOutcome::Lost(detail) => tracing::warn!(
+                    decision = r.decision_id,
+                    uid = %r.uid,
+                    detail = %detail,
+                    "eviction that was in doubt was lost with the pod's UID"
                 ),
                 other => tracing::warn!(
                     decision = r.decision_id,

@@ -3,10 +3,13 @@
 //! [`PodSource`].
 //!
 //! Health is proven, not assumed ([`PodViewStatus`] says what proves the view). A LIST that
-//! answers proves it as of when it was sent; then the watch proves it on every event, every
-//! bookmark and every end of a watch (each asks for `timeoutSeconds` =
-//! [`WATCH_TIMEOUT_SECS`], so a healthy server ends it and a new one starts at least that
-//! often). A proof lasts [`view_bounds::proof_lifetime`]: the stall bound, stretched to the
+//! answers proves it as of when it was sent; then the watch proves it on every event and
+//! every bookmark whose resourceVersion moved past the last one. The end of a watch (each
+//! asks for `timeoutSeconds` = [`WATCH_TIMEOUT_SECS`]) and a bookmark that repeats the last
+//! resourceVersion prove nothing: a kube-apiserver whose etcd stalls still sends both from
+//! its watch cache. A watch that ends without having proven anything is followed by a
+//! LIST, which needs storage, so a quiet cluster whose resourceVersion stands still stays
+//! proven at the cost of one LIST per watch. A proof lasts [`view_bounds::proof_lifetime`]: the stall bound, stretched to the
 //! request timeout while the server is slow. After [`STALL_BOUND`] without any sign of life
 //! the watch has stalled silently (an open connection that carries nothing): the view is
 //! unproven, and relisted. The same happens on a failure of the server, and at once when a
@@ -271,7 +274,8 @@ impl WatchedPods {
 
 /// Why a list-and-watch ended.
 enum Ended {
-    /// The periodic relist is due; the view stays proven meanwhile.
+    /// The periodic relist is due, or a watch ended without proving anything; the view
+    /// stays as proven as its last proof meanwhile.
     Refresh,
     /// The server answered that it cannot resume the watch (410 Expired): relist after the
     /// expiry backoff; the view stays as proven as its last proof.
@@ -494,6 +498,9 @@ impl Watcher {
             futures::pin_mut!(stream);
             let mut deadline = Instant::now() + timing.stall_bound;
             let mut worked = false;
+            // Whether this watch proved the view (an event, or a bookmark that moved the
+            // resourceVersion on).
+            let mut proved = false;
             loop {
                 let next = tokio::select! {
                     r = timeout_at(deadline, stream.next()) => r,
@@ -505,9 +512,10 @@ impl Watcher {
                 };
                 deadline = Instant::now() + timing.stall_bound;
                 let event = match item {
-                    // The server ended the watch (its timeout): watch again from `rv`.
+                    // The server ended the watch (its timeout): watch again from `rv`. The
+                    // end proves nothing: a kube-apiserver whose etcd stalls still ends
+                    // watches at their timeout from its watch cache (`storage/cacher`).
                     None => {
-                        self.prove(&rv);
                         if !worked && started.elapsed() >= MIN_WATCH_LIFE {
                             worked = true;
                             self.watch_worked();
@@ -529,8 +537,15 @@ impl Watcher {
                     }
                     Some(Ok(event)) => event,
                 };
+                // A bookmark proves the view only if its resourceVersion moved on: one
+                // that repeats the last is what a watch cache over a stalled etcd sends.
+                let bookmark = matches!(event, WatchEvent::Bookmark(_));
+                let before = bookmark.then(|| rv.clone());
                 self.apply(event, &mut rv);
-                self.prove(&rv);
+                if before.as_ref() != Some(&rv) {
+                    self.prove(&rv);
+                    proved = true;
+                }
                 if !worked {
                     worked = true;
                     self.watch_worked();
@@ -538,6 +553,13 @@ impl Watcher {
             }
             if !worked && started.elapsed() < MIN_WATCH_LIFE {
                 tokio::time::sleep(MIN_WATCH_LIFE).await;
+            }
+            if !proved {
+                // A whole watch without a proof: a cluster so quiet that its
+                // resourceVersion did not move, or a stalled storage. A LIST tells them
+                // apart (it needs storage): at most one per watch timeout, and only while
+                // the resourceVersion stands still.
+                return Ended::Refresh;
             }
         }
     }

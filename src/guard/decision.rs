@@ -20,6 +20,9 @@ pub enum Trigger {
     /// Sustained growth would cross `hard` within `actBudget`, before the rules above
     /// could act in time (possibly while free is still above `soft`).
     EarlyTrend,
+    /// Not a decision of this process: an eviction in doubt or a cooldown carried over an
+    /// agent restart (`guard::carry`), restored so the guard does not decide again on it.
+    Restored,
 }
 
 impl Trigger {
@@ -30,6 +33,7 @@ impl Trigger {
             Trigger::SoftGrace => "soft_grace",
             Trigger::SoftTrend => "soft_trend",
             Trigger::EarlyTrend => "early_trend",
+            Trigger::Restored => "restored",
         }
     }
 }
@@ -75,6 +79,12 @@ pub enum EvictionOutcome {
     /// Not attempted: the fresh read of the pod failed or timed out, so the API server is not
     /// healthy enough to act on. The walk stops; the GPU may decide again after a short pause.
     Aborted(String),
+    /// Resolved from a doubt: the pod's UID is gone from the API server while a pod of the
+    /// same namespace and name runs under another UID — the server restarted with new UIDs
+    /// (its queue, and the eviction in it, lost with it), or the pod was re-created. What
+    /// runs now was not evicted; the old UID's processes count as on their way out, as
+    /// for `already_gone` (the kubelet reconciles what no longer exists in the API).
+    Lost(String),
 }
 
 impl EvictionOutcome {
@@ -90,6 +100,7 @@ impl EvictionOutcome {
             EvictionOutcome::InDoubt(_) => "in_doubt",
             EvictionOutcome::Skipped(_) => "skipped",
             EvictionOutcome::Aborted(_) => "aborted",
+            EvictionOutcome::Lost(_) => "lost",
         }
     }
 
@@ -103,7 +114,8 @@ impl EvictionOutcome {
             | EvictionOutcome::Forbidden(d)
             | EvictionOutcome::InDoubt(d)
             | EvictionOutcome::Skipped(d)
-            | EvictionOutcome::Aborted(d) => Some(d),
+            | EvictionOutcome::Aborted(d)
+            | EvictionOutcome::Lost(d) => Some(d),
         }
     }
 
@@ -141,7 +153,7 @@ impl EvictionOutcome {
     pub fn reclaims(&self) -> bool {
         matches!(
             self,
-            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone | EvictionOutcome::Lost(_)
         )
     }
 }

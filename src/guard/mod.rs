@@ -2,6 +2,7 @@
 //! decision state machine, Event prose and the port decisions go out through. The enforcer
 //! shell that carries them out is `act::enforce`.
 
+pub mod carry;
 pub mod decision;
 pub mod growth;
 pub mod history;

@@ -115,7 +115,9 @@ pub enum Next {
 /// What an outcome means for the pod's stopped processes.
 pub fn after(outcome: &EvictionOutcome) -> Next {
     match outcome {
-        EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => Next::Forget,
+        EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone | EvictionOutcome::Lost(_) => {
+            Next::Forget
+        }
         EvictionOutcome::InDoubt(_) => Next::Keep,
         EvictionOutcome::Blocked(_) => {
             Next::Resume("eviction refused by a PodDisruptionBudget".into())

@@ -216,3 +216,275 @@ fn a_thaw_that_answers_reads_first_does_not_make_a_held_eviction_two_for_one() {
     );
     assert!(!log.contains("was not carried out"), "{log}");
 }
+
+/// The agent is restarted (a rollout) while its eviction of the greedy job is in doubt: the
+/// POST was answered `500 etcdserver: request timed out` and is carried out only after the
+/// new process has started (etcd committed it late). The new process starts its scenario
+/// again (its processes there from the first poll), so the GPU fills up again within
+/// seconds; the greedy pod is gone from the API by then and its process, which the kubelet
+/// has not killed yet, belongs to no pod. Without
+/// the doubt carried over the restart (in the agent's Lease, `gpu-warden.io/guard-doubts`)
+/// the new process plans from scratch and evicts `ci-a`: two pods for one. With it, the
+/// restored doubt resolves as carried out and the GPU cools down on the greedy job's
+/// process: nobody else is evicted.
+#[test]
+fn an_agent_restarted_while_an_eviction_is_in_doubt_evicts_no_second_pod() {
+    let lease_ns = "gpu-warden";
+    // The greedy job's process from the first poll: the simulator plays its scenario from
+    // the start in each process, and a real process outlives the agent's restart.
+    let scenario = SCENARIO.replace("    start: 1s\n", "");
+    assert_ne!(scenario, SCENARIO);
+    let mut w = GuardWorld::start_env(
+        &scenario,
+        "faults",
+        POLICY,
+        &[("POD_NAMESPACE", lease_ns)],
+        |s| {
+            s.inject(
+                Fault::new(
+                    "/api/v1/namespaces/ci/pods/greedy/eviction",
+                    FaultAction::EtcdTimeout { apply: false },
+                )
+                .method(Method::POST)
+                .times(1),
+            );
+        },
+    );
+    w.wait("the doubt", Duration::from_secs(25), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "in_doubt"
+    });
+    let key = "gpu-warden.io/guard-doubts";
+    let carried = |w: &GuardWorld| {
+        w.server
+            .lease(lease_ns, crate::support::guard_world::NODE)
+            .and_then(|l| l["metadata"]["annotations"][key].as_str().map(String::from))
+    };
+    w.wait("the doubt on the lease", Duration::from_secs(5), |w| {
+        carried(w).is_some_and(|c| c.contains("greedy"))
+    });
+    w.restart();
+    if !carried(&w).is_some_and(|c| c.contains("greedy")) {
+        let lease = w.server.lease(lease_ns, crate::support::guard_world::NODE);
+        panic!(
+            "the doubt is not on the lease after the restart: {lease:?}\n{}",
+            w.stop()
+        );
+    }
+    // The held write lands: the pod is deleted (grace 0) after the restart.
+    w.server.delete_pod("ci", "greedy");
+    let restarted = Instant::now();
+    w.wait("hard pressure again", Duration::from_secs(20), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["pressure"] == "hard"
+    });
+    // Well past the moment a fresh plan would have evicted the next pod.
+    std::thread::sleep(Duration::from_secs(4));
+    let posted: Vec<String> = w.posts().into_iter().map(|r| r.path).collect();
+    let phase = w.state()["guard"]["status"]["gpus"][0]["phase"].clone();
+    let log = w.stop();
+    assert_eq!(
+        posted,
+        vec!["/api/v1/namespaces/ci/pods/greedy/eviction".to_string()],
+        "{:?} after the restart, phase {phase}\n{log}",
+        restarted.elapsed()
+    );
+    assert_eq!(phase["phase"], "cooldown", "{phase}\n{log}");
+    assert!(log.contains("guard state carried over a restart"), "{log}");
+    assert!(
+        log.contains("eviction that was in doubt was carried out"),
+        "{log}"
+    );
+}
+
+/// etcd stalls under the API server once the view has synced, and the GPU fills up: the
+/// watch cache still ends every watch cleanly at its 20 s timeout and sends bookmarks with
+/// a resourceVersion that no longer moves, while every GET, LIST and write hangs. Neither
+/// proves the pod view, so within the proof's lifetime (30 s) the guard holds its decisions
+/// — no fresh read into the stalled server, no eviction — and once storage answers it
+/// evicts the greedy job, and only it. (While a clean end proved the view, it stayed proven
+/// through the stall and the guard kept deciding, sending a fresh read every 7 s.)
+#[test]
+fn a_storage_stall_holds_the_guard_though_its_watches_end_cleanly() {
+    let fresh_reads = |w: &GuardWorld| {
+        w.server
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::GET && r.path.starts_with("/api/v1/namespaces/"))
+            .count()
+    };
+    let mut w = world(|_| {});
+    w.wait("the view to sync", Duration::from_secs(10), |w| {
+        let st = w.state();
+        st["guard"].is_object() && st["guard"]["held"].is_null()
+    });
+    w.server.set_storage_stalled(true);
+    let stalled_at = Instant::now();
+    w.wait("decisions held", Duration::from_secs(45), |w| {
+        w.state()["guard"]["held"].is_string()
+    });
+    let held_after = stalled_at.elapsed();
+    assert!(held_after <= Duration::from_secs(36), "{held_after:?}");
+    let reads = fresh_reads(&w);
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(fresh_reads(&w), reads, "a fresh read on an unproven view");
+    assert!(w.posts().is_empty(), "{:?}", w.posts());
+    assert!(w.state()["guard"]["held"].is_string(), "{}", w.state());
+
+    w.server.set_storage_stalled(false);
+    w.wait("the greedy job's eviction", Duration::from_secs(20), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    w.stop();
+}
+
+/// The greedy job's eviction gets no answer (in doubt), and the API server restarts: its
+/// history is gone (410), its pods come back under new UIDs, and the eviction it held is
+/// lost with it. `/state` must not call that eviction `evicted`: the old UID vanished, but the
+/// pod of that name running now was never evicted — the record says `lost`, and why.
+#[test]
+fn an_eviction_lost_with_a_restarted_server_is_not_shown_as_evicted() {
+    let mut w = world(|s| {
+        s.inject(
+            Fault::new(
+                "/api/v1/namespaces/ci/pods/greedy/eviction",
+                FaultAction::Hang,
+            )
+            .method(Method::POST)
+            .times(1),
+        );
+    });
+    w.wait("the doubt", Duration::from_secs(30), |w| {
+        w.state()["guard"]["status"]["gpus"][0]["phase"]["phase"] == "in_doubt"
+    });
+    // The restart: new history, every pod back under a new UID.
+    w.server.restart_history();
+    for mut p in w.server.pods() {
+        let (ns, name) = (
+            p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        );
+        w.server.delete_pod(&ns, &name);
+        let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        p["metadata"]["uid"] = serde_json::json!(format!("{}{}", &uid[..uid.len() - 4], "beef"));
+        p["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        w.server.add_pod(p).unwrap();
+    }
+    w.wait("the doubt to resolve", Duration::from_secs(20), |w| {
+        w.state()["guard"]["recentDecisions"][0]["victims"][0]["result"] != "in_doubt"
+    });
+    let victim = w.state()["guard"]["recentDecisions"][0]["victims"][0].clone();
+    let log = w.stop();
+    assert_eq!(victim["name"], "greedy", "{victim}");
+    assert_eq!(victim["result"], "lost", "{victim}\n{log}");
+    let detail = victim["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("was not evicted"), "{detail}");
+}
+
+/// Issue 30, "read, not reproduced": the fresh read re-checked exclusions but not the
+/// ranking's inputs, so a stale view could rank the wrong pod first. A watch stalls
+/// silently while the greedy job declares a VRAM request above what it uses
+/// (`gpu-warden.io/vram-request-mib`; `spec.priority` is immutable on a real server, the
+/// declared need is not): it no longer ranks first, the fresh read before its eviction
+/// sees that and skips it ("request 0 MiB → 20000 MiB"), and the next CI job in rank is
+/// evicted instead — one pod for the decision, as its plan says.
+#[test]
+fn a_stale_view_that_ranks_the_wrong_pod_first_is_caught_by_the_fresh_read() {
+    let mut w = world(|s| {
+        s.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
+    });
+    w.server.update_pod("ci", "greedy", |p| {
+        p["metadata"]["annotations"]["gpu-warden.io/vram-request-mib"] = serde_json::json!("20000");
+    });
+    w.wait("an eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // The first decision: the greedy job skipped, ci-a evicted, and nobody else. (The greedy
+    // job, now within its declared need, keeps growing: a later decision whose cooldown gave
+    // way to that growth may take ci-b — the next pod over its request — but never it.)
+    let first = w.evicted();
+    assert_eq!(
+        first.first().map(String::as_str),
+        Some("ci/ci-a"),
+        "{first:?}"
+    );
+    assert!(
+        !first.contains(&"ml-train/trainer".to_string()),
+        "{first:?}"
+    );
+    let decisions = w.state()["guard"]["recentDecisions"].clone();
+    let victims = decisions[0]["victims"].clone();
+    assert_eq!(victims[0]["name"], "greedy", "{victims}");
+    assert_eq!(victims[0]["result"], "skipped", "{victims}");
+    assert!(
+        victims[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("request 0 MiB → 20000 MiB")),
+        "{victims}"
+    );
+    assert_eq!(victims[1]["name"], "ci-a", "{victims}");
+    assert_eq!(victims[1]["result"], "evicted", "{victims}");
+    let evicted_by_first = victims
+        .as_array()
+        .map_or(0, |v| v.iter().filter(|v| v["result"] == "evicted").count());
+    assert_eq!(evicted_by_first, 1, "{victims}");
+    w.stop();
+}
+
+/// What the Lease carries is read as hostile input (anyone allowed to write the Lease can
+/// write it): an annotation that is not the guard's JSON — here a doubt naming a path for a
+/// namespace — is ignored with one warning line, and nothing else is lost: the guard acts
+/// as a fresh agent would (the greedy job, only it), the Lease gets its figures, and another
+/// owner's annotation on it survives.
+#[test]
+fn a_hostile_carried_state_on_the_lease_is_ignored_with_one_warning() {
+    let lease_ns = "gpu-warden";
+    let node = crate::support::guard_world::NODE;
+    let hostile = r#"{"v":1,"doubts":[{"gpu":"GPU-3f5e2a8b-1c4d-4e6f-9a0b-7c8d9e0f1a2b","uid":"u-1","namespace":"../../etc","name":"greedy","pids":[503],"since":"2026-01-01T00:00:00Z","decision":1}]}"#;
+    let mut w = GuardWorld::start_env(
+        SCENARIO,
+        "faults",
+        POLICY,
+        &[("POD_NAMESPACE", lease_ns)],
+        |s| {
+            s.add_lease(serde_json::json!({
+                "metadata": {"name": node, "namespace": lease_ns, "annotations": {
+                    "gpu-warden.io/guard-doubts": hostile,
+                    "example.com/owner": "someone else",
+                }},
+                "spec": {"holderIdentity": "an-earlier-agent"},
+            }))
+            .unwrap();
+        },
+    );
+    w.wait("the greedy job's eviction", Duration::from_secs(25), |w| {
+        !w.evicted().is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.evicted(), vec!["ci/greedy".to_string()]);
+    let lease = w.server.lease(lease_ns, node).unwrap_or_default();
+    let annotations = &lease["metadata"]["annotations"];
+    assert_eq!(annotations["example.com/owner"], "someone else", "{lease}");
+    assert!(
+        annotations["gpu-warden.io/vram-free-mib"].is_string(),
+        "{lease}"
+    );
+    let log = w.stop();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("carried state on the lease"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("namespace \"../../etc\""),
+        "{}",
+        warnings[0]
+    );
+}

@@ -7,7 +7,7 @@
 
 use apiserver_double::{ApiServer, Method, RecordedRequest};
 use bytes::Bytes;
-use gpu_warden::act::lease::{spawn_lease, LeaseConfig, LeaseHandle, LEASE_LABEL};
+use gpu_warden::act::lease::{spawn_lease_carrying, LeaseConfig, LeaseHandle, LEASE_LABEL};
 use gpu_warden::act::node_annotations::{spawn_annotator_with, AnnotatorHandle, AnnotatorTiming};
 use gpu_warden::extender::judge::{judge, JudgePolicy, Reason};
 use gpu_warden::extender::lease_cache::spawn_live_nodes;
@@ -76,6 +76,15 @@ fn lease_cfg(renew: Duration) -> LeaseConfig {
 /// An agent's two writers: the annotator, and the Lease task unless `lease` is `None` (an
 /// agent from before Leases).
 async fn rig(node: AnnotationConfig, lease: Option<LeaseConfig>) -> Rig {
+    rig_carrying(node, lease, None).await
+}
+
+/// [`rig`] whose Lease also keeps the guard's carried state from `carry`.
+async fn rig_carrying(
+    node: AnnotationConfig,
+    lease: Option<LeaseConfig>,
+    carry: Option<watch::Receiver<Option<String>>>,
+) -> Rig {
     let server = ApiServer::start().await.unwrap();
     server
         .add_node(json!({"metadata": {"name": NODE, "annotations": {"node.alpha.kubernetes.io/ttl": "0"}}}))
@@ -94,7 +103,8 @@ async fn rig(node: AnnotationConfig, lease: Option<LeaseConfig>) -> Rig {
         backoff_max: Duration::from_millis(400),
         shutdown_timeout: Duration::from_millis(1500),
     };
-    let lease = lease.map(|l| spawn_lease(client.clone(), l, &node, rx.clone(), clock.clone()));
+    let lease = lease
+        .map(|l| spawn_lease_carrying(client.clone(), l, &node, rx.clone(), clock.clone(), carry));
     let annotator = spawn_annotator_with(
         client.clone(),
         NODE.into(),
@@ -401,4 +411,50 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
     );
     assert_eq!(stale.reason, Reason::Stale, "{}", stale.message);
     r.stop().await;
+}
+
+/// The guard's carried state (`gpu-warden.io/guard-doubts`) rides on the Lease: written as
+/// soon as it changes — not held by the 5 s between figure changes, nor waiting for the 15 s
+/// renewal — taken off as soon as there is nothing to carry, and kept when the figures are
+/// taken off at shutdown (the next process of the agent reads it at start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_doubts_reach_the_lease_at_once_and_outlive_the_shutdown() {
+    const KEY: &str = "gpu-warden.io/guard-doubts";
+    let (carry_tx, carry_rx) = watch::channel(None);
+    let mut r = rig_carrying(
+        AnnotationConfig::default(),
+        Some(lease_cfg(Duration::from_secs(15))),
+        Some(carry_rx),
+    )
+    .await;
+    r.until(Pressure::None, |r| {
+        r.lease_annotations().contains_key("gpu-warden.io/vram")
+    })
+    .await;
+    let doubt = r#"{"v":1,"doubts":[],"cooldowns":[]}"#.to_string();
+    carry_tx.send_replace(Some(doubt.clone()));
+    let sent = Instant::now();
+    r.until(Pressure::None, |r| {
+        r.lease_annotations().get(KEY) == Some(&doubt)
+    })
+    .await;
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert!(
+        r.lease_annotations().contains_key("gpu-warden.io/vram"),
+        "the figures stay beside it"
+    );
+    carry_tx.send_replace(None);
+    r.until(Pressure::None, |r| !r.lease_annotations().contains_key(KEY))
+        .await;
+    carry_tx.send_replace(Some(doubt.clone()));
+    r.until(Pressure::None, |r| r.lease_annotations().contains_key(KEY))
+        .await;
+    r.stop().await;
+    let left = r.lease_annotations();
+    assert_eq!(left.get(KEY), Some(&doubt), "{left:?}");
+    assert!(!left.contains_key("gpu-warden.io/vram"), "{left:?}");
 }

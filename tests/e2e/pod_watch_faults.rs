@@ -510,3 +510,55 @@ fn a_watch_that_loses_events_is_bounded_by_the_periodic_relist() {
         "{during} relists in 3 s under pressure"
     );
 }
+
+/// etcd stalls under the API server (`ApiServer::set_storage_stalled`): its watch cache
+/// keeps ending each watch cleanly at its timeout and sending bookmarks whose
+/// resourceVersion stands still, while a LIST (which needs storage) hangs. None of that
+/// proves the view: it turns unproven within the proof's lifetime and stays so until
+/// storage answers again. (While a clean end counted as proof, this view stayed proven for
+/// ever.) Before the stall the cluster's resourceVersion moves on its own (the double's
+/// heartbeat, as other writers move etcd's revision), so bookmarks prove a quiet view with
+/// no relist at all.
+#[test]
+fn a_storage_stall_behind_clean_watch_ends_leaves_the_view_unproven() {
+    let timing = WatchTiming {
+        watch_timeout_secs: 1,
+        stall_bound: Duration::from_millis(2500),
+        ..WatchTiming::default()
+    };
+    let (_rt, server, view) = watched(
+        ApiServer::builder()
+            .bookmark_interval(Duration::from_millis(200))
+            .heartbeat(Some(Duration::from_millis(200))),
+        timing,
+    );
+    wait("first sync", 10, || view.status().trustworthy());
+    let lists = list_times(&server).len();
+    stays_trustworthy(&view, Duration::from_secs(4));
+    assert_eq!(
+        list_times(&server).len(),
+        lists,
+        "bookmarks that move the resourceVersion need no relist"
+    );
+
+    server.set_storage_stalled(true);
+    let stalled_at = Instant::now();
+    wait("the view to turn unproven", 8, || !view.status().healthy);
+    let noticed = stalled_at.elapsed();
+    assert!(
+        noticed <= Duration::from_millis(2500 + 1500),
+        "{noticed:?}: {:?}",
+        view.status()
+    );
+    // And it stays unproven while the stall lasts, though bookmarks still flow.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        assert!(!view.status().healthy, "{:?}", view.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    server.set_storage_stalled(false);
+    wait("proven again once storage answers", 10, || {
+        view.status().trustworthy()
+    });
+}

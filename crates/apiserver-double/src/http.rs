@@ -196,6 +196,10 @@ async fn handle_inner(
     if held && is_write && !write_delay.is_zero() {
         tokio::time::sleep(write_delay).await;
     }
+    // A stalled storage holds what needs it; watches are served from the watch cache.
+    if !is_watch {
+        crate::storage::storage_answers(&shared).await;
+    }
     let (down, fault) = shared.mutate(|s| {
         let fault = if s.down {
             None

@@ -57,6 +57,7 @@ pub mod selector;
 mod server;
 mod state;
 mod status;
+pub mod storage;
 mod util;
 mod watch;
 

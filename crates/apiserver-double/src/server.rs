@@ -34,6 +34,7 @@ pub struct Builder {
     stepped: Option<SteppedClock>,
     bookmark_interval: Duration,
     history_limit: usize,
+    heartbeat: Option<Duration>,
 }
 
 impl Default for Builder {
@@ -44,11 +45,21 @@ impl Default for Builder {
             stepped: None,
             bookmark_interval: Duration::from_secs(1),
             history_limit: 10_000,
+            heartbeat: Some(crate::storage::HEARTBEAT),
         }
     }
 }
 
 impl Builder {
+    /// How often the cluster's resourceVersion moves on its own while storage is healthy
+    /// (`crate::storage`; default [`crate::storage::HEARTBEAT`]); `None`: only when an object
+    /// changes, as a cluster with no other writer.
+    #[must_use]
+    pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
+        self.heartbeat = every;
+        self
+    }
+
     /// The address to listen on (default `127.0.0.1:0`, an ephemeral port).
     #[must_use]
     pub fn listen(mut self, addr: SocketAddr) -> Self {
@@ -113,6 +124,9 @@ impl Builder {
         let state = State::new(self.kubelet, self.bookmark_interval, self.history_limit);
         let shared = Arc::new(Shared::new(state, addr, self.stepped));
         tokio::spawn(accept_loop(listener, shared.clone()));
+        if let Some(every) = self.heartbeat.filter(|d| !d.is_zero()) {
+            tokio::spawn(crate::storage::heartbeat(shared.clone(), every));
+        }
         tracing::debug!(%addr, "apiserver-double listening");
         Ok(ApiServer {
             guard: Arc::new(Guard(shared.clone())),
@@ -396,12 +410,22 @@ impl ApiServer {
     }
 
     /// Freezes the server (`true`): connections are still accepted and requests read, but
-    /// nothing is answered and open watches send nothing, as an API server whose storage
-    /// stalls. Thawing it (`false`) carries out every held request in the order it arrived
+    /// nothing is answered and open watches send nothing — not even the end of a watch that
+    /// timed out — as a kube-apiserver process that is stopped or wedged. (A stall of its
+    /// storage alone looks different: [`ApiServer::set_storage_stalled`].) Thawing it (`false`) carries out every held request in the order it arrived
     /// — even those whose client gave up meanwhile, as a real server does — and watches
     /// resume.
     pub fn set_frozen(&self, frozen: bool) {
         self.shared.set_frozen(frozen);
+    }
+
+    /// Stalls the server's storage (`true`), as etcd stalling under a kube-apiserver
+    /// (`crate::storage`): watches are still served from the watch cache — they start, send
+    /// bookmarks whose resourceVersion no longer moves, and end cleanly at their timeout —
+    /// while every other request (a LIST, a GET, every write) waits until storage answers
+    /// again (`false`), and is then carried out.
+    pub fn set_storage_stalled(&self, stalled: bool) {
+        self.shared.storage_stalled.send_replace(stalled);
     }
 
     /// Whether the server is frozen (by [`ApiServer::set_frozen`] or a `Freeze` fault).

@@ -354,6 +354,8 @@ pub(crate) struct Shared {
     pub(crate) frozen_guard: Mutex<Option<tokio::sync::OwnedMutexGuard<()>>>,
     /// Whether the server is frozen: open watches wait while it is.
     pub(crate) frozen: watch::Sender<bool>,
+    /// Whether storage is stalled (`crate::storage`): requests but watches wait.
+    pub(crate) storage_stalled: watch::Sender<bool>,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it.
@@ -383,6 +385,7 @@ impl Shared {
             gate: Arc::new(tokio::sync::Mutex::new(())),
             frozen_guard: Mutex::new(None),
             frozen: watch::Sender::new(false),
+            storage_stalled: watch::Sender::new(false),
         }
     }
 

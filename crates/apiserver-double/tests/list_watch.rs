@@ -370,8 +370,11 @@ async fn raw_watch_from_a_compacted_version_gets_410_and_bookmarks_flow() {
     let wp = kube::api::WatchParams::default().timeout(2);
     let mut stream = api.watch(&wp, &now_rv).await.unwrap().boxed();
     match stream.next().await {
+        // The cluster's resourceVersion moves on its own (`storage::HEARTBEAT`): at or past
+        // where the watch began.
         Some(Ok(kube::api::WatchEvent::Bookmark(b))) => {
-            assert_eq!(b.metadata.resource_version, now_rv)
+            let at: u64 = b.metadata.resource_version.parse().unwrap();
+            assert!(at >= now_rv.parse::<u64>().unwrap(), "{at} < {now_rv}");
         }
         other => panic!("expected a bookmark, got {other:?}"),
     }
@@ -384,4 +387,61 @@ async fn raw_watch_from_a_compacted_version_gets_410_and_bookmarks_flow() {
         }
     };
     assert_eq!(modified.status.unwrap().phase.as_deref(), Some("Succeeded"));
+}
+
+/// A storage stall (`set_storage_stalled`), as kube-apiserver's watch cache answers over a
+/// stalled etcd (`storage::` module docs): a watch still starts, gets bookmarks whose
+/// resourceVersion stands still and ends cleanly at its timeout, while a LIST hangs until
+/// storage answers again. Healthy, the resourceVersion moves on its own (the heartbeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_stall_keeps_watches_answering_from_the_cache_and_lists_hanging() {
+    let server = ApiServer::builder()
+        .bookmark_interval(Duration::from_millis(50))
+        .heartbeat(Some(Duration::from_millis(20)))
+        .start()
+        .await
+        .unwrap();
+    server.add_pod(pod("ci", "p1", "n1", json!({}))).unwrap();
+    let before = server.resource_version();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(server.resource_version() > before, "the heartbeat moves it");
+
+    server.set_storage_stalled(true);
+    let api: Api<Pod> = Api::namespaced(client(&server), "ci");
+    let stalled_rv = server.resource_version();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(server.resource_version(), stalled_rv, "no write commits");
+    let wp = kube::api::WatchParams::default().timeout(1);
+    let started = std::time::Instant::now();
+    let mut stream = api
+        .watch(&wp, &stalled_rv.to_string())
+        .await
+        .unwrap()
+        .boxed();
+    let mut bookmarks = 0;
+    while let Some(e) = stream.next().await {
+        match e {
+            Ok(kube::api::WatchEvent::Bookmark(b)) => {
+                assert_eq!(b.metadata.resource_version, stalled_rv.to_string());
+                bookmarks += 1;
+            }
+            other => panic!("only bookmarks during a stall, got {other:?}"),
+        }
+    }
+    assert!(bookmarks >= 5, "{bookmarks} bookmarks");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "a clean end at the timeout"
+    );
+
+    let list = tokio::spawn(async move { api.list(&ListParams::default()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!list.is_finished(), "a LIST needs storage");
+    server.set_storage_stalled(false);
+    let listed = tokio::time::timeout(Duration::from_secs(5), list)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
 }

@@ -11,11 +11,13 @@
 //!   planned) victims has left the GPU's process list, or `cooldownTimeout` has passed;
 //! - `rate_limited`: the last decision was allowed no eviction; waits for budget.
 
+mod carry;
 mod confirm;
 mod escalate;
 mod outcomes;
 mod step;
 
+pub use carry::{carried_key, RestoreReport};
 pub use confirm::CONFIRM_RETRY;
 pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 
@@ -172,6 +174,8 @@ pub struct Guard {
     snapshot_at: Option<Duration>,
     /// Fresh reads of pods in doubt: asked for, and their answers.
     confirms: confirm::Confirms,
+    /// What an earlier process carried over a restart, until applied (`Guard::restore`).
+    carried: carry::Pending,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -206,6 +210,7 @@ impl Guard {
             growth,
             snapshot_at: None,
             confirms: confirm::Confirms::default(),
+            carried: carry::Pending::default(),
         }
     }
 
@@ -279,6 +284,10 @@ impl Guard {
             st.update_memory(memory, &self.policy, now);
         }
         let fresh_view = self.hold.is_none();
+        if fresh_view {
+            // Before any decision: a GPU restored in doubt takes none.
+            self.apply_carried(now);
+        }
         let indices: Vec<u32> = self.gpus.keys().copied().collect();
         for index in indices {
             self.resolve_doubt(index, &snap.processes, pods, fresh_view, now);
@@ -1994,5 +2003,166 @@ mod tests {
         assert_eq!(st.evictions_in_window, 1);
         assert_eq!(st.refused[0].uid, "yyy");
         assert_eq!(st.gpus[0].phase, GpuPhase::Watching);
+    }
+
+    /// What survives a restart (`guard::carry`): a doubt carried out of one guard through
+    /// the annotation's JSON into a new one, which decides nothing on that GPU — even at
+    /// hard pressure — until the pod is seen gone, then cools down on its processes. Before
+    /// the fix a restarted agent decided again at once (issue 30: two pods for one).
+    #[test]
+    fn a_doubt_carried_over_a_restart_holds_the_new_guard_until_resolved() {
+        use crate::guard::carry::Carried;
+        let wall0 = std::time::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let new_world = || {
+            World::new(
+                enforce(),
+                [pod("a"), pod("b").priority(1)],
+                vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+            )
+        };
+        let mut old = new_world();
+        let d = one(old.poll(0.0, 9600));
+        old.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::InDoubt("500 etcdserver: request timed out".into()),
+            secs(0.1),
+        );
+        let text = old.guard.carried(secs(10.1), wall0).to_json();
+        let carried = Carried::parse(&text).unwrap();
+        assert_eq!(carried.doubts.len(), 1, "{text}");
+        assert_eq!(carried.doubts[0].pids, vec![pid_of("a")]);
+        assert_eq!(
+            carried.doubts[0].since,
+            wall0 - Duration::from_secs(10),
+            "{text}"
+        );
+
+        // Without it, the new process decides at once (the two-for-one of issue 30).
+        let mut bare = new_world();
+        assert_eq!(one(bare.poll(0.0, 9900)).planned, 1);
+
+        // Restored 20 s after the doubt began (the new process's clock starts at 0).
+        let mut w = new_world();
+        let report = w
+            .guard
+            .restore(carried.clone(), secs(0.0), wall0 + Duration::from_secs(10));
+        assert_eq!((report.doubts, report.cooldowns), (1, 0), "{report:?}");
+        // Not applied on an unproven (here: empty, unsynced) view: it would look gone.
+        w.guard
+            .hold_decisions(Some("the pod view has not synced yet".into()));
+        let synced = std::mem::take(&mut w.pods);
+        assert!(w.poll(0.5, 9900).is_empty());
+        assert_eq!(w.phase(0), GpuPhase::Watching);
+        w.guard.hold_decisions(None);
+        w.pods = synced;
+        for t in [1.0, 5.0, 31.0] {
+            assert!(w.poll(t, 9900).is_empty(), "at {t}");
+        }
+        assert!(
+            matches!(w.phase(0), GpuPhase::InDoubt { .. }),
+            "{:?}",
+            w.phase(0)
+        );
+        let st = w.guard.status();
+        assert_eq!(
+            st.gpus[0].last_decision.as_ref().map(|d| d.trigger),
+            Some(Trigger::Restored)
+        );
+        // Carried on again with its first beginning, so a crash loop cannot renew it.
+        let again = w.guard.carried(secs(31.0), wall0 + Duration::from_secs(41));
+        assert_eq!(again.doubts[0].since, carried.doubts[0].since);
+        // The pod is seen gone: evicted, and a cooldown on its processes, also carried.
+        w.pods.remove("a");
+        assert!(w.poll(32.0, 9900).is_empty());
+        assert!(
+            matches!(&w.phase(0), GpuPhase::Cooldown { waiting_for_pids, .. } if *waiting_for_pids == vec![pid_of("a")]),
+            "{:?}",
+            w.phase(0)
+        );
+        let cooling = w.guard.carried(secs(32.0), wall0 + Duration::from_secs(42));
+        assert!(
+            cooling.doubts.is_empty() && cooling.cooldowns.len() == 1,
+            "{cooling:?}"
+        );
+
+        // A cooldown carried into a third process holds it too, until the processes leave.
+        let mut third = new_world();
+        let carried = Carried::parse(&cooling.to_json()).unwrap();
+        let r = third
+            .guard
+            .restore(carried, secs(0.0), wall0 + Duration::from_secs(43));
+        assert_eq!(r.cooldowns, 1, "{r:?}");
+        assert!(third.poll(0.5, 9900).is_empty());
+        assert!(matches!(third.phase(0), GpuPhase::Cooldown { .. }));
+        third.exit("a");
+        assert_eq!(
+            one(third.poll(1.0, 9900)).planned,
+            1,
+            "they left: it may decide"
+        );
+
+        // Too old to restore: dropped, and the guard decides as it would have.
+        let mut late = new_world();
+        let old_doubt = Carried::parse(&text).unwrap();
+        let too_late = wall0 + enforce().in_doubt_timeout + Duration::from_secs(61);
+        let r = late.guard.restore(old_doubt, secs(0.0), too_late);
+        assert_eq!((r.doubts, r.dropped.len()), (0, 1), "{r:?}");
+        assert_eq!(one(late.poll(0.0, 9900)).planned, 1);
+    }
+
+    /// An eviction in doubt whose pod's UID vanishes while a pod of the same name runs
+    /// under another UID (an API server restarted with new UIDs, its queue lost): the record
+    /// says `lost`, not `evicted` — what runs now was not evicted. The old UID's processes
+    /// still count as on their way out (a cooldown on them), as before.
+    #[test]
+    fn a_doubt_whose_uid_vanishes_under_a_new_uid_of_the_same_name_is_lost_not_evicted() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard.record_outcome(
+            d.id,
+            "a",
+            EvictionOutcome::InDoubt("no answer within 5 s".into()),
+            secs(0.1),
+        );
+        // The restarted server's view: `a` under a new UID, same namespace and name.
+        let mut again = w.pods.remove("a").unwrap();
+        again.uid = "a2".into();
+        w.pods.insert("a2".into(), again);
+        assert!(w.poll(1.0, 9600).is_empty());
+        let r = w.guard.take_resolutions();
+        assert_eq!(r.len(), 1, "{r:?}");
+        let EvictionOutcome::Lost(why) = &r[0].outcome else {
+            panic!("{r:?}");
+        };
+        assert!(
+            why.contains("(UID a2)") && why.contains("was not evicted"),
+            "{why}"
+        );
+        assert!(
+            matches!(w.phase(0), GpuPhase::Cooldown { .. }),
+            "{:?}",
+            w.phase(0)
+        );
+
+        // Without a pod of that name in the view the doubt ends as evicted, as before.
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b").priority(1)],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 3000)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::InDoubt("x".into()), secs(0.1));
+        w.pods.remove("a");
+        assert!(w.poll(1.0, 9600).is_empty());
+        assert_eq!(
+            w.guard.take_resolutions()[0].outcome,
+            EvictionOutcome::Evicted
+        );
     }
 }

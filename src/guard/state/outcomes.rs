@@ -37,6 +37,7 @@ impl Guard {
             }
             EvictionOutcome::Forbidden(d) => self.forbidden = Some(d.clone()),
             EvictionOutcome::AlreadyGone
+            | EvictionOutcome::Lost(_)
             | EvictionOutcome::Aborted(_)
             | EvictionOutcome::Failed(_)
             | EvictionOutcome::Throttled { .. } => {}
@@ -175,7 +176,12 @@ impl Guard {
                 || !on_gpu
                 || matches!(answer, Some(Confirmation::Gone(_)));
             if gone {
-                *outcome = EvictionOutcome::Evicted;
+                *outcome = match renamed(pods, decision, uid) {
+                    Some(now) if !pods.contains_key(uid) => EvictionOutcome::Lost(format!(
+                        "lost: the pod's UID {uid} is no longer known to the API server and {now} runs under that name (the server restarted with new UIDs, or the pod was re-created): the pod running now was not evicted"
+                    )),
+                    _ => EvictionOutcome::Evicted,
+                };
                 self.confirms.forget(*decision_id, uid);
                 self.resolutions.push(Resolution {
                     decision_id: *decision_id,
@@ -213,6 +219,15 @@ impl Guard {
             st.set_phase(next, now);
         }
     }
+}
+
+/// `namespace/name (UID …)` of a pod other than `uid` that the view holds under the name
+/// `uid` had when it was chosen, running (not terminating).
+fn renamed(pods: &HashMap<String, PodInfo>, decision: &Decision, uid: &str) -> Option<String> {
+    let v = decision.candidates.iter().find(|v| v.uid == uid)?;
+    pods.values()
+        .find(|p| p.uid != uid && p.namespace == v.namespace && p.name == v.name && !p.terminating)
+        .map(|p| format!("{}/{} (UID {})", p.namespace, p.name, p.uid))
 }
 
 /// Longest gap between two proofs of the pod view that still counts as the API server

@@ -65,6 +65,9 @@ pub struct GuardWorld {
     _rt: tokio::runtime::Runtime,
     pub server: ApiServer,
     agent: Option<Agent>,
+    /// The agent's command line and extra environment, for [`GuardWorld::restart`].
+    args: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
     /// Just before the agent was started.
     pub started: Instant,
     counted: Counted,
@@ -90,6 +93,18 @@ impl GuardWorld {
         policy: &str,
         before: impl FnOnce(&ApiServer),
     ) -> GuardWorld {
+        GuardWorld::start_env(scenario, name, policy, &[], before)
+    }
+
+    /// As [`GuardWorld::start`], with extra environment variables for the agent (e.g.
+    /// `POD_NAMESPACE`, which gives it a Lease).
+    pub fn start_env(
+        scenario: &str,
+        name: &str,
+        policy: &str,
+        extra_env: &[(&str, &str)],
+        before: impl FnOnce(&ApiServer),
+    ) -> GuardWorld {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let server = rt.block_on(ApiServer::start()).unwrap();
         let parsed = gpu_warden::sample::scenario::Scenario::parse(scenario, name).unwrap();
@@ -112,12 +127,18 @@ impl GuardWorld {
             .node(NODE)
             .poll("250ms")
             .guard_config(&policy_path);
+        let args: Vec<String> = args.args().into_iter().map(String::from).collect();
+        let mut env: Vec<(String, std::ffi::OsString)> =
+            vec![("KUBECONFIG".into(), kubeconfig.into_os_string())];
+        env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.into())));
         let started = Instant::now();
-        let agent = Agent::start_with_env(&args.args(), &[("KUBECONFIG", kubeconfig.as_os_str())]);
+        let agent = spawn_agent(&args, &env);
         GuardWorld {
             _rt: rt,
             server,
             agent: Some(agent),
+            args,
+            env,
             started,
             counted: Counted::Every,
             _dir: dir,
@@ -194,10 +215,27 @@ impl GuardWorld {
         });
     }
 
+    /// Stops the agent (SIGTERM, exit 0 expected) and starts a new process of it with the
+    /// same command line, as a rollout does; returns the old process's log.
+    pub fn restart(&mut self) -> String {
+        let log = self.stop();
+        self.agent = Some(spawn_agent(&self.args, &self.env));
+        log
+    }
+
     /// Stops the agent (exit 0 expected) and returns its log.
     pub fn stop(&mut self) -> String {
         let (status, _, log) = self.agent.take().map(Agent::terminate).unwrap();
         assert!(status.success(), "{log}");
         log
     }
+}
+
+fn spawn_agent(args: &[String], env: &[(String, std::ffi::OsString)]) -> Agent {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &std::ffi::OsStr)> = env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_os_str()))
+        .collect();
+    Agent::start_with_env(&args, &env)
 }
