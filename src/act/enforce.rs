@@ -457,6 +457,14 @@ impl DecisionExecutor for Enforcer {
         }
     }
 
+    fn hold_again(&self, decision: &Decision) {
+        if let Some(s) = &self.stopper {
+            for v in decision.candidates.iter().take(decision.planned) {
+                s.stop_again(decision, v);
+            }
+        }
+    }
+
     fn confirm(&self, request: ConfirmRequest) -> Confirming<'_> {
         Box::pin(async move { self.confirm_read(&request).await })
     }

@@ -238,6 +238,29 @@ impl Stopper {
     /// `onDecision: stop`: SIGSTOPs the victim's GPU processes before its fresh read.
     /// Returns what was done, for the Events, if anything.
     pub fn stop(&self, decision: &Decision, victim: &Victim) -> Option<String> {
+        self.hold(decision, victim, |n| {
+            format!("stopped {}; evicting", processes(n))
+        })
+    }
+
+    /// A doubt restored after an agent restart: SIGSTOPs its pod's processes again (the
+    /// earlier process resumed them when it shut down), each verified as [`Stopper::stop`]
+    /// verifies, against the restored decision's time. Resolved like any doubt.
+    pub fn stop_again(&self, decision: &Decision, victim: &Victim) -> Option<String> {
+        self.hold(decision, victim, |n| {
+            format!(
+                "stopped {} again after an agent restart: its eviction is in doubt",
+                processes(n)
+            )
+        })
+    }
+
+    fn hold(
+        &self,
+        decision: &Decision,
+        victim: &Victim,
+        say: impl Fn(usize) -> String,
+    ) -> Option<String> {
         if !self.acts(Sig::Stop) {
             return None;
         }
@@ -248,7 +271,7 @@ impl Stopper {
         self.count(result::STOPPED, held.len());
         let pod = format!("{}/{}", victim.namespace, victim.name);
         lock(&self.book).hold(&victim.uid, &pod, decision.id, &held, self.clock.mono());
-        let text = format!("stopped {}; evicting", processes(held.len()));
+        let text = say(held.len());
         tracing::warn!(decision = decision.id, pod = %victim.name, namespace = %victim.namespace, pids = ?held.iter().map(|h| h.pid).collect::<Vec<_>>(), "{text}");
         self.note(decision.id, victim, text.clone());
         Some(text)

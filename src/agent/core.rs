@@ -251,6 +251,12 @@ impl Core {
                 g.refresh_hold(now);
                 let pods = g.parts.pods.pods();
                 let decisions = g.parts.guard.observe(&snap, &pods, now);
+                let restored = g.parts.guard.take_restored();
+                if let Some(e) = &g.parts.executor {
+                    for d in &restored {
+                        e.hold_again(d);
+                    }
+                }
                 g.note_resolutions();
                 out = g.dispatch(decisions, pods);
                 g.parts.pods.set_urgent(g.parts.guard.any_below_soft());

@@ -98,6 +98,12 @@ pub trait DecisionExecutor: Send + Sync {
     /// what it did before the eviction (resumes stopped processes) if it was not carried out.
     fn resolved(&self, _uid: &str, _outcome: &EvictionOutcome) {}
 
+    /// `decision` restored an eviction in doubt from before an agent restart: the executor
+    /// does again what it did before that eviction (stops the pods' processes, which the
+    /// earlier process resumed when it shut down), so a pod whose eviction may still land
+    /// cannot grow meanwhile. Only the plan's pods (`candidates[..planned]`) are meant.
+    fn hold_again(&self, _decision: &Decision) {}
+
     /// Reads the pod of an eviction in doubt afresh (see [`ConfirmRequest`]). An executor
     /// that reads no pods leaves every doubt in doubt.
     fn confirm(

@@ -23,6 +23,7 @@ use gpu_warden::act::enforce::Enforcer;
 use gpu_warden::act::signal::ProcSignals;
 use gpu_warden::act::stop::Stopper;
 use gpu_warden::attribute::procfs::ProcFs;
+use gpu_warden::guard::carry::{Carried, CarriedDoubt};
 use gpu_warden::guard::decision::{Decision, EvictionOutcome};
 use gpu_warden::guard::policy::{Mode, OnDecision, Policy};
 use gpu_warden::guard::ports::DecisionExecutor;
@@ -48,6 +49,33 @@ fn state(pid: u32) -> char {
     stat.rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next())
         .unwrap_or('?')
+}
+
+/// The state of `pid` once a SIGSTOP sent to it has taken effect (up to 2 s): the kernel
+/// wakes a sleeping process to stop it, so right after the signal it may still read `R`.
+fn state_once_stopped(pid: u32) -> char {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let s = state(pid);
+        if s == 'T' || std::time::Instant::now() >= deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The state of `pid` once it has left `R` (up to 1 s): a process that was sent SIGSTOP
+/// is running until it stops (on a loaded machine it may not have been scheduled yet), and
+/// a `sleep` that was not signalled shows `S` again at once.
+fn settled_state(pid: u32) -> char {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let s = state(pid);
+        if s != 'R' || std::time::Instant::now() >= deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 struct World {
@@ -153,9 +181,10 @@ impl World {
         let log = seen.clone();
         server.on_request(move |r| {
             if r.path.contains("/pods/victim") {
-                log.lock()
-                    .unwrap()
-                    .push((format!("{} {}", r.method, r.path), state(victim_pid)));
+                log.lock().unwrap().push((
+                    format!("{} {}", r.method, r.path),
+                    settled_state(victim_pid),
+                ));
             }
         });
         let guard = Guard::new(policy);
@@ -457,5 +486,76 @@ async fn kill_ends_the_victims_processes_before_the_eviction() -> Result {
     assert_eq!(status.signal(), Some(9), "{status:?}");
     assert_ne!(state(w.spare_pid()), 'Z');
     assert_eq!(w.stops("killed"), 1);
+    Ok(())
+}
+
+/// A doubt restored after an agent restart: the earlier process resumed the victim when it
+/// shut down, so the new one stops it again — verified as at decision, so a pid that is no
+/// longer the victim's is not touched — and resumes it when the doubt resolves as not
+/// carried out. The other pod of the GPU is never stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doubt_restored_after_a_restart_stops_its_pod_again_until_resolved() -> Result {
+    for moved in [false, true] {
+        let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
+        if moved {
+            w.place_victim(Some("7b7b7b7b-0000-4000-8000-000000000007"));
+        }
+        let wall = std::time::SystemTime::now();
+        let carried = Carried {
+            v: 1,
+            doubts: vec![CarriedDoubt {
+                gpu: w.snapshot.gpus[0].id.uuid.clone(),
+                uid: VICTIM_UID.into(),
+                namespace: "ci".into(),
+                name: "victim".into(),
+                pids: vec![w.victim_pid()],
+                since: wall - Duration::from_secs(3),
+                decision: 7,
+                detail: "500 etcdserver: request timed out".into(),
+            }],
+            cooldowns: Vec::new(),
+        };
+        let now = Duration::from_millis(1);
+        let report = w.guard.restore(carried, now, wall);
+        assert_eq!(report.doubts, 1, "{report:?}");
+        let ds = w.guard.observe(
+            &Arc::new(w.snapshot.clone()),
+            &Arc::new(w.pods.clone()),
+            now,
+        );
+        assert!(
+            ds.is_empty(),
+            "a GPU restored in doubt decides nothing: {ds:#?}"
+        );
+        let restored = w.guard.take_restored();
+        assert_eq!(restored.len(), 1, "{restored:#?}");
+        w.enforcer.hold_again(&restored[0]);
+        assert_ne!(state(w.spare_pid()), 'T', "the other pod is never stopped");
+        if moved {
+            assert_ne!(
+                state(w.victim_pid()),
+                'T',
+                "no longer the victim's: untouched"
+            );
+            assert_eq!((w.stops("stopped"), w.stops("refused")), (0, 1));
+            continue;
+        }
+        assert_eq!(
+            state_once_stopped(w.victim_pid()),
+            'T',
+            "stopped again while in doubt"
+        );
+        assert_eq!(w.stops("stopped"), 1);
+        let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
+        assert_eq!(st["stopped"][0]["uid"], VICTIM_UID, "{st}");
+        let said = st["recent"].to_string();
+        assert!(said.contains("again after an agent restart"), "{st}");
+        w.enforcer.resolved(
+            VICTIM_UID,
+            &EvictionOutcome::Failed("not carried out".into()),
+        );
+        assert_ne!(state(w.victim_pid()), 'T', "resumed");
+        assert_eq!(w.stops("resumed"), 1);
+    }
     Ok(())
 }

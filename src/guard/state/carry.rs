@@ -122,6 +122,11 @@ impl Guard {
                     .collect();
                 self.install(index, victims, now);
                 if let Some(st) = self.gpus.get_mut(&index) {
+                    if let Some(d) = &st.last_decision {
+                        let mut held = d.clone();
+                        held.candidates.truncate(held.planned);
+                        self.restored.push(held);
+                    }
                     st.set_phase(
                         GpuPhase::InDoubt {
                             decision_id: id,

@@ -176,6 +176,9 @@ pub struct Guard {
     confirms: confirm::Confirms,
     /// What an earlier process carried over a restart, until applied (`Guard::restore`).
     carried: carry::Pending,
+    /// The synthetic decisions of doubts restored since the last [`Guard::take_restored`]:
+    /// the executor holds their pods' processes again (`DecisionExecutor::hold_again`).
+    restored: Vec<Decision>,
 }
 
 /// What the guard learned of an eviction that was in doubt.
@@ -211,7 +214,14 @@ impl Guard {
             snapshot_at: None,
             confirms: confirm::Confirms::default(),
             carried: carry::Pending::default(),
+            restored: Vec::new(),
         }
+    }
+
+    /// The decisions of the doubts restored from an earlier process since the last call,
+    /// each with the pods in doubt as its plan (their carried pids as `pids`).
+    pub fn take_restored(&mut self) -> Vec<Decision> {
+        std::mem::take(&mut self.restored)
     }
 
     /// The evictions in doubt resolved since the last call, in the order resolved.
@@ -2054,10 +2064,26 @@ mod tests {
         let synced = std::mem::take(&mut w.pods);
         assert!(w.poll(0.5, 9900).is_empty());
         assert_eq!(w.phase(0), GpuPhase::Watching);
+        assert!(w.guard.take_restored().is_empty(), "nothing restored yet");
         w.guard.hold_decisions(None);
         w.pods = synced;
         for t in [1.0, 5.0, 31.0] {
             assert!(w.poll(t, 9900).is_empty(), "at {t}");
+            // The executor is asked once to hold the pod in doubt again (its carried pids),
+            // never the other pods of the GPU.
+            let restored = w.guard.take_restored();
+            if t == 1.0 {
+                assert_eq!(restored.len(), 1, "{restored:#?}");
+                let held: Vec<_> = restored[0]
+                    .candidates
+                    .iter()
+                    .map(|v| (v.uid.as_str(), v.pids.clone()))
+                    .collect();
+                assert_eq!(held, vec![("a", vec![pid_of("a")])]);
+                assert_eq!(restored[0].trigger, Trigger::Restored);
+            } else {
+                assert!(restored.is_empty(), "at {t}: {restored:#?}");
+            }
         }
         assert!(
             matches!(w.phase(0), GpuPhase::InDoubt { .. }),
