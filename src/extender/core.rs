@@ -77,12 +77,15 @@ pub fn parse_call(body: &[u8]) -> Result<Call, BadRequest> {
 /// not in the extender's cache).
 pub type Judged<'a> = (&'a str, Option<Arc<NodeState>>);
 
+/// Reads the node cache for all of a call's names at once, in their order.
+pub type StatesLookup<'a> = dyn Fn(&[String]) -> Vec<Option<Arc<NodeState>>> + 'a;
+
 impl Candidates {
     /// Each candidate's node state: `lookup` reads the node cache for all the names at once
     /// (parsed once per annotation change there, not per call); full objects are read here.
     pub fn states<'a>(
         &'a self,
-        lookup: &dyn Fn(&[String]) -> Vec<Option<Arc<NodeState>>>,
+        lookup: &StatesLookup<'_>,
         prefix: &str,
     ) -> Vec<Judged<'a>> {
         match self {
