@@ -83,11 +83,7 @@ pub type StatesLookup<'a> = dyn Fn(&[String]) -> Vec<Option<Arc<NodeState>>> + '
 impl Candidates {
     /// Each candidate's node state: `lookup` reads the node cache for all the names at once
     /// (parsed once per annotation change there, not per call); full objects are read here.
-    pub fn states<'a>(
-        &'a self,
-        lookup: &StatesLookup<'_>,
-        prefix: &str,
-    ) -> Vec<Judged<'a>> {
+    pub fn states<'a>(&'a self, lookup: &StatesLookup<'_>, prefix: &str) -> Vec<Judged<'a>> {
         match self {
             Candidates::Names(names) => names
                 .iter()
