@@ -1,7 +1,7 @@
 //! One extender call, pure: the pod's need, each candidate's verdict, and the reply. The
 //! shell hands in the candidates' annotations, the ledger and the time.
 
-use super::judge::{judge, next_gpu, priorities, JudgePolicy, Reason, Verdict};
+use super::judge::{judge, next_gpu, priorities, JudgePolicy, Reason, Verdict, Why};
 use super::learned::LearnedNeeds;
 use super::ledger::{Ledger, Reservation};
 use super::need::{Need, NeedRules};
@@ -77,16 +77,19 @@ pub fn parse_call(body: &[u8]) -> Result<Call, BadRequest> {
 /// not in the extender's cache).
 pub type Judged<'a> = (&'a str, Option<Arc<NodeState>>);
 
+/// Reads the node cache for all of a call's names at once, in their order.
+pub type StatesLookup<'a> = dyn Fn(&[String]) -> Vec<Option<Arc<NodeState>>> + 'a;
+
 impl Candidates {
-    /// Each candidate's node state: `lookup` reads the node cache for names (parsed once
-    /// per annotation change there, not per call); full objects are read here.
-    pub fn states<'a>(
-        &'a self,
-        lookup: &dyn Fn(&str) -> Option<Arc<NodeState>>,
-        prefix: &str,
-    ) -> Vec<Judged<'a>> {
+    /// Each candidate's node state: `lookup` reads the node cache for all the names at once
+    /// (parsed once per annotation change there, not per call); full objects are read here.
+    pub fn states<'a>(&'a self, lookup: &StatesLookup<'_>, prefix: &str) -> Vec<Judged<'a>> {
         match self {
-            Candidates::Names(names) => names.iter().map(|n| (n.as_str(), lookup(n))).collect(),
+            Candidates::Names(names) => names
+                .iter()
+                .zip(lookup(names))
+                .map(|(n, s)| (n.as_str(), s))
+                .collect(),
             Candidates::Objects(list) => list
                 .items
                 .iter()
@@ -136,13 +139,15 @@ pub fn evaluate(
         })
     };
     let count = gpus.clamp(1, u32::MAX as u64) as u32;
+    // One text for every node of the call.
+    let bad: Option<Arc<str>> = need.as_ref().err().map(|b| b.to_string().into());
     let verdicts = candidates
         .iter()
         .map(|(name, state)| match &need {
-            Err(bad) => Verdict {
+            Err(_) => Verdict {
                 pass: false,
                 reason: Reason::BadDeclaration,
-                message: bad.to_string(),
+                why: Why::BadDeclaration(bad.clone().unwrap_or_default()),
                 gpu: None,
             },
             Ok(need) => {
@@ -166,7 +171,8 @@ pub fn evaluate(
     }
 }
 
-/// The filter reply. Refused nodes go to `FailedAndUnresolvableNodes`: this extender has no
+/// The filter reply, owned (the simulation reads it; the server writes the same bytes
+/// without the copies, [`super::reply::filter_reply`]). Refused nodes go to `FailedAndUnresolvableNodes`: this extender has no
 /// preempt verb, so the scheduler could not tell whether evicting pods there makes room, and
 /// would preempt blindly.
 pub fn filter_result(candidates: &Candidates, e: &Evaluation) -> ExtenderFilterResult {
@@ -184,7 +190,7 @@ pub fn filter_result(candidates: &Candidates, e: &Evaluation) -> ExtenderFilterR
         if v.pass {
             passed.push(i);
         } else {
-            failed.insert(name.to_string(), v.message.clone());
+            failed.insert(name.to_string(), v.message());
         }
     }
     let (nodes, node_names) = match candidates {
@@ -338,7 +344,7 @@ mod tests {
             e.need.as_ref().map(|n| n.mib),
             Some(Some(crate::extender::config::DEFAULT_UNKNOWN_NEED_MIB))
         );
-        assert!(!e.verdicts[0].pass, "{}", e.verdicts[0].message);
+        assert!(!e.verdicts[0].pass, "{}", e.verdicts[0].message());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use super::ledger::Reservation;
 use super::nodes::{NodeState, NodeVram};
+pub use super::why::{gib, Gib, Untrusted, Which, Why};
 use super::wire::{HostPriority, MAX_EXTENDER_PRIORITY};
 use crate::model::pressure::Pressure;
 use crate::publish::annotations::GpuFigures;
@@ -105,12 +106,10 @@ impl Reason {
 }
 
 /// The GPU a verdict was judged on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuPick {
     /// NVML index.
     pub index: u32,
-    /// UUID.
-    pub uuid: String,
     /// MiB left after the pod (negative when it does not fit).
     pub room_after_mib: i64,
     /// The GPU's framebuffer, MiB.
@@ -129,31 +128,25 @@ pub struct Verdict {
     pub pass: bool,
     /// Why, as a metric label.
     pub reason: Reason,
-    /// Why, for a person (the FailedNodes text, or the log line of a pass unchecked).
-    pub message: String,
+    /// Why, in figures; [`Verdict::message`] writes it for a person.
+    pub why: Why,
     /// The GPU judged, when one was.
     pub gpu: Option<GpuPick>,
 }
 
-/// MiB as GiB with one decimal, `.0` dropped: `3276` → `3.2 GiB`, `4096` → `4 GiB`.
-pub fn gib(mib: i64) -> String {
-    let tenths = (mib as f64 / 1024.0 * 10.0).round() as i64;
-    if tenths % 10 == 0 {
-        format!("{} GiB", tenths / 10)
-    } else {
-        format!("{:.1} GiB", tenths as f64 / 10.0)
+impl Verdict {
+    /// Why, for a person (the FailedNodes text, or the log line of a pass unchecked).
+    pub fn message(&self) -> String {
+        self.why.to_string()
     }
 }
 
-fn unknown(policy: &JudgePolicy, reason: Reason, why: String) -> Verdict {
-    let (pass, rule) = match policy.unknown_node {
-        UnknownNode::Pass => (true, "passed unchecked (unknownNode: pass)"),
-        UnknownNode::Fail => (false, "refused (unknownNode: fail)"),
-    };
+fn unknown(policy: &JudgePolicy, reason: Reason, what: Untrusted) -> Verdict {
+    let passed = policy.unknown_node == UnknownNode::Pass;
     Verdict {
-        pass,
+        pass: passed,
         reason,
-        message: format!("{why}: {rule}"),
+        why: Why::Untrusted { what, passed },
         gpu: None,
     }
 }
@@ -174,23 +167,40 @@ fn pending_on<'a>(
 /// theirs) less what the GPU uses, and the pending reservations in full (the node shows
 /// neither their replica nor their declaration yet).
 fn committed(gpu: &GpuFigures, pending: &[Reservation]) -> u64 {
-    let (shown, waiting): (Vec<&Reservation>, Vec<&Reservation>) =
-        pending_on(pending, gpu).partition(|r| r.shown);
-    let promised =
-        gpu.declared_mib.unwrap_or(0) + shown.iter().map(|r| r.beyond_declared_mib()).sum::<u64>();
-    let unused = if gpu.declared_mib.is_some() || !shown.is_empty() {
+    let (mut beyond, mut any_shown, mut waiting) = (0u64, false, 0u64);
+    for r in pending_on(pending, gpu) {
+        if r.shown {
+            any_shown = true;
+            beyond += r.beyond_declared_mib();
+        } else {
+            waiting += r.mib;
+        }
+    }
+    let promised = gpu.declared_mib.unwrap_or(0) + beyond;
+    let unused = if gpu.declared_mib.is_some() || any_shown {
         promised.saturating_sub(gpu.used_mib)
     } else {
         0
     };
-    unused + waiting.iter().map(|r| r.mib).sum::<u64>()
+    unused + waiting
+}
+
+/// `(allocated, index)` of a GPU with a replica left, counting pending reservations.
+fn open(g: &GpuFigures, pending: &[Reservation]) -> Option<(u32, u32)> {
+    let allocated =
+        g.replicas_allocated? + pending_on(pending, g).filter(|r| !r.shown).count() as u32;
+    (allocated < g.replicas_allocatable?).then_some((allocated, g.index))
 }
 
 /// The GPU NVIDIA's device plugin hands out next, counting pending reservations: fewest
 /// replicas allocated among those with one left, ties to the lower index. `None`: none
 /// has a replica left. Only meaningful when the node has replica figures.
 pub fn next_gpu<'a>(v: &'a NodeVram, pending: &[Reservation]) -> Option<&'a GpuFigures> {
-    next_gpus(v, pending, 1)?.into_iter().next()
+    v.gpus
+        .iter()
+        .filter_map(|g| Some((open(g, pending)?, g)))
+        .min_by_key(|(key, _)| *key)
+        .map(|(_, g)| g)
 }
 
 /// The `count` GPUs NVIDIA's device plugin hands out next, counting pending reservations:
@@ -201,25 +211,44 @@ pub fn next_gpus<'a>(
     pending: &[Reservation],
     count: usize,
 ) -> Option<Vec<&'a GpuFigures>> {
-    let mut open: Vec<(u32, u32, &GpuFigures)> = v
+    let mut open: Vec<((u32, u32), &GpuFigures)> = v
         .gpus
         .iter()
-        .filter_map(|g| {
-            let allocated =
-                g.replicas_allocated? + pending_on(pending, g).filter(|r| !r.shown).count() as u32;
-            let allocatable = g.replicas_allocatable?;
-            (allocated < allocatable).then_some((allocated, g.index, g))
-        })
+        .filter_map(|g| Some((open(g, pending)?, g)))
         .collect();
     if open.len() < count {
         return None;
     }
-    open.sort_unstable_by_key(|(a, i, _)| (*a, *i));
-    Some(open.into_iter().take(count).map(|(_, _, g)| g).collect())
+    open.sort_unstable_by_key(|(key, _)| *key);
+    Some(open.into_iter().take(count).map(|(_, g)| g).collect())
+}
+
+/// The GPUs a pod gets: one (the common case, judged without allocating) or several.
+enum Handed<'a> {
+    One(&'a GpuFigures),
+    Many(Vec<&'a GpuFigures>),
+}
+
+impl<'a> Handed<'a> {
+    fn get(v: &'a NodeVram, pending: &[Reservation], count: u32) -> Option<Handed<'a>> {
+        if count == 1 {
+            next_gpu(v, pending).map(Handed::One)
+        } else {
+            next_gpus(v, pending, count as usize).map(Handed::Many)
+        }
+    }
+
+    fn gpus(&self) -> &[&'a GpuFigures] {
+        match self {
+            Handed::One(g) => std::slice::from_ref(g),
+            Handed::Many(v) => v,
+        }
+    }
 }
 
 /// Judges `state` for a pod needing `need` MiB on each of `count` GPUs (`None`: unknown,
-/// pass unchecked) at `now`.
+/// pass unchecked) at `now`. Allocates nothing for a one-GPU pod on a node it can read; the
+/// prose waits in [`Why`] until something reads it.
 pub fn judge(
     state: &NodeState,
     pending: &[Reservation],
@@ -229,104 +258,76 @@ pub fn judge(
     now: SystemTime,
 ) -> Verdict {
     let v = match state {
-        NodeState::Missing => {
-            return unknown(
-                policy,
-                Reason::Missing,
-                "no gpu-warden VRAM annotations".into(),
-            )
+        NodeState::Missing => return unknown(policy, Reason::Missing, Untrusted::Missing),
+        NodeState::Malformed(why) => {
+            return unknown(policy, Reason::Malformed, Untrusted::Malformed(why.clone()))
         }
-        NodeState::Malformed(why) => return unknown(policy, Reason::Malformed, why.clone()),
         NodeState::Known(v) => v,
     };
     // A clock ahead of the agent's counts as fresh: skew is not staleness.
     let age = now.duration_since(v.observed_at).unwrap_or_default();
     if age > policy.stale_after {
-        return unknown(
-            policy,
-            Reason::Stale,
-            format!(
-                "VRAM figures are {}s old (observed at {}; trusted for {}s)",
-                age.as_secs(),
-                humantime::format_rfc3339_seconds(v.observed_at),
-                policy.stale_after.as_secs()
-            ),
-        );
+        let what = Untrusted::Stale {
+            age_s: age.as_secs(),
+            observed_at: v.observed_at,
+            trusted_s: policy.stale_after.as_secs(),
+        };
+        return unknown(policy, Reason::Stale, what);
     }
-    let count = count.max(1) as usize;
+    let count = count.max(1);
     let room = |g: &GpuFigures| -> i64 {
         g.free_mib as i64 - committed(g, pending) as i64 - policy.margin_mib as i64
     };
-    let refuse_unless_unknown = |reason: Reason, message: String| Verdict {
+    let refuse_unless_unknown = |reason: Reason, why: Why| Verdict {
         pass: need.is_none(),
         reason: if need.is_none() {
             Reason::NoNeed
         } else {
             reason
         },
-        message,
+        why,
         gpu: None,
     };
     // The GPUs the pod gets, and of those the one with the least room: it decides.
+    let handed;
     let (gpu, known_next, hot) = if v.has_replicas() {
-        let Some(picked) = next_gpus(v, pending, count) else {
-            let message = if count == 1 {
-                "every GPU replica on the node is allocated or reserved".to_string()
-            } else {
-                format!("fewer than {count} GPUs on the node have a replica left")
-            };
-            return refuse_unless_unknown(Reason::NoReplica, message);
+        let Some(h) = Handed::get(v, pending, count) else {
+            return refuse_unless_unknown(Reason::NoReplica, Why::NoReplica { count });
         };
+        handed = h;
+        let picked = handed.gpus();
         let hot = picked
             .iter()
             .copied()
             .find(|g| g.pressure != Pressure::None);
-        let worst = picked.iter().copied().min_by_key(|g| (room(g), g.index));
-        match worst {
+        match picked.iter().copied().min_by_key(|g| (room(g), g.index)) {
             Some(g) => (g, true, hot),
-            None => return refuse_unless_unknown(Reason::NoGpu, "no GPU judged".into()),
+            None => return refuse_unless_unknown(Reason::NoGpu, Why::NoGpuJudged),
         }
     } else {
-        if v.gpus.len() < count {
-            return refuse_unless_unknown(
-                Reason::NoGpu,
-                format!(
-                    "the node reports {} GPUs with a memory reading; the pod asks for {count}",
-                    v.gpus.len()
-                ),
-            );
+        if v.gpus.len() < (count as usize) {
+            let why = Why::TooFewGpus {
+                has: v.gpus.len(),
+                asks: count,
+            };
+            return refuse_unless_unknown(Reason::NoGpu, why);
         }
         // Which GPUs the pod gets is not known: any of them may be among its GPUs.
         let hot = v.gpus.iter().find(|g| g.pressure != Pressure::None);
         match v.gpus.iter().min_by_key(|g| (room(g), g.index)) {
             Some(g) => (g, false, hot),
-            None => {
-                return refuse_unless_unknown(
-                    Reason::NoGpu,
-                    "the node reports no GPU with a memory reading".into(),
-                )
-            }
+            None => return refuse_unless_unknown(Reason::NoGpu, Why::NoGpuReading),
         }
     };
     let room_before = room(gpu);
-    let which = match (known_next, count) {
-        (true, 1) => format!(
-            "GPU {} (the one the device plugin hands out next)",
-            gpu.index
-        ),
-        (true, n) => format!(
-            "GPU {} (the fullest of the {n} the device plugin hands out next)",
-            gpu.index
-        ),
-        (false, _) if v.gpus.len() > 1 => format!(
-            "GPU {} (the fullest; which GPU the pod gets is not known)",
-            gpu.index
-        ),
-        (false, _) => format!("GPU {}", gpu.index),
+    let which = Which {
+        index: gpu.index,
+        known_next,
+        count,
+        node_gpus: v.gpus.len(),
     };
     let pick = |g: &GpuFigures, room_after_mib| GpuPick {
         index: g.index,
-        uuid: g.uuid.clone(),
         room_after_mib,
         total_mib: g.total_mib,
         known_next,
@@ -336,7 +337,7 @@ pub fn judge(
         return Verdict {
             pass: true,
             reason: Reason::NoNeed,
-            message: format!("the pod's VRAM need is unknown: {which} not checked"),
+            why: Why::Unchecked(which),
             gpu: Some(pick(gpu, room_before)),
         };
     };
@@ -344,10 +345,10 @@ pub fn judge(
         return Verdict {
             pass: false,
             reason: Reason::Pressure,
-            message: format!(
-                "GPU {} is under {} memory pressure (the OOM guard may evict there)",
-                h.index, h.pressure
-            ),
+            why: Why::Pressure {
+                index: h.index,
+                pressure: h.pressure,
+            },
             gpu: Some(pick(h, room(h) - need as i64)),
         };
     }
@@ -356,31 +357,24 @@ pub fn judge(
         return Verdict {
             pass: true,
             reason: Reason::Fits,
-            message: format!("{which} has room: {} left after the pod", gib(after)),
+            why: Why::Fits {
+                which,
+                after_mib: after,
+            },
             gpu: Some(pick(gpu, after)),
         };
     }
-    // Worded so it cannot be read as a fit: what is missing comes first and last.
-    let c = committed(gpu, pending);
-    let mut message = format!(
-        "{which} has too little VRAM: {} free",
-        gib(gpu.free_mib as i64)
-    );
-    if c > 0 {
-        message.push_str(&format!(", {} committed", gib(c as i64)));
-    }
-    message.push_str(&format!("; the pod needs {}", gib(need as i64)));
-    if count > 1 {
-        message.push_str(" on each GPU");
-    }
-    if policy.margin_mib > 0 {
-        message.push_str(&format!(" plus a {} margin", gib(policy.margin_mib as i64)));
-    }
-    message.push_str(&format!(" ({} MiB short)", -after));
     Verdict {
         pass: false,
         reason: Reason::NoRoom,
-        message,
+        why: Why::Short {
+            which,
+            free_mib: gpu.free_mib,
+            committed_mib: committed(gpu, pending),
+            need_mib: need,
+            margin_mib: policy.margin_mib,
+            short_mib: -after,
+        },
         gpu: Some(pick(gpu, after)),
     }
 }
@@ -494,12 +488,17 @@ pub(crate) mod tests {
         );
         let p = policy(512, UnknownNode::Pass);
         let alone = judge(&n, &[], Some(10240), 1, &p, at(5));
-        assert!(alone.pass, "{}", alone.message);
+        assert!(alone.pass, "{}", alone.message());
         let mut shown = res(Some("GPU-0"), 12288);
         shown.shown = true;
         let v = judge(&n, std::slice::from_ref(&shown), Some(10240), 1, &p, at(5));
-        assert_eq!((v.pass, v.reason), (false, Reason::NoRoom), "{}", v.message);
-        assert!(v.message.contains("8 GiB committed"), "{}", v.message);
+        assert_eq!(
+            (v.pass, v.reason),
+            (false, Reason::NoRoom),
+            "{}",
+            v.message()
+        );
+        assert!(v.message().contains("8 GiB committed"), "{}", v.message());
         // Shown, it no longer waits for a replica: the next GPU counts it once, in the
         // node's replicas-allocated figure.
         let two = node(
@@ -535,7 +534,7 @@ pub(crate) mod tests {
             &p,
             at(5),
         );
-        assert!(v.pass, "{}", v.message);
+        assert!(v.pass, "{}", v.message());
     }
 
     #[test]
@@ -549,7 +548,7 @@ pub(crate) mod tests {
         assert!(!v.pass);
         assert_eq!(v.reason, Reason::NoRoom);
         assert_eq!(
-            v.message,
+            v.message(),
             "GPU 0 (the one the device plugin hands out next) has too little VRAM: 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB (9012 MiB short)"
         );
         let single = node(vec![gpu(0, 3276, 1024, None)], None);
@@ -562,7 +561,7 @@ pub(crate) mod tests {
             at(5),
         );
         assert_eq!(
-            v.message,
+            v.message(),
             "GPU 0 has too little VRAM: 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB plus a 0.5 GiB margin (9524 MiB short)"
         );
         // The case: 8.5 GiB free for 8 GiB plus a 0.5 GiB margin, 52 MiB short,
@@ -576,7 +575,7 @@ pub(crate) mod tests {
             at(5),
         );
         assert_eq!(
-            v.message,
+            v.message(),
             "GPU 0 has too little VRAM: 8.4 GiB free; the pod needs 8 GiB plus a 0.5 GiB margin (52 MiB short)"
         );
     }
@@ -812,9 +811,14 @@ pub(crate) mod tests {
         ];
         for (name, state, pending, need, pol, now, pass, reason, gpu_index) in cases {
             let v = judge(&state, &pending, need, 1, pol, now);
-            assert_eq!((v.pass, v.reason), (pass, reason), "{name}: {}", v.message);
+            assert_eq!(
+                (v.pass, v.reason),
+                (pass, reason),
+                "{name}: {}",
+                v.message()
+            );
             assert_eq!(v.gpu.as_ref().map(|g| g.index), gpu_index, "{name}");
-            assert!(!v.message.is_empty(), "{name}: every verdict says why");
+            assert!(!v.message().is_empty(), "{name}: every verdict says why");
         }
     }
 
@@ -874,12 +878,17 @@ pub(crate) mod tests {
             )
         };
         let v = judge(&three(20000), &[], Some(8192), 2, &p, at(1));
-        assert!(v.pass, "{}", v.message);
+        assert!(v.pass, "{}", v.message());
         // GPU 2 is tight: one of the two does not fit, though GPU 1 has room.
         let v = judge(&three(6000), &[], Some(8192), 2, &p, at(1));
-        assert_eq!((v.pass, v.reason), (false, Reason::NoRoom), "{}", v.message);
+        assert_eq!(
+            (v.pass, v.reason),
+            (false, Reason::NoRoom),
+            "{}",
+            v.message()
+        );
         assert_eq!(v.gpu.as_ref().map(|g| g.index), Some(2));
-        assert!(v.message.contains("on each GPU"), "{}", v.message);
+        assert!(v.message().contains("on each GPU"), "{}", v.message());
         // One GPU has replicas left: two cannot be had.
         let full = node(
             vec![
@@ -928,15 +937,7 @@ pub(crate) mod tests {
             (v.pass, v.reason),
             (false, Reason::Pressure),
             "{}",
-            v.message
+            v.message()
         );
-    }
-
-    #[test]
-    fn gib_formatting() {
-        assert_eq!(gib(3276), "3.2 GiB");
-        assert_eq!(gib(4096), "4 GiB");
-        assert_eq!(gib(512), "0.5 GiB");
-        assert_eq!(gib(-1024), "-1 GiB");
     }
 }

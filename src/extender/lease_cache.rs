@@ -24,6 +24,8 @@ use std::time::SystemTime;
 /// Node cache's and the Lease reflector's `Arc`s: each update replaces them, so pointer
 /// equality says nothing changed; holding them keeps their addresses from being reused).
 struct Memo {
+    /// The Lease's key, kept so a lookup formats no name.
+    lease_ref: ObjectRef<Lease>,
     node: Arc<BTreeMap<String, String>>,
     lease: Option<Arc<Lease>>,
     state: Arc<NodeState>,
@@ -75,9 +77,25 @@ impl LiveNodes {
         }
     }
 
+    fn lease_ref(&self, node: &str) -> ObjectRef<Lease> {
+        ObjectRef::new(lease_name(node)).within(&self.namespace)
+    }
+
     fn lease_object(&self, node: &str) -> Option<Arc<Lease>> {
-        let key = ObjectRef::new(lease_name(node)).within(&self.namespace);
-        self.leases.get(&key)
+        self.leases.get(&self.lease_ref(node))
+    }
+
+    /// The memo's state for `node` when neither its Node (`ann`) nor its Lease changed.
+    fn memo_hit(
+        &self,
+        memo: &HashMap<String, Memo>,
+        node: &str,
+        ann: &Arc<BTreeMap<String, String>>,
+    ) -> Option<Arc<NodeState>> {
+        let m = memo.get(node)?;
+        let lease = self.leases.get(&m.lease_ref);
+        (Arc::ptr_eq(&m.node, ann) && same(m.lease.as_ref(), lease.as_ref()))
+            .then(|| m.state.clone())
     }
 
     fn lease(&self, node: &str) -> Option<LeaseView> {
@@ -99,15 +117,14 @@ impl NodeLookup for LiveNodes {
     // (docs/performance.md, "The extender").
     fn state(&self, node: &str) -> Option<Arc<NodeState>> {
         let ann = self.nodes.shared_annotations(node)?;
-        let lease = self.lease_object(node);
         {
             let memo = self.memo.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(m) = memo.get(node) {
-                if Arc::ptr_eq(&m.node, &ann) && same(m.lease.as_ref(), lease.as_ref()) {
-                    return Some(m.state.clone());
-                }
+            if let Some(s) = self.memo_hit(&memo, node, &ann) {
+                return Some(s);
             }
         }
+        let lease_ref = self.lease_ref(node);
+        let lease = self.leases.get(&lease_ref);
         let effective_ann = effective(&ann, lease.as_deref().map(view).as_ref(), &self.prefix);
         let state = Arc::new(read_node(&effective_ann, &self.prefix));
         let mut memo = self.memo.write().unwrap_or_else(|e| e.into_inner());
@@ -119,12 +136,34 @@ impl NodeLookup for LiveNodes {
         memo.insert(
             node.to_string(),
             Memo {
+                lease_ref,
                 node: ann,
                 lease,
                 state: state.clone(),
             },
         );
         Some(state)
+    }
+    // One read of the Node cache and of the memo for the whole call; only the nodes whose
+    // Node or Lease changed since the last call take the parse of `state`.
+    fn states(&self, names: &[String]) -> Vec<Option<Arc<NodeState>>> {
+        let anns = self.nodes.shared_annotations_of(names);
+        let mut out = Vec::with_capacity(names.len());
+        let mut changed = Vec::new();
+        {
+            let memo = self.memo.read().unwrap_or_else(|e| e.into_inner());
+            for (i, (name, ann)) in names.iter().zip(&anns).enumerate() {
+                let hit = ann.as_ref().and_then(|a| self.memo_hit(&memo, name, a));
+                if hit.is_none() && ann.is_some() {
+                    changed.push(i);
+                }
+                out.push(hit);
+            }
+        }
+        for i in changed {
+            out[i] = self.state(&names[i]);
+        }
+        out
     }
     fn annotations(&self, node: &str) -> Option<BTreeMap<String, String>> {
         let a = self.nodes.annotations(node)?;

@@ -19,8 +19,10 @@ pub mod metrics;
 pub mod need;
 pub mod nodes;
 pub mod prometheus;
+pub mod reply;
 pub mod server;
 pub mod watch;
+pub mod why;
 pub mod wire;
 
 use crate::model::clock::{Clock, SystemClock};

@@ -3,10 +3,9 @@
 //! full), anything unreadable gets a 400 that says why; verdicts are computed from the cached
 //! view, so an answer takes microseconds to milliseconds whatever the API server does.
 
-use super::core::{
-    evaluate, filter_result, not_ready_result, parse_call, prioritize_result, Evaluation, Judged,
-};
+use super::core::{evaluate, not_ready_result, parse_call, Evaluation, Judged};
 use super::judge::Reason;
+use super::reply::{filter_reply, prioritize_reply};
 use super::watch::LedgerFeed;
 use super::wire::PodView;
 use bytes::Bytes;
@@ -40,8 +39,19 @@ fn text(status: StatusCode, msg: String) -> Response<Full<Bytes>> {
 }
 
 fn json(status: StatusCode, v: &impl serde::Serialize) -> Response<Full<Bytes>> {
-    match serde_json::to_vec(v) {
-        Ok(b) => reply(status, "application/json", b),
+    json_sized(status, v, 128)
+}
+
+/// `json` into a buffer of about the reply's size (a reply of thousands of nodes would
+/// otherwise be copied a dozen times as the buffer grows).
+fn json_sized(
+    status: StatusCode,
+    v: &impl serde::Serialize,
+    capacity: usize,
+) -> Response<Full<Bytes>> {
+    let mut b = Vec::with_capacity(capacity);
+    match serde_json::to_writer(&mut b, v) {
+        Ok(()) => reply(status, "application/json", b),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot encode the reply: {e}\n"),
@@ -190,9 +200,9 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
     }
     let prefix = &f.policy.prefix;
     let candidates: Vec<Judged<'_>> = match &call.candidates {
-        super::core::Candidates::Names(_) => {
-            call.candidates.states(&|n: &str| f.nodes.state(n), prefix)
-        }
+        super::core::Candidates::Names(_) => call
+            .candidates
+            .states(&|names: &[String]| f.nodes.states(names), prefix),
         // Full objects: their annotations, read through the node's Lease when there is one.
         super::core::Candidates::Objects(list) => list
             .items
@@ -221,13 +231,16 @@ pub fn answer(state: &ExtenderState, v: &'static str, body: &[u8]) -> Response<F
         f.metrics.reservations.set(ledger.len() as i64);
         e
     };
+    // About 40 bytes a node for the names, plus the refused nodes' reasons.
+    let capacity = 256 + 40 * candidates.len();
     let resp = if v == "filter" {
-        json(StatusCode::OK, &filter_result(&call.candidates, &eval))
+        let refused = eval.verdicts.iter().filter(|v| !v.pass).count();
+        let reply = filter_reply(&call.candidates, &eval);
+        json_sized(StatusCode::OK, &reply, capacity + 160 * refused)
     } else {
-        json(
-            StatusCode::OK,
-            &prioritize_result(&f.policy, &candidates, &eval),
-        )
+        let names = candidates.iter().map(|(n, _)| *n);
+        let reply = prioritize_reply(names, &eval, f.policy.judge.score);
+        json_sized(StatusCode::OK, &reply, capacity)
     };
     let took = f.clock.mono().saturating_sub(started);
     record(state, v, &call.pod, &candidates, &eval, took);
@@ -262,7 +275,7 @@ fn record(
         for ((node, _), verdict) in candidates.iter().zip(&e.verdicts) {
             let r = verdict.reason.as_str();
             let result = if verdict.pass { "pass" } else { "fail" };
-            tracing::debug!(pod = %key, verb = v, node = %node, result, reason = r, "{}", verdict.message);
+            tracing::debug!(pod = %key, verb = v, node = %node, result, reason = r, "{}", verdict.why);
         }
     }
     let passed: u64 = counts.iter().filter(|((p, _), _)| *p).map(|(_, n)| n).sum();
@@ -283,8 +296,8 @@ fn record(
         .iter()
         .find(|v| !v.pass)
         .or_else(|| e.verdicts.iter().find(|v| v.reason != Reason::Fits))
-        .map(|v| v.message.as_str())
-        .unwrap_or("");
+        .map(|v| v.message())
+        .unwrap_or_default();
     let took_us = took.as_micros() as u64;
     if v == "filter" {
         tracing::info!(pod = %key, gpus = e.gpus, need_mib, source = %source, nodes = e.verdicts.len(), passed, pass = %summary(true), fail = %summary(false), took_us, "filter: {example}");

@@ -34,6 +34,17 @@ pub trait NodeLookup: Send + Sync {
     fn shared_annotations(&self, node: &str) -> Option<Arc<BTreeMap<String, String>>> {
         self.annotations(node).map(Arc::new)
     }
+    /// `state` of each of `names`, in their order; a cache answers them under one lock.
+    fn states(&self, names: &[String]) -> Vec<Option<Arc<NodeState>>> {
+        names.iter().map(|n| self.state(n)).collect()
+    }
+    /// `shared_annotations` of each of `names`, in their order.
+    fn shared_annotations_of(
+        &self,
+        names: &[String],
+    ) -> Vec<Option<Arc<BTreeMap<String, String>>>> {
+        names.iter().map(|n| self.shared_annotations(n)).collect()
+    }
     /// Whether the view has synced once.
     fn ready(&self) -> bool;
     /// `annotations` of `node` (from a full Node object) as verdicts read them; the Lease
@@ -75,6 +86,23 @@ impl NodeLookup for NodeCache {
             .unwrap_or_else(|e| e.into_inner())
             .get(node)
             .map(|(a, _)| a.clone())
+    }
+    fn states(&self, names: &[String]) -> Vec<Option<Arc<NodeState>>> {
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        names
+            .iter()
+            .map(|n| nodes.get(n).map(|(_, s)| s.clone()))
+            .collect()
+    }
+    fn shared_annotations_of(
+        &self,
+        names: &[String],
+    ) -> Vec<Option<Arc<BTreeMap<String, String>>>> {
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        names
+            .iter()
+            .map(|n| nodes.get(n).map(|(a, _)| a.clone()))
+            .collect()
     }
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)

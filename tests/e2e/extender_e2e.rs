@@ -11,6 +11,7 @@ use crate::support::*;
 use apiserver_double::ApiServer;
 use gpu_warden::model::pressure::Pressure;
 use gpu_warden::publish::annotations::{AnnotationValues, GpuFigures};
+use gpu_warden::testkit::wait_for;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -768,4 +769,123 @@ fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
         metric(ext.port, "gpu_warden_extender_verdicts_total{reason=\"no_room\",result=\"fail\",verb=\"filter\"}")
             == Some(2.0)
     );
+}
+
+/// A pod of this scheduler's profile, bound to `node` at `at` (the PodScheduled condition's
+/// time, which tells the extender whether its node may not show it yet).
+fn bound_pod(name: &str, node: &str, at: SystemTime) -> Value {
+    let mut p = ci_pod(name, None);
+    p["spec"]["nodeName"] = json!(node);
+    p["status"] = json!({"phase": "Running", "conditions": [{"type": "PodScheduled",
+        "status": "True", "lastTransitionTime": humantime::format_rfc3339_seconds(at).to_string()}]});
+    p
+}
+
+/// The extender's verdict for a 4 GiB job on `nodes`: `None` while it says it is not ready
+/// (or does not listen yet), else the nodes passed and the reasons of those refused.
+fn verdict_for_4g(port: u16, nodes: &[&str]) -> Option<(Value, Value)> {
+    let raw = format!(
+        "POST /filter HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}",
+        body = args(ci_pod("job-next", Some(4096)), nodes),
+        len = args(ci_pod("job-next", Some(4096)), nodes).len()
+    );
+    let r = raw_request(port, raw.as_bytes()).ok()?;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let j = json_of(&r);
+    let error = j["Error"].as_str().unwrap_or_default();
+    if !error.is_empty() {
+        assert!(error.contains("not ready"), "{j}");
+        return None;
+    }
+    Some((
+        j["NodeNames"].clone(),
+        j["FailedAndUnresolvableNodes"].clone(),
+    ))
+}
+
+/// A restarted extender has no ledger: it must count the needs of the pods this profile bound
+/// before it answers — the need beyond its declaration of a pod bound long ago (its node shows
+/// its replica, not its `unknownNeed`), and the whole need of one bound just before the
+/// restart — or say "not ready" until it has. Answering from the Nodes' figures alone would
+/// pass a 4 GiB job onto GPUs whose room the two pods are still to allocate.
+#[test]
+fn a_restarted_extender_counts_the_bound_pods_needs_before_it_answers() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let env = [("KUBECONFIG", kubeconfig.as_os_str())];
+    let now = SystemTime::now();
+    // gpu-old: an hour ago the profile bound a job that declares nothing; it uses 2 GiB so
+    // far, and the agent shows its replica (declaredMiB counts declarations only: 0).
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-old", "annotations": written(
+            vec![fig(0, 20480, 2048, 1, 0)], Some(Some("GPU-c-0".into())), now)}}),
+        )
+        .unwrap();
+    server
+        .add_pod(bound_pod(
+            "job-old",
+            "gpu-old",
+            now - Duration::from_secs(3600),
+        ))
+        .unwrap();
+    // gpu-new: idle.
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-new", "annotations": written(
+            vec![fig(0, 22528, 0, 0, 0)], Some(Some("GPU-c-0".into())), now)}}),
+        )
+        .unwrap();
+    let nodes = ["gpu-old", "gpu-new"];
+    let ext = Agent::start_with_env(&["extender"], &env);
+    let (passed, refused) = verdict_for_4g(ext.port, &nodes).expect("ready");
+    assert_eq!(passed, json!(["gpu-new"]), "{refused}");
+    let why = refused["gpu-old"].as_str().unwrap_or_default();
+    assert!(why.contains("19.5 GiB committed"), "{refused}");
+
+    // The scheduler binds a job that declares nothing to gpu-new; once the extender's watch
+    // has it, gpu-new is refused too.
+    server
+        .add_pod(bound_pod("job-new", "gpu-new", SystemTime::now()))
+        .unwrap();
+    wait_for(
+        "the extender counts the pod bound to gpu-new",
+        Duration::from_secs(10),
+        || {
+            let (passed, _) = verdict_for_4g(ext.port, &nodes)?;
+            (passed == json!([])).then_some(())
+        },
+    );
+    let (status, _, stderr) = ext.terminate();
+    assert!(status.success(), "{stderr}");
+
+    // Restarted: every answer is "not ready" or a refusal of both, never a pass.
+    let ext = Agent::spawn(&["extender"], &env);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut not_ready = 0;
+    let (passed, refused) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted extender never answered"
+        );
+        match verdict_for_4g(ext.port, &nodes) {
+            Some(v) => break v,
+            None => {
+                not_ready += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    assert_eq!(
+        passed,
+        json!([]),
+        "after the restart: {refused} ({not_ready} not ready)"
+    );
+    for n in nodes {
+        let why = refused[n].as_str().unwrap_or_default();
+        assert!(why.contains("committed"), "{n}: {refused}");
+    }
 }

@@ -397,7 +397,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
         &policy,
         r.clock.wall(),
     );
-    assert_eq!(fresh.reason, Reason::Fits, "{}", fresh.message);
+    assert_eq!(fresh.reason, Reason::Fits, "{}", fresh.message());
     // The agent stops: its heartbeat stops, the figures go stale by their vram-observed-at.
     let frozen = ann.clone();
     tokio::time::sleep(Duration::from_millis(4200)).await;
@@ -409,7 +409,7 @@ async fn a_new_extender_reads_an_old_agent_by_its_node() {
         &policy,
         r.clock.wall(),
     );
-    assert_eq!(stale.reason, Reason::Stale, "{}", stale.message);
+    assert_eq!(stale.reason, Reason::Stale, "{}", stale.message());
     r.stop().await;
 }
 

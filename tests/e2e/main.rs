@@ -23,6 +23,7 @@ mod architecture;
 mod attribution_e2e;
 mod enforce_e2e;
 mod extender_e2e;
+mod extender_wire;
 mod golden_exposition;
 mod guard_api_faults;
 mod guard_refusals;

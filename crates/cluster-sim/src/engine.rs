@@ -169,6 +169,7 @@ pub(crate) struct Engine<'a> {
     waits: Vec<u64>,
     used_mib_s: f64,
     finished_after_warmup: usize,
+    pub(crate) idle: crate::idle::IdleCount,
     pub(crate) out: Outcome,
 }
 
@@ -244,6 +245,8 @@ impl<'a> Engine<'a> {
                 evictions_per_hour: 0.0,
                 wait_p95_s: 0.0,
                 utilisation: 0.0,
+                idle_replicas: 0.0,
+                idle_short_of_room: 0.0,
                 trace: Vec::new(),
             },
             jobs,
@@ -257,6 +260,7 @@ impl<'a> Engine<'a> {
             waits: Vec::new(),
             used_mib_s: 0.0,
             finished_after_warmup: 0,
+            idle: Default::default(),
         })
     }
 
@@ -429,6 +433,7 @@ impl<'a> Engine<'a> {
             self.agents(t);
             self.learn(t);
             self.schedule(t);
+            self.count_idle(t);
             self.ledger.expire(Duration::from_secs(t));
             let used: u64 = self.runs.values().map(|r| r.used_mib).sum();
             self.used_mib_s += (used * step) as f64;
@@ -447,6 +452,8 @@ impl<'a> Engine<'a> {
         self.out.evictions_per_hour = self.out.evictions as f64 / (t as f64 / 3600.0).max(1e-9);
         let available = (self.sc.cluster.gpus() as u64 * self.sc.cluster.gpu_total_mib * t) as f64;
         self.out.utilisation = self.used_mib_s / available.max(1.0);
+        self.out.idle_replicas = self.idle.share();
+        self.out.idle_short_of_room = self.idle.short_of_room_share();
         Ok(self.out)
     }
 

@@ -13,6 +13,7 @@
 
 mod agent;
 pub mod engine;
+mod idle;
 mod kubelet;
 mod learning;
 pub mod outcome;

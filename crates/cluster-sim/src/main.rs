@@ -133,6 +133,11 @@ fn main() -> ExitCode {
                             o.oom_share() * 100.0,
                             o.jobs_per_gpu_hour
                         );
+                        eprintln!(
+                            "cluster-sim:   idle replicas while jobs waited: {:.1} % of replica-time after the warm-up ({:.1} % on GPUs the extender sees under 4 GiB of room)",
+                            o.idle_replicas * 100.0,
+                            o.idle_short_of_room * 100.0
+                        );
                         for (cause, k) in &o.oom_causes {
                             eprintln!("cluster-sim:   OOM kills: {k} {cause}");
                         }

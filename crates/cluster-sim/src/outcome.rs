@@ -65,6 +65,12 @@ pub struct Outcome {
     pub wait_p95_s: f64,
     /// GiB-hours used / GiB-hours available.
     pub utilisation: f64,
+    /// Replica-steps after the warm-up with jobs queued and no job on the replica, as a
+    /// share of all replica-steps then (`idle.rs`).
+    pub idle_replicas: f64,
+    /// Of all those replica-steps, the idle ones on a GPU the extender sees with under
+    /// 4 GiB of room.
+    pub idle_short_of_room: f64,
     /// Every event, in order.
     pub trace: Vec<Event>,
 }
