@@ -1,5 +1,5 @@
 //! Criterion benches of the agent's per-poll work, on the simulated backend.
-//! `cargo bench` measures; `cargo bench -- --test` (CI) runs each once so they never rot.
+//! `cargo bench` measures; `cargo test --benches -- --test` (CI) runs each once, unoptimised, so they never rot.
 
 // Measures or waits on real elapsed time.
 #![allow(clippy::disallowed_methods)]
