@@ -161,22 +161,12 @@ impl LeaseHandle {
 
 /// Starts the Lease task. `node_cfg` is the Node annotations' configuration (its prefix and
 /// quantum are the Lease's); `client` should have kube's retry off (the `direct` client).
-pub fn spawn_lease(
-    client: kube::Client,
-    cfg: LeaseConfig,
-    node_cfg: &AnnotationConfig,
-    published: watch::Receiver<Option<Arc<Published>>>,
-    clock: Arc<dyn Clock>,
-) -> LeaseHandle {
-    spawn_lease_carrying(client, cfg, node_cfg, published, clock, None)
-}
-
-/// [`spawn_lease`] that also keeps the guard's carried state (`guard::carry`) in the
+/// With `carry`, it also keeps the guard's carried state (`guard::carry`) in the
 /// Lease's `<prefix>/guard-doubts` annotation: written as soon as it changes (not held by
 /// [`LEASE_MIN_INTERVAL`]: a doubt that begins must be on record before the agent can be
 /// restarted), retried with the renewals' backoff, and kept when the figures are taken off
 /// at shutdown (a restart is a shutdown and a start).
-pub fn spawn_lease_carrying(
+pub fn spawn_lease(
     client: kube::Client,
     cfg: LeaseConfig,
     node_cfg: &AnnotationConfig,

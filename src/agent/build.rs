@@ -7,7 +7,7 @@ use super::{AgentParts, Core, GuardParts};
 use crate::act::client::KubeClients;
 use crate::act::enforce::Enforcer;
 use crate::act::event_sender::EventSender;
-use crate::act::lease::{read_carried, spawn_lease_carrying, LeaseConfig};
+use crate::act::lease::{read_carried, spawn_lease, LeaseConfig};
 use crate::act::node_annotations::{remove_annotations, spawn_annotator};
 use crate::act::signal::ProcSignals;
 use crate::act::stop::Stopper;
@@ -501,7 +501,7 @@ impl Wiring {
         };
         let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());
         Some(Box::new(move |rx| {
-            let handle = spawn_lease_carrying(client, cfg, &node_cfg, rx, clock, carry);
+            let handle = spawn_lease(client, cfg, &node_cfg, rx, clock, carry);
             Box::new(move || Box::pin(handle.shutdown()))
         }))
     }

@@ -7,7 +7,7 @@
 
 use apiserver_double::{ApiServer, Method, RecordedRequest};
 use bytes::Bytes;
-use gpu_warden::act::lease::{spawn_lease_carrying, LeaseConfig, LeaseHandle, LEASE_LABEL};
+use gpu_warden::act::lease::{spawn_lease, LeaseConfig, LeaseHandle, LEASE_LABEL};
 use gpu_warden::act::node_annotations::{spawn_annotator_with, AnnotatorHandle, AnnotatorTiming};
 use gpu_warden::extender::judge::{judge, JudgePolicy, Reason};
 use gpu_warden::extender::lease_cache::spawn_live_nodes;
@@ -103,8 +103,8 @@ async fn rig_carrying(
         backoff_max: Duration::from_millis(400),
         shutdown_timeout: Duration::from_millis(1500),
     };
-    let lease = lease
-        .map(|l| spawn_lease_carrying(client.clone(), l, &node, rx.clone(), clock.clone(), carry));
+    let lease =
+        lease.map(|l| spawn_lease(client.clone(), l, &node, rx.clone(), clock.clone(), carry));
     let annotator = spawn_annotator_with(
         client.clone(),
         NODE.into(),

@@ -11,7 +11,7 @@ use super::Guard;
 use crate::guard::carry::{Carried, CarriedCooldown, CarriedDoubt, RESTORE_MARGIN};
 use crate::guard::decision::{Decision, EvictionOutcome, Trigger};
 use crate::guard::levels::Levels;
-use crate::guard::rank::{self, Victim};
+use crate::guard::rank::Victim;
 use crate::guard::status::GpuPhase;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -166,25 +166,17 @@ impl Guard {
         let id = self.next_id;
         self.next_id += 1;
         let mode = self.policy.mode;
-        let Some(st) = self.gpus.get_mut(&index) else {
-            return;
-        };
-        let (total, used, free) = st.memory.map_or((0, 0, 0), |m| (m.total, m.used, m.free));
-        let n = victims.len();
         // The others on the GPU follow the pods in doubt as candidates (never tried: only
         // the first `n` are the plan), with what they use now: the baseline a cooldown's
         // escalation measures their growth from (`escalate::others_growth`). What they used
         // at the original decision is not known here, and counting all of it as growth
         // would end the cooldown at once.
-        let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
-        let ranked = rank::rank_growing(
-            &self.policy,
-            index,
-            processes,
-            &self.pods,
-            &HashMap::new(),
-            &HashMap::new(),
-        );
+        let ranked = self.ranked_as_they_are(index);
+        let Some(st) = self.gpus.get_mut(&index) else {
+            return;
+        };
+        let (total, used, free) = st.memory.map_or((0, 0, 0), |m| (m.total, m.used, m.free));
+        let n = victims.len();
         let mut candidates = victims;
         let others: Vec<Victim> = ranked
             .candidates

@@ -11,11 +11,30 @@ use crate::guard::policy::Mode;
 use crate::guard::rank;
 use crate::guard::status::GpuPhase;
 use crate::guard::trend;
-use crate::model::snapshot::GpuHealth;
+use crate::model::snapshot::{GpuHealth, ProcessSample};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 impl Guard {
+    /// The last full poll's processes (none before the first).
+    fn processes(&self) -> &[ProcessSample] {
+        self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..])
+    }
+
+    /// `index`'s pods ranked on what they use now, with no refusals and no growth history:
+    /// the baseline and the reading of a cooldown's escalation (`escalate::others_growth`)
+    /// and of a restored decision's other candidates.
+    pub(super) fn ranked_as_they_are(&self, index: u32) -> rank::Ranking {
+        rank::rank_growing(
+            &self.policy,
+            index,
+            self.processes(),
+            &self.pods,
+            &HashMap::new(),
+            &HashMap::new(),
+        )
+    }
+
     /// Memory on GPU `index` held by pods the view shows terminating, counted as on its way
     /// back for at most `cooldownTimeout` after the guard first saw each terminating (a pod
     /// stuck terminating does not hold the guard back for ever).
@@ -191,17 +210,9 @@ impl Guard {
                     self.refresh_wanted |= stale;
                     return None;
                 }
+                let now_ranked = self.ranked_as_they_are(index);
                 let st = self.gpus.get_mut(&index)?;
                 let decision = st.last_decision.as_ref().filter(|d| d.id == decision_id)?;
-                let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
-                let now_ranked = rank::rank_growing(
-                    &self.policy,
-                    index,
-                    processes,
-                    &self.pods,
-                    &HashMap::new(),
-                    &HashMap::new(),
-                );
                 let grew = escalate::others_growth(decision, &victim_pids, &now_ranked);
                 if grew <= escalate::escalation_margin(&levels) {
                     return None;
@@ -223,11 +234,10 @@ impl Guard {
             .iter()
             .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
             .collect();
-        let processes = self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..]);
         let ranking = rank::rank_growing(
             &self.policy,
             index,
-            processes,
+            self.processes(),
             &self.pods,
             &refused,
             &self.growth.on_gpu(index),
