@@ -9,6 +9,7 @@
 //! staleAfter: 120s          # 8 x the agents' Lease renewal; 2 x the Node heartbeat of agents without one
 //! unknownNode: pass         # stale, missing or unreadable figures: pass (fail-open) | fail
 //! score: spread             # spread (most room left) | pack (best fit)
+//! promisedPercent: 75       # of memory promised on a GPU but not allocated yet, kept free
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
 //! resource: nvidia.com/gpu
 //! unknownNeed: {rule: reserve, mib: 22016} # the default (an A10G less the margin); or {rule: pass}
@@ -125,6 +126,8 @@ pub struct PolicyFile {
     pub unknown_node: Option<UnknownNode>,
     /// Prioritize order.
     pub score: Option<ScoreMode>,
+    /// Share of the memory promised but not allocated yet that is kept free, percent.
+    pub promised_percent: Option<u8>,
     /// Reservation TTL.
     pub ledger_ttl: Option<String>,
     /// The GPU resource name.
@@ -242,7 +245,14 @@ impl PolicyFile {
             stale_after: duration("staleAfter", self.stale_after.as_deref(), d.stale_after)?,
             unknown_node: self.unknown_node.unwrap_or(d.unknown_node),
             score: self.score.unwrap_or(d.score),
+            promised_percent: self.promised_percent.unwrap_or(d.promised_percent),
         };
+        if judge.promised_percent > 100 {
+            return Err(PolicyError::Invalid(format!(
+                "promisedPercent must be 0..=100, got {}",
+                judge.promised_percent
+            )));
+        }
         if judge.stale_after.is_zero() {
             return Err(PolicyError::ZeroStaleAfter);
         }
@@ -363,6 +373,7 @@ mod tests {
             "a pod that declares nothing is never passed blind by default"
         );
         assert_eq!(p.learned, None);
+        assert_eq!(p.judge.promised_percent, 75);
         let f = PolicyFile::parse(
             "marginMiB: 1024\nstaleAfter: 90s\nunknownNode: fail\nscore: spread\nledgerTtl: 1m\n\
              unknownNeed: {rule: reserve, mib: 4096}\n\
@@ -411,6 +422,8 @@ mod tests {
     fn bad_files_name_the_key() {
         for (text, want) in [
             ("marginMib: 5\n", "unknown field"),
+            ("promisedPercent: 101\n", "promisedPercent must be 0..=100"),
+            ("promisedPercent: 300\n", "promisedPercent"),
             ("staleAfter: soon\n", "staleAfter"),
             ("unknownNode: maybe\n", "unknownNode"),
             ("defaults:\n  - {mib: 0}\n", "defaults[0].mib"),

@@ -136,6 +136,7 @@ pub fn evaluate(
         Ok(Need {
             mib: None,
             source: super::need::NeedSource::UnknownPassed,
+            floor_mib: None,
         })
     };
     let count = gpus.clamp(1, u32::MAX as u64) as u32;
@@ -156,7 +157,7 @@ pub fn evaluate(
                 judge(
                     state,
                     ledger.pending(name),
-                    need.mib,
+                    need_on(need, state, policy.judge.margin_mib),
                     count,
                     &policy.judge,
                     wall,
@@ -238,6 +239,20 @@ pub fn prioritize_result(
     )
 }
 
+/// `need` on the GPUs of `state` ([`Need::on_gpus_of`]), "the whole GPU" being what one
+/// with nothing on it gives: the memory it shows (free + used; the driver's reserved part
+/// and the quantum's rounding are neither) less the margin, the smallest of the node's
+/// GPUs (one model per node on EKS). As resolved where the node cannot be read.
+fn need_on(need: &Need, state: &NodeState, margin_mib: u64) -> Option<u64> {
+    match state {
+        NodeState::Known(v) => match v.gpus.iter().map(|g| g.free_mib + g.used_mib).min() {
+            Some(shown) if shown > margin_mib => need.on_gpus_of(shown - margin_mib),
+            _ => need.mib,
+        },
+        _ => need.mib,
+    }
+}
+
 /// The reservation for a pod this scheduler bound to a node, or `None` when its need is
 /// unknown (nothing to reserve) or unreadable.
 pub fn reservation_for(
@@ -249,7 +264,11 @@ pub fn reservation_for(
     now: Duration,
     wall: SystemTime,
 ) -> Option<Reservation> {
-    let mib = policy.needs.need(pod, learned).ok()?.mib?;
+    let mib = need_on(
+        &policy.needs.need(pod, learned).ok()?,
+        state.unwrap_or(&NodeState::Missing),
+        policy.judge.margin_mib,
+    )?;
     let single = pod.units(&policy.resource) <= 1;
     let (gpu, baseline) = match state {
         // A pod of several GPUs is reserved on every GPU (its GPUs are not known one by
@@ -266,6 +285,10 @@ pub fn reservation_for(
         .annotation(&policy.needs.annotation)
         .and_then(crate::model::vram_request::parse_mib)
         .unwrap_or(0);
+    let project = pod
+        .labels()
+        .get(&policy.needs.project_label)
+        .map(|p| (pod.namespace().to_string(), p.to_string()));
     Some(Reservation {
         pod: pod.key(),
         mib,
@@ -275,6 +298,7 @@ pub fn reservation_for(
         baseline,
         declared_mib,
         shown: false,
+        project,
     })
 }
 
@@ -354,5 +378,60 @@ mod tests {
         assert!(r.node_names.is_none() && r.nodes.is_none());
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["NodeNames"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn a_project_learned_past_the_gpu_gets_an_empty_gpu_not_a_refusal_forever() {
+        use crate::extender::learned::LearnedNeed;
+        let policy = PolicyFile::default().policy().unwrap();
+        // Its jobs peak 16-21 GiB: the p95's bucket is (16, 24] GiB, past an A10G's 23028.
+        let learned = LearnedNeeds::from_entries([(
+            "ci".to_string(),
+            "9".to_string(),
+            LearnedNeed {
+                mib: 24576,
+                jobs: 10,
+                floor_mib: 16384,
+            },
+        )]);
+        let p: PodView = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "big", "namespace": "ci",
+                         "labels": {"project.runner.gitlab.com/id": "9"}},
+            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
+        .unwrap();
+        // An empty A10G as the agents show it (free rounded down to the quantum), and one
+        // with a 1 GiB job on it.
+        let empty = node(vec![gpu(0, 22784, 0, Some((0, 4, 0)))], None);
+        let busy = node(vec![gpu(0, 21760, 1024, Some((1, 4, 0)))], None);
+        let judged: Vec<Judged<'_>> = vec![
+            ("empty", Some(Arc::new(empty.clone()))),
+            ("busy", Some(Arc::new(busy))),
+        ];
+        let mut ledger = Ledger::new(policy.ledger_ttl);
+        let e = evaluate(
+            &policy,
+            &p,
+            &learned,
+            &judged,
+            &mut ledger,
+            Duration::ZERO,
+            at(1),
+        );
+        assert!(e.verdicts[0].pass, "{}", e.verdicts[0].message());
+        assert!(!e.verdicts[1].pass, "{}", e.verdicts[1].message());
+        // Reserved as the whole GPU (22784 shown less the 512 margin), so nothing joins it
+        // until the node shows it.
+        let r = reservation_for(
+            &policy,
+            &p,
+            &learned,
+            Some(&empty),
+            &[],
+            Duration::ZERO,
+            at(1),
+        )
+        .unwrap();
+        assert_eq!(r.mib, 22784 - 512);
+        assert_eq!(r.project, Some(("ci".into(), "9".into())));
     }
 }

@@ -23,6 +23,9 @@ pub struct LearnedNeed {
     pub mib: u64,
     /// How many job peaks it was learned from (rounded down).
     pub jobs: u64,
+    /// The lower bound of the p95's bucket (the bucket below's upper bound; 0 for the
+    /// first), MiB: the p95 lies in `(floor_mib, mib]`.
+    pub floor_mib: u64,
 }
 
 /// Learned needs by `(namespace, project)`.
@@ -178,9 +181,11 @@ pub fn learn(body: &[u8], min_jobs: u64) -> Result<LearnedNeeds, LearnError> {
             continue;
         }
         let target = 0.95 * total;
-        let Some(&(le, _)) = b.iter().find(|(_, c)| *c >= target - 1e-9) else {
+        let Some(at) = b.iter().position(|(_, c)| *c >= target - 1e-9) else {
             continue;
         };
+        let le = b[at].0;
+        let floor = at.checked_sub(1).map(|i| b[i].0).unwrap_or(0.0);
         if le.is_infinite() {
             continue;
         }
@@ -190,6 +195,7 @@ pub fn learn(body: &[u8], min_jobs: u64) -> Result<LearnedNeeds, LearnError> {
             LearnedNeed {
                 mib,
                 jobs: total.floor() as u64,
+                floor_mib: (floor / (1024.0 * 1024.0)).floor() as u64,
             },
         );
     }
@@ -252,7 +258,8 @@ mod tests {
             l.get("ci", "7"),
             Some(LearnedNeed {
                 mib: 6144,
-                jobs: 100
+                jobs: 100,
+                floor_mib: 4096,
             })
         );
         assert_eq!(l.get("ci", "8"), None);

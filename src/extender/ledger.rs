@@ -16,6 +16,7 @@
 //! data: the pod's use shows only once it allocates), or when the pod is deleted. Pure: time
 //! is handed in.
 
+use super::learned::LearnedNeeds;
 use super::nodes::NodeState;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -41,6 +42,9 @@ pub struct Reservation {
     /// The node's annotations show the pod: it no longer waits for a replica, and only
     /// `mib − declared_mib` is counted on top of the node's figures.
     pub shown: bool,
+    /// `(namespace, project)` when the pod carries the GitLab project label: its need is
+    /// resolved again when the needs learned for its project change ([`Ledger::relearn`]).
+    pub project: Option<(String, String)>,
 }
 
 impl Reservation {
@@ -195,6 +199,33 @@ impl Ledger {
         n
     }
 
+    /// Resolves again the needs of the pods whose project `learned` has a need for, as the
+    /// need rules would now (`need::NeedRules::need`): the larger of the pod's declaration
+    /// and its project's learned need. A job placed while its project was unknown
+    /// (`unknownNeed`: a whole GPU) or on a default keeps that reservation for its whole
+    /// run otherwise — up to 90 min of a GPU held for a job the cluster has since learned
+    /// needs 4 GiB. A project the table no longer has keeps what its pods were placed on.
+    /// Shown reservations left with nothing beyond their declaration end (the node counts
+    /// all of it). Returns how many changed.
+    pub fn relearn(&mut self, learned: &LearnedNeeds) -> usize {
+        let mut changed = 0;
+        for list in self.nodes.values_mut() {
+            for r in list.iter_mut() {
+                let Some(n) = r.project.as_ref().and_then(|(ns, p)| learned.get(ns, p)) else {
+                    continue;
+                };
+                let mib = n.mib.max(r.declared_mib);
+                if mib != r.mib {
+                    r.mib = mib;
+                    changed += 1;
+                }
+            }
+            list.retain(|r| !r.shown || r.beyond_declared_mib() > 0);
+        }
+        self.nodes.retain(|_, l| !l.is_empty());
+        changed
+    }
+
     /// The reservations on `node`, oldest first: pending and shown (`Reservation::shown`).
     pub fn pending(&self, node: &str) -> &[Reservation] {
         self.nodes.get(node).map(Vec::as_slice).unwrap_or(&[])
@@ -231,6 +262,7 @@ mod tests {
             baseline,
             declared_mib: 4096,
             shown: false,
+            project: None,
         }
     }
 
@@ -358,5 +390,64 @@ mod tests {
         assert!(l.settle("n1", &plain, Duration::from_secs(59)).is_empty());
         let ended = l.settle("n1", &plain, Duration::from_secs(60));
         assert_eq!(ended[0].1, Release::Expired);
+    }
+
+    #[test]
+    fn a_learned_table_resolves_the_bound_pods_needs_again() {
+        use crate::extender::learned::LearnedNeed;
+        let project = |p: &str| Some(("ci".to_string(), p.to_string()));
+        let mut l = Ledger::new(Duration::from_secs(600));
+        // Placed while project 7 was unknown: a whole A10G (unknownNeed), shown by now.
+        let mut unknown = r("ci/unknown", 0, None);
+        (unknown.mib, unknown.declared_mib, unknown.shown) = (22016, 0, true);
+        unknown.project = project("7");
+        // Declared 8 GiB in project 7, placed on a learned 12 GiB, shown.
+        let mut declared = r("ci/declared", 0, None);
+        (declared.mib, declared.declared_mib, declared.shown) = (12288, 8192, true);
+        declared.project = project("7");
+        // Still pending, project 7.
+        let mut pending = r("ci/pending", 0, None);
+        (pending.mib, pending.declared_mib) = (22016, 0);
+        pending.project = project("7");
+        // Project 8 is not in the table; a pod without the label has no project.
+        let mut other = r("ci/other", 0, None);
+        (other.mib, other.declared_mib, other.shown) = (22016, 0, true);
+        other.project = project("8");
+        let mut bare = r("ci/bare", 0, None);
+        (bare.mib, bare.declared_mib, bare.shown) = (22016, 0, true);
+        for x in [unknown, declared, pending, other, bare] {
+            l.nodes.entry("n1".into()).or_default().push(x);
+        }
+        let learned = LearnedNeeds::from_entries([(
+            "ci".to_string(),
+            "7".to_string(),
+            LearnedNeed {
+                mib: 4096,
+                jobs: 3,
+                floor_mib: 2048,
+            },
+        )]);
+        assert_eq!(l.relearn(&learned), 3);
+        let mib =
+            |l: &Ledger, pod: &str| l.pending("n1").iter().find(|x| x.pod == pod).map(|x| x.mib);
+        assert_eq!(
+            mib(&l, "ci/unknown"),
+            Some(4096),
+            "the whole GPU given back"
+        );
+        assert_eq!(mib(&l, "ci/pending"), Some(4096));
+        // Its declaration (8 GiB) is above the learned 4 GiB: within its declaration the
+        // node counts all of it, so the shown reservation ends.
+        assert_eq!(mib(&l, "ci/declared"), None);
+        assert_eq!(
+            mib(&l, "ci/other"),
+            Some(22016),
+            "a project not learned keeps its need"
+        );
+        assert_eq!(mib(&l, "ci/bare"), Some(22016));
+        assert_eq!(l.relearn(&learned), 0, "nothing changes twice");
+        // A table that lost the project (Prometheus gone past maxAge) changes nothing.
+        assert_eq!(l.relearn(&LearnedNeeds::default()), 0);
+        assert_eq!(mib(&l, "ci/unknown"), Some(4096));
     }
 }

@@ -73,6 +73,25 @@ pub struct Need {
     pub mib: Option<u64>,
     /// Where it came from.
     pub source: NeedSource,
+    /// For a learned need, the lower bound of the histogram bucket its p95 lies in: the
+    /// need is known only to within `(floor_mib, mib]`. A need whose bucket reaches past a
+    /// GPU while its floor fits is judged as that whole GPU ([`Need::on_gpus_of`]).
+    pub floor_mib: Option<u64>,
+}
+
+impl Need {
+    /// MiB to find room for on GPUs that give `usable_mib` each with nothing on them (what
+    /// they show less the margin). A learned need rounded up past the GPU, whose bucket starts below it, asks
+    /// for the whole GPU: the project's jobs were seen to fit one (a p95 between 16 and 24
+    /// GiB on a 23 GiB A10G) and judged on 24 GiB they could never be placed again once
+    /// learned. A declared need past the GPU stays as it is: refused, with the reason.
+    pub fn on_gpus_of(&self, usable_mib: u64) -> Option<u64> {
+        let mib = self.mib?;
+        Some(match self.floor_mib {
+            Some(floor) if mib > usable_mib && floor < usable_mib => usable_mib,
+            _ => mib,
+        })
+    }
 }
 
 /// A declaration the extender cannot read: the pod is refused everywhere with this reason,
@@ -107,10 +126,12 @@ impl NeedRules {
                 Some(n) if n.mib > mib => Need {
                     mib: Some(n.mib),
                     source: NeedSource::Learned(n.jobs),
+                    floor_mib: Some(n.floor_mib.max(mib)),
                 },
                 _ => Need {
                     mib: Some(mib),
                     source: NeedSource::Declared,
+                    floor_mib: None,
                 },
             });
         }
@@ -118,6 +139,7 @@ impl NeedRules {
             return Ok(Need {
                 mib: Some(n.mib),
                 source: NeedSource::Learned(n.jobs),
+                floor_mib: Some(n.floor_mib),
             });
         }
         let hit = self.defaults.iter().position(|d| {
@@ -130,16 +152,19 @@ impl NeedRules {
             return Ok(Need {
                 mib: Some(self.defaults[i].mib),
                 source: NeedSource::Default(i),
+                floor_mib: None,
             });
         }
         Ok(match self.unknown {
             UnknownNeed::Pass => Need {
                 mib: None,
                 source: NeedSource::UnknownPassed,
+                floor_mib: None,
             },
             UnknownNeed::Reserve { mib } => Need {
                 mib: Some(mib),
                 source: NeedSource::UnknownReserved,
+                floor_mib: None,
             },
         })
     }
@@ -191,6 +216,7 @@ mod tests {
                 Ok(Need {
                     mib: Some(8192),
                     source: NeedSource::Declared,
+                    floor_mib: None,
                 }),
             ),
             (
@@ -199,6 +225,7 @@ mod tests {
                 Ok(Need {
                     mib: Some(12288),
                     source: NeedSource::Default(0),
+                    floor_mib: None,
                 }),
             ),
             (
@@ -207,6 +234,7 @@ mod tests {
                 Ok(Need {
                     mib: Some(4096),
                     source: NeedSource::Default(1),
+                    floor_mib: None,
                 }),
             ),
             (
@@ -215,6 +243,7 @@ mod tests {
                 Ok(Need {
                     mib: Some(2048),
                     source: NeedSource::UnknownReserved,
+                    floor_mib: None,
                 }),
             ),
             (
@@ -223,6 +252,7 @@ mod tests {
                 Ok(Need {
                     mib: None,
                     source: NeedSource::UnknownPassed,
+                    floor_mib: None,
                 }),
             ),
             (
@@ -252,6 +282,7 @@ mod tests {
             LearnedNeed {
                 mib: 6144,
                 jobs: 120,
+                floor_mib: 4096,
             },
         )]);
         let r = rules(UnknownNeed::Reserve { mib: 2048 });
@@ -261,6 +292,7 @@ mod tests {
             Ok(Need {
                 mib: Some(6144),
                 source: NeedSource::Learned(120),
+                floor_mib: Some(4096),
             })
         );
         // A declaration above the learned need stands; one below it is raised to it.
@@ -276,6 +308,7 @@ mod tests {
             Ok(Need {
                 mib: Some(8192),
                 source: NeedSource::Declared,
+                floor_mib: None,
             })
         );
         assert_eq!(
@@ -283,6 +316,7 @@ mod tests {
             Ok(Need {
                 mib: Some(6144),
                 source: NeedSource::Learned(120),
+                floor_mib: Some(4096),
             })
         );
         // Same project ID in another namespace: not the same project's runner.
@@ -297,5 +331,54 @@ mod tests {
             r.need(&p8, &learned).unwrap().source,
             NeedSource::Default(1)
         );
+    }
+
+    #[test]
+    fn a_learned_need_rounded_up_past_the_gpu_asks_for_the_whole_gpu_a_declared_one_does_not() {
+        use crate::extender::learned::LearnedNeed;
+        // A project whose p95 lies in (16, 24] GiB, on A10Gs of 23028 MiB less a 512 margin.
+        let learned = LearnedNeeds::from_entries([(
+            "gitlab".to_string(),
+            "9".to_string(),
+            LearnedNeed {
+                mib: 24576,
+                jobs: 12,
+                floor_mib: 16384,
+            },
+        )]);
+        let r = rules(UnknownNeed::Reserve { mib: 2048 });
+        let usable = 23028 - 512;
+        let p9 = |ann: &[(&str, &str)]| {
+            r.need(
+                &pod("gitlab", &[("project.runner.gitlab.com/id", "9")], ann),
+                &learned,
+            )
+            .unwrap()
+        };
+        assert_eq!(p9(&[]).on_gpus_of(usable), Some(usable), "the whole GPU");
+        // On a GPU the bucket fits in (an 80 GiB one), the bucket's bound as learned.
+        assert_eq!(p9(&[]).on_gpus_of(80 * 1024 - 512), Some(24576));
+        // Declared below the learned need: raised to it, still the whole GPU.
+        let low = p9(&[("gpu-warden.io/vram-request-mib", "8192")]);
+        assert_eq!(low.on_gpus_of(usable), Some(usable));
+        // Declared past the GPU: the pod's own word, refused rather than shrunk.
+        let big = p9(&[("gpu-warden.io/vram-request-mib", "30720")]);
+        assert_eq!(big.on_gpus_of(usable), Some(30720));
+        // A floor at or past the GPU (the bucket starts past it): as learned.
+        let past = LearnedNeeds::from_entries([(
+            "gitlab".to_string(),
+            "9".to_string(),
+            LearnedNeed {
+                mib: 32768,
+                jobs: 12,
+                floor_mib: 24576,
+            },
+        )]);
+        let p = pod("gitlab", &[("project.runner.gitlab.com/id", "9")], &[]);
+        assert_eq!(r.need(&p, &past).unwrap().on_gpus_of(usable), Some(32768));
+        // Unknown, passed: still nothing to check.
+        let pass = rules(UnknownNeed::Pass);
+        let q = pod("elsewhere", &[], &[]);
+        assert_eq!(pass.need(&q, &learned).unwrap().on_gpus_of(usable), None);
     }
 }

@@ -110,7 +110,13 @@ pub fn spawn_learner(src: LearnedSource, feed: Arc<LedgerFeed>) {
                     if failing || last_ok.is_none() {
                         tracing::info!(url = %src.url, projects = table.len(), window = %src.window, "learned needs from Prometheus");
                     }
-                    *feed.learned.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+                    let changed = feed.set_learned(table);
+                    if changed > 0 {
+                        tracing::debug!(
+                            changed,
+                            "bound pods' needs resolved again from the learned table"
+                        );
+                    }
                     last_ok = Some(now);
                     failing = false;
                 }
@@ -126,8 +132,7 @@ pub fn spawn_learner(src: LearnedSource, feed: Arc<LedgerFeed>) {
                     let expired = last_ok.is_some_and(|t| now.saturating_sub(t) >= src.max_age);
                     if expired {
                         tracing::warn!(max_age = ?src.max_age, "learned needs dropped: Prometheus has not confirmed them for learned.maxAge; pods fall back to the defaults");
-                        *feed.learned.write().unwrap_or_else(|e| e.into_inner()) =
-                            Arc::new(LearnedNeeds::default());
+                        feed.set_learned(LearnedNeeds::default());
                         feed.metrics.learned_projects.set(0);
                         last_ok = None;
                     }

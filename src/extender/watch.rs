@@ -319,6 +319,17 @@ impl LedgerFeed {
         self.metrics.reservations.set(ledger.len() as i64);
     }
 
+    /// Swaps in a new learned table and resolves again the needs the ledger holds for the
+    /// projects it has ([`Ledger::relearn`]); returns how many reservations changed.
+    pub fn set_learned(&self, table: LearnedNeeds) -> usize {
+        let table = Arc::new(table);
+        *self.learned.write().unwrap_or_else(|e| e.into_inner()) = table.clone();
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = ledger.relearn(&table);
+        self.metrics.reservations.set(ledger.len() as i64);
+        changed
+    }
+
     /// The learned needs now.
     pub fn learned_needs(&self) -> Arc<LearnedNeeds> {
         self.learned

@@ -177,7 +177,8 @@ fn extender_against_agents_on_the_double() {
     let policy = dir.path().join("extender.yaml");
     std::fs::write(
         &policy,
-        "marginMiB: 512\nstaleAfter: 120s\nledgerTtl: 60s\n",
+        // Every promised MiB counted: the reasons below name the committed memory in full.
+        "marginMiB: 512\nstaleAfter: 120s\nledgerTtl: 60s\npromisedPercent: 100\n",
     )
     .unwrap();
     let ext = Agent::start_with_env(
@@ -721,7 +722,13 @@ fn extender_judges_the_next_gpu_and_committed_memory_from_kubelet_fed_agents() {
     let free0 = doc["gpus"][0]["freeMiB"].as_u64().unwrap();
     assert!(free0 > free, "GPU 0 is the roomier one: {doc}");
 
-    let ext = Agent::start_with_env(&["extender"], &[("KUBECONFIG", kubeconfig.as_os_str())]);
+    // Every promised MiB counted (`promisedPercent: 100`): the test is the committed memory's
+    // arithmetic; the shipped share is tested in extender::judge.
+    let strict = strict_policy(dir.path());
+    let ext = Agent::start_with_env(
+        &["extender", "--config", strict.to_str().unwrap()],
+        &[("KUBECONFIG", kubeconfig.as_os_str())],
+    );
     let margin = 512;
     // Fits GPU 1's free memory, not once its committed memory is counted.
     let tight = free - margin - committed / 2;
@@ -783,6 +790,13 @@ fn bound_pod(name: &str, node: &str, at: SystemTime) -> Value {
 
 /// The extender's verdict for a 4 GiB job on `nodes`: `None` while it says it is not ready
 /// (or does not listen yet), else the nodes passed and the reasons of those refused.
+/// A policy file counting all of the memory promised on a GPU (`promisedPercent: 100`).
+fn strict_policy(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("strict-extender.yaml");
+    std::fs::write(&p, "promisedPercent: 100\n").unwrap();
+    p
+}
+
 fn verdict_for_4g(port: u16, nodes: &[&str]) -> Option<(Value, Value)> {
     let raw = format!(
         "POST /filter HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}",
@@ -840,7 +854,9 @@ fn a_restarted_extender_counts_the_bound_pods_needs_before_it_answers() {
         )
         .unwrap();
     let nodes = ["gpu-old", "gpu-new"];
-    let ext = Agent::start_with_env(&["extender"], &env);
+    // Every promised MiB counted, so the committed figure below is the need in full.
+    let strict = strict_policy(dir.path());
+    let ext = Agent::start_with_env(&["extender", "--config", strict.to_str().unwrap()], &env);
     let (passed, refused) = verdict_for_4g(ext.port, &nodes).expect("ready");
     assert_eq!(passed, json!(["gpu-new"]), "{refused}");
     let why = refused["gpu-old"].as_str().unwrap_or_default();
@@ -863,7 +879,7 @@ fn a_restarted_extender_counts_the_bound_pods_needs_before_it_answers() {
     assert!(status.success(), "{stderr}");
 
     // Restarted: every answer is "not ready" or a refusal of both, never a pass.
-    let ext = Agent::spawn(&["extender"], &env);
+    let ext = Agent::spawn(&["extender", "--config", strict.to_str().unwrap()], &env);
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut not_ready = 0;
     let (passed, refused) = loop {

@@ -103,6 +103,7 @@ fn ledger(n: usize, ttl: Duration) -> Ledger {
             baseline: Some(0),
             declared_mib: (i as u64 % 3) * 1024,
             shown: false,
+            project: None,
         };
         if i % 3 == 0 {
             l.commit(&name(i), r);
@@ -170,15 +171,18 @@ fn pods() -> Vec<(&'static str, serde_json::Value)> {
     ]
 }
 
+// Recorded before `promisedPercent` existed, when all of the memory promised on a GPU was
+// counted: pinned at 100 so the replies stay the recorded ones (the share is tested in
+// extender::judge's unit tests); "shipped" is otherwise the shipped policy.
 const POLICIES: [(&str, &str); 3] = [
-    ("shipped", "{}"),
+    ("shipped", "promisedPercent: 100\n"),
     (
         "fail-pack-no-margin",
-        "unknownNode: fail\nscore: pack\nmarginMiB: 0\n",
+        "unknownNode: fail\nscore: pack\nmarginMiB: 0\npromisedPercent: 100\n",
     ),
     (
         "pass-unknown",
-        "unknownNeed: {rule: pass}\nmarginMiB: 1024\n",
+        "unknownNeed: {rule: pass}\nmarginMiB: 1024\npromisedPercent: 100\n",
     ),
 ];
 

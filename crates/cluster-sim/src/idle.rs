@@ -1,7 +1,8 @@
 //! Replicas left idle while jobs wait: where a policy's throughput goes at saturation. Each
 //! step after the warm-up, with jobs queued, every GPU replica no job holds is counted, and
 //! of those the ones on a GPU where the extender's own view (the node's last published
-//! figures less the ledger's reservations and the margin) leaves less than 4 GiB — a
+//! figures less the ledger's reservations, the share of promised memory it keeps free, and
+//! the margin) leaves less than 4 GiB — a
 //! typical job's learned need (its project's p95, 2.5 GiB peaks rounded up to their 4 GiB
 //! bucket) — so no typical job may go there.
 
@@ -38,6 +39,7 @@ impl Engine<'_> {
             return;
         }
         let margin = self.extender.judge.margin_mib as i64;
+        let pct = i64::from(self.extender.judge.promised_percent);
         let mut c = self.idle;
         for n in &self.nodes {
             let shown = match n.state.as_deref() {
@@ -64,7 +66,8 @@ impl Engine<'_> {
                     })
                     .sum();
                 let promised = f.declared_mib.unwrap_or(0) as i64 + extra;
-                let room = f.free_mib as i64 - (promised - f.used_mib as i64).max(0) - margin;
+                let unused = (promised - f.used_mib as i64).max(0) * pct / 100;
+                let room = f.free_mib as i64 - unused - margin;
                 if room < TYPICAL_NEED_MIB {
                     c.short_of_room += free;
                 }

@@ -54,6 +54,8 @@ impl Engine<'_> {
             "data": {"resultType": "vector", "result": result}});
         if let Ok(table) = learn(body.to_string().as_bytes(), src.min_jobs) {
             self.learned = table;
+            // As the extender's learning shell does (`LedgerFeed::set_learned`).
+            self.ledger.relearn(&self.learned);
         }
     }
 }

@@ -138,9 +138,10 @@ fn a_need_beyond_the_declaration_stays_committed_after_the_replica_shows() {
         job(0, 0.0, 1200.0, 12 * GIB, None),
         job(1, 120.0, 600.0, 11 * GIB, Some(11 * GIB)),
     ];
+    // Every promised MiB counted (`promisedPercent: 100`): the ledger's accounting alone.
     let sc = Scenario {
-        extender_policy: "unknownNeed: {rule: reserve, mib: 12288}\n".into(),
-        ..one_gpu(jobs, 2400)
+        extender_policy: "unknownNeed: {rule: reserve, mib: 12288}\npromisedPercent: 100\n".into(),
+        ..one_gpu(jobs.clone(), 2400)
     };
     let ext = simulate(&sc, PolicyKind::ExtenderGuard, 4).expect("runs");
     assert_eq!(
@@ -152,6 +153,29 @@ fn a_need_beyond_the_declaration_stays_committed_after_the_replica_shows() {
     let a_done = events(&ext, 0, |k| *k == EventKind::Finished);
     let b = events(&ext, 1, |k| matches!(k, EventKind::Started(..)));
     assert!(b[0] >= a_done[0], "B waits for A: {b:?} vs {a_done:?}");
+
+    // At the shipped 75 %, a quarter of A's 7 GiB still to come is lent: B goes next to
+    // A, and when their growth passes the GPU the guard evicts (GitLab retries) before
+    // CUDA runs out — the trade docs/scheduling.md measures.
+    let lent = Scenario {
+        extender_policy: "unknownNeed: {rule: reserve, mib: 12288}\n".into(),
+        ..one_gpu(jobs, 2400)
+    };
+    let ext = simulate(&lent, PolicyKind::ExtenderGuard, 4).expect("runs");
+    let b = events(&ext, 1, |k| matches!(k, EventKind::Started(..)));
+    assert_eq!(b, vec![120], "B placed at once: {:?}", ext.trace);
+    assert_eq!(
+        (ext.oom_killed, ext.evictions, ext.finished),
+        (0, 1, 2),
+        "{:?}",
+        ext.trace
+    );
+    let evicted = events(&ext, 0, |k| *k == EventKind::Evicted);
+    assert_eq!(
+        evicted.len(),
+        1,
+        "A, which declared nothing, is the one evicted"
+    );
 }
 
 fn guard_keeps(protect_by_annotation: bool) {
