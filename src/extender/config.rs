@@ -12,7 +12,7 @@
 //! promisedPercent: 75       # of memory promised on a GPU but not allocated yet, kept free
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
 //! resource: nvidia.com/gpu
-//! unknownNeed: {rule: reserve, mib: 22016} # the default (an A10G less the margin); or {rule: pass}
+//! unknownNeed: {rule: wholeGpu} # the default: a GPU to itself; or {rule: reserve, mib: N} | {rule: pass}
 //! learned:                  # needs learned per GitLab project (off without a url)
 //!   prometheusUrl: http://prometheus-operated.monitoring:9090
 //!   window: 7d
@@ -162,13 +162,6 @@ pub struct LearnedFile {
 
 pub use super::learned::LearnedSource;
 
-/// The need a GPU pod gets when nothing else gives it one (`unknownNeed`'s default): what
-/// docs/scheduling.md's simulation chose — a whole A10G (23028 MiB) less the 512 MiB margin
-/// and the annotations' 256 MiB quantum, so a job nothing is known of yet (no declaration,
-/// its project not learned) gets a GPU to itself; 8 GiB let the jobs of heavy projects die
-/// in the first hour.
-pub const DEFAULT_UNKNOWN_NEED_MIB: u64 = 22016;
-
 /// Fewest job peaks for a project to get a learned need (`learned.minJobs`'s default): what
 /// docs/scheduling.md's simulation chose. With fewer than 20 the p95 is the largest peak
 /// seen, rounded up to its histogram bucket; waiting for 20 left a project's jobs on
@@ -316,9 +309,7 @@ impl PolicyFile {
                     .clone()
                     .unwrap_or_else(|| crate::publish::job_peaks::PROJECT_LABEL.to_string()),
                 defaults: self.defaults.clone(),
-                unknown: self.unknown_need.unwrap_or(UnknownNeed::Reserve {
-                    mib: DEFAULT_UNKNOWN_NEED_MIB,
-                }),
+                unknown: self.unknown_need.unwrap_or(UnknownNeed::WholeGpu),
             },
             learned,
             prefix,
@@ -365,11 +356,12 @@ mod tests {
         assert_eq!(p.prefix, "gpu-warden.io");
         assert_eq!(p.needs.annotation, "gpu-warden.io/vram-request-mib");
         assert_eq!(p.judge, JudgePolicy::default());
+        // What docs/scheduling.md's simulation chose: a job nothing is known of yet (no
+        // declaration, its project not learned) gets a GPU to itself, whatever the model;
+        // 8 GiB let the jobs of heavy projects die in the first hour.
         assert_eq!(
             p.needs.unknown,
-            UnknownNeed::Reserve {
-                mib: DEFAULT_UNKNOWN_NEED_MIB
-            },
+            UnknownNeed::WholeGpu,
             "a pod that declares nothing is never passed blind by default"
         );
         assert_eq!(p.learned, None);

@@ -365,8 +365,8 @@ mod tests {
         );
         let e = verdicts(&p, vec![node(vec![gpu(0, 4096, 18000, None)], None)]);
         assert_eq!(
-            e.need.as_ref().map(|n| n.mib),
-            Some(Some(crate::extender::config::DEFAULT_UNKNOWN_NEED_MIB))
+            e.need.as_ref().map(|n| n.source.clone()),
+            Some(crate::extender::need::NeedSource::UnknownWholeGpu)
         );
         assert!(!e.verdicts[0].pass, "{}", e.verdicts[0].message());
     }

@@ -36,7 +36,15 @@ pub enum UnknownNeed {
         /// MiB to assume.
         mib: u64,
     },
+    /// Treat it as needing a whole GPU, whatever the model: all the memory one with nothing
+    /// on it shows, less the margin ([`Need::on_gpus_of`]).
+    WholeGpu,
 }
+
+/// The need of a whole GPU before a node says how large its GPUs are: past any GPU, so
+/// [`Need::on_gpus_of`] turns it into that node's GPU (a node that cannot be read is judged
+/// by the `unknownNode` rule, never against this figure).
+pub const WHOLE_GPU_MIB: u64 = 1 << 30;
 
 /// The need rules, in the order they are tried.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +70,8 @@ pub enum NeedSource {
     Default(usize),
     /// The unknown rule's reservation.
     UnknownReserved,
+    /// The unknown rule's whole GPU.
+    UnknownWholeGpu,
     /// Unknown, passed unchecked.
     UnknownPassed,
 }
@@ -165,6 +175,11 @@ impl NeedRules {
                 mib: Some(mib),
                 source: NeedSource::UnknownReserved,
                 floor_mib: None,
+            },
+            UnknownNeed::WholeGpu => Need {
+                mib: Some(WHOLE_GPU_MIB),
+                source: NeedSource::UnknownWholeGpu,
+                floor_mib: Some(0),
             },
         })
     }
@@ -380,5 +395,28 @@ mod tests {
         let pass = rules(UnknownNeed::Pass);
         let q = pod("elsewhere", &[], &[]);
         assert_eq!(pass.need(&q, &learned).unwrap().on_gpus_of(usable), None);
+    }
+
+    #[test]
+    fn the_whole_gpu_rule_is_the_gpu_the_pod_would_get_whatever_its_model() {
+        let r = rules(UnknownNeed::WholeGpu);
+        let p = pod("elsewhere", &[], &[]);
+        let n = r.need(&p, &LearnedNeeds::default()).unwrap();
+        assert_eq!(n.source, NeedSource::UnknownWholeGpu);
+        // An A10G showing 22784 MiB empty, an H200 showing 143360, less a 512 margin.
+        assert_eq!(n.on_gpus_of(22784 - 512), Some(22272));
+        assert_eq!(n.on_gpus_of(143360 - 512), Some(142848));
+        // A project learned since: its need, not the GPU.
+        let learned = LearnedNeeds::from_entries([(
+            "elsewhere".to_string(),
+            "3".to_string(),
+            crate::extender::learned::LearnedNeed {
+                mib: 4096,
+                jobs: 3,
+                floor_mib: 2048,
+            },
+        )]);
+        let q = pod("elsewhere", &[("project.runner.gitlab.com/id", "3")], &[]);
+        assert_eq!(r.need(&q, &learned).unwrap().on_gpus_of(22272), Some(4096));
     }
 }

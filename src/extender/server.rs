@@ -288,7 +288,11 @@ fn record(
             .join(",")
     };
     let (need_mib, source) = match &e.need {
-        Some(n) => (n.mib, format!("{:?}", n.source)),
+        // The whole-GPU figure is a placeholder until a node says its size: not a MiB count.
+        Some(n) => (
+            n.mib.filter(|m| *m != super::need::WHOLE_GPU_MIB),
+            format!("{:?}", n.source),
+        ),
         None => (None, "BadDeclaration".to_string()),
     };
     let example = e

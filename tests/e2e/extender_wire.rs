@@ -171,14 +171,19 @@ fn pods() -> Vec<(&'static str, serde_json::Value)> {
     ]
 }
 
-// Recorded before `promisedPercent` existed, when all of the memory promised on a GPU was
-// counted: pinned at 100 so the replies stay the recorded ones (the share is tested in
-// extender::judge's unit tests); "shipped" is otherwise the shipped policy.
+// Recorded before `promisedPercent` and `unknownNeed: {rule: wholeGpu}` existed, when all of
+// the memory promised on a GPU was counted and a pod nothing is known of needed 22016 MiB:
+// pinned so the replies stay the recorded ones (the share and the whole GPU are tested in
+// extender::judge, need and core); "shipped" is otherwise the shipped policy.
 const POLICIES: [(&str, &str); 3] = [
-    ("shipped", "promisedPercent: 100\n"),
+    (
+        "shipped",
+        "promisedPercent: 100\nunknownNeed: {rule: reserve, mib: 22016}\n",
+    ),
     (
         "fail-pack-no-margin",
-        "unknownNode: fail\nscore: pack\nmarginMiB: 0\npromisedPercent: 100\n",
+        "unknownNode: fail\nscore: pack\nmarginMiB: 0\npromisedPercent: 100\n\
+         unknownNeed: {rule: reserve, mib: 22016}\n",
     ),
     (
         "pass-unknown",

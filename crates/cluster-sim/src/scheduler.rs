@@ -145,6 +145,7 @@ impl Engine<'_> {
                 Some(NeedSource::Learned(_)) => "learned",
                 Some(NeedSource::Default(_)) => "default",
                 Some(NeedSource::UnknownReserved) => "unknown-reserved",
+                Some(NeedSource::UnknownWholeGpu) => "unknown-whole-gpu",
                 Some(NeedSource::UnknownPassed) => "unknown-passed",
                 None => "bad-declaration",
             };
