@@ -244,6 +244,11 @@ pub fn prioritize_result(
 /// and the quantum's rounding are neither) less the margin, the smallest of the node's
 /// GPUs (one model per node on EKS). As resolved where the node cannot be read.
 fn need_on(need: &Need, state: &NodeState, margin_mib: u64) -> Option<u64> {
+    // Only a need known to within a bucket can turn into the whole GPU: the others (most
+    // pods, declared) skip the walk over the node's GPUs on every node of every call.
+    if need.floor_mib.is_none() {
+        return need.mib;
+    }
     match state {
         NodeState::Known(v) => match v.gpus.iter().map(|g| g.free_mib + g.used_mib).min() {
             Some(shown) if shown > margin_mib => need.on_gpus_of(shown - margin_mib),

@@ -91,10 +91,11 @@ pub struct Need {
 
 impl Need {
     /// MiB to find room for on GPUs that give `usable_mib` each with nothing on them (what
-    /// they show less the margin). A learned need rounded up past the GPU, whose bucket starts below it, asks
-    /// for the whole GPU: the project's jobs were seen to fit one (a p95 between 16 and 24
-    /// GiB on a 23 GiB A10G) and judged on 24 GiB they could never be placed again once
-    /// learned. A declared need past the GPU stays as it is: refused, with the reason.
+    /// they show less the margin). A learned need rounded up past the GPU, whose bucket
+    /// starts below it, asks for the whole GPU: the project's jobs were seen to fit one (a
+    /// p95 between 16 and 24 GiB on a 23 GiB A10G) and judged on 24 GiB they could never be
+    /// placed again once learned. A declared need past the GPU stays as it is: refused, with
+    /// the reason.
     pub fn on_gpus_of(&self, usable_mib: u64) -> Option<u64> {
         let mib = self.mib?;
         Some(match self.floor_mib {

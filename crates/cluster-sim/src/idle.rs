@@ -1,12 +1,12 @@
 //! Replicas left idle while jobs wait: where a policy's throughput goes at saturation. Each
 //! step after the warm-up, with jobs queued, every GPU replica no job holds is counted, and
 //! of those the ones on a GPU where the extender's own view (the node's last published
-//! figures less the ledger's reservations, the share of promised memory it keeps free, and
-//! the margin) leaves less than 4 GiB — a
-//! typical job's learned need (its project's p95, 2.5 GiB peaks rounded up to their 4 GiB
-//! bucket) — so no typical job may go there.
+//! figures less what it counts as committed there, `extender::judge::committed`, and the
+//! margin) leaves less than 4 GiB — a typical job's learned need (its project's p95, 2.5
+//! GiB peaks rounded up to their 4 GiB bucket) — so no typical job may go there.
 
 use crate::engine::Engine;
+use gpu_warden::extender::judge::committed;
 use gpu_warden::extender::nodes::NodeState;
 
 /// Room below which a replica counts as idle for want of room, MiB.
@@ -39,7 +39,6 @@ impl Engine<'_> {
             return;
         }
         let margin = self.extender.judge.margin_mib as i64;
-        let pct = i64::from(self.extender.judge.promised_percent);
         let mut c = self.idle;
         for n in &self.nodes {
             let shown = match n.state.as_deref() {
@@ -54,20 +53,8 @@ impl Engine<'_> {
                 let Some(f) = shown.and_then(|v| v.gpus.iter().find(|f| f.uuid == g.uuid)) else {
                     continue;
                 };
-                let extra: i64 = pending
-                    .iter()
-                    .filter(|r| r.gpu.as_deref().is_none_or(|u| u == g.uuid))
-                    .map(|r| {
-                        if r.shown {
-                            r.beyond_declared_mib() as i64
-                        } else {
-                            r.mib as i64
-                        }
-                    })
-                    .sum();
-                let promised = f.declared_mib.unwrap_or(0) as i64 + extra;
-                let unused = (promised - f.used_mib as i64).max(0) * pct / 100;
-                let room = f.free_mib as i64 - unused - margin;
+                let committed = committed(f, pending, self.extender.judge.promised_percent);
+                let room = f.free_mib as i64 - committed as i64 - margin;
                 if room < TYPICAL_NEED_MIB {
                     c.short_of_room += free;
                 }
