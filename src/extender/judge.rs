@@ -177,15 +177,17 @@ fn pending_on<'a>(
 /// MiB committed on `gpu` but not used yet: `promised_percent` of what the pods there are
 /// promised (their declarations, `declaredMiB`, plus what the ledger's shown reservations
 /// need beyond theirs) less what the GPU uses, and the pending reservations in full (the
-/// node shows neither their replica nor their declaration yet).
-pub fn committed(gpu: &GpuFigures, pending: &[Reservation], promised_percent: u8) -> u64 {
+/// node shows neither their replica nor their declaration yet), each at most the whole GPU
+/// ([`Reservation::mib_on`]).
+pub fn committed(gpu: &GpuFigures, pending: &[Reservation], policy: &JudgePolicy) -> u64 {
+    let usable = (gpu.free_mib + gpu.used_mib).saturating_sub(policy.margin_mib);
     let (mut beyond, mut any_shown, mut waiting) = (0u64, false, 0u64);
     for r in pending_on(pending, gpu) {
         if r.shown {
             any_shown = true;
-            beyond += r.beyond_declared_mib();
+            beyond += r.mib_on(usable).saturating_sub(r.declared_mib);
         } else {
-            waiting += r.mib;
+            waiting += r.mib_on(usable);
         }
     }
     let promised = gpu.declared_mib.unwrap_or(0) + beyond;
@@ -194,7 +196,7 @@ pub fn committed(gpu: &GpuFigures, pending: &[Reservation], promised_percent: u8
     } else {
         0
     };
-    unused * u64::from(promised_percent) / 100 + waiting
+    unused * u64::from(policy.promised_percent) / 100 + waiting
 }
 
 /// `(allocated, index)` of a GPU with a replica left, counting pending reservations.
@@ -288,9 +290,7 @@ pub fn judge(
     }
     let count = count.max(1);
     let room = |g: &GpuFigures| -> i64 {
-        g.free_mib as i64
-            - committed(g, pending, policy.promised_percent) as i64
-            - policy.margin_mib as i64
+        g.free_mib as i64 - committed(g, pending, policy) as i64 - policy.margin_mib as i64
     };
     let refuse_unless_unknown = |reason: Reason, why: Why| Verdict {
         pass: need.is_none(),
@@ -384,7 +384,7 @@ pub fn judge(
         why: Why::Short {
             which,
             free_mib: gpu.free_mib,
-            committed_mib: committed(gpu, pending, policy.promised_percent),
+            committed_mib: committed(gpu, pending, policy),
             need_mib: need,
             margin_mib: policy.margin_mib,
             short_mib: -after,
@@ -486,12 +486,16 @@ pub(crate) mod tests {
     fn promised_percent_keeps_that_share_of_the_unallocated_promises_free_pending_pods_in_full() {
         // 8 GiB declared on the GPU, 2 GiB of it allocated: 6 GiB promised, unallocated.
         let g = gpu(0, 20000, 2048, Some((1, 4, 8192)));
-        assert_eq!(committed(&g, &[], 100), 6144);
-        assert_eq!(committed(&g, &[], 75), 4608);
-        assert_eq!(committed(&g, &[], 0), 0);
+        let share = |pct: u8| JudgePolicy {
+            promised_percent: pct,
+            ..policy(512, UnknownNode::Pass)
+        };
+        assert_eq!(committed(&g, &[], &share(100)), 6144);
+        assert_eq!(committed(&g, &[], &share(75)), 4608);
+        assert_eq!(committed(&g, &[], &share(0)), 0);
         // A pod bound but not yet shown by the node: its need in full, whatever the share.
         let waiting = [res(Some("GPU-0"), 4096)];
-        assert_eq!(committed(&g, &waiting, 75), 4608 + 4096);
+        assert_eq!(committed(&g, &waiting, &share(75)), 4608 + 4096);
         // The verdict follows: 20000 free - 4608 - 512 = 14880 of room at 75 %.
         let state = node(vec![g], None);
         let at = |pct: u8, need: u64| {
@@ -505,6 +509,36 @@ pub(crate) mod tests {
         assert!(!at(75, 14881));
         assert!(!at(100, 14000), "20000 - 6144 - 512 = 13344 at 100 %");
         assert!(at(100, 13344));
+    }
+
+    #[test]
+    fn a_reservation_counts_at_most_the_whole_gpu() {
+        // A pod bound while its node could not be read keeps the whole-GPU placeholder
+        // (its GPU unknown then): on each GPU it counts as that GPU, less the margin.
+        let g = gpu(0, 20480, 2048, Some((1, 4, 0)));
+        let p = JudgePolicy {
+            promised_percent: 100,
+            ..policy(512, UnknownNode::Pass)
+        };
+        let whole = [res(None, crate::extender::need::WHOLE_GPU_MIB)];
+        assert_eq!(committed(&g, &whole, &p), 22528 - 512);
+        let mut shown = whole.clone();
+        shown[0].shown = true;
+        assert_eq!(
+            committed(&g, &shown, &p),
+            22528 - 512 - 2048,
+            "less what it uses"
+        );
+        // A need that fits is counted as it is.
+        assert_eq!(committed(&g, &[res(None, 4096)], &p), 4096);
+        let state = node(vec![g], None);
+        let v = judge(&state, &whole, Some(4096), 1, &p, super::tests::at(0));
+        assert!(!v.pass);
+        assert!(
+            v.why.to_string().contains("21.5 GiB committed"),
+            "{}",
+            v.why
+        );
     }
 
     fn res(gpu: Option<&str>, mib: u64) -> Reservation {
@@ -594,7 +628,9 @@ pub(crate) mod tests {
             v.message(),
             "GPU 0 (the one the device plugin hands out next) has too little VRAM: 3.2 GiB free, 4 GiB committed; the pod needs 8 GiB (9012 MiB short)"
         );
-        let single = node(vec![gpu(0, 3276, 1024, None)], None);
+        // (2 GiB used: a GPU big enough to hold the 4 GiB pending pod, whose need counts in
+        // full only up to the whole GPU.)
+        let single = node(vec![gpu(0, 3276, 2048, None)], None);
         let v = judge(
             &single,
             &[res(None, 4096)],

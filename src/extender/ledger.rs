@@ -48,6 +48,13 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Its need on a GPU with `usable_mib` to give (what it shows less the margin): no pod
+    /// holds more than the whole GPU, and a need resolved while its node could not be read
+    /// (the whole-GPU placeholder, a learned bucket past the GPU) becomes that GPU here.
+    pub fn mib_on(&self, usable_mib: u64) -> u64 {
+        self.mib.min(usable_mib)
+    }
+
     /// MiB of its need the node's `declaredMiB` does not carry once the pod is shown.
     pub fn beyond_declared_mib(&self) -> u64 {
         self.mib.saturating_sub(self.declared_mib)

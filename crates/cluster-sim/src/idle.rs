@@ -53,7 +53,7 @@ impl Engine<'_> {
                 let Some(f) = shown.and_then(|v| v.gpus.iter().find(|f| f.uuid == g.uuid)) else {
                     continue;
                 };
-                let committed = committed(f, pending, self.extender.judge.promised_percent);
+                let committed = committed(f, pending, &self.extender.judge);
                 let room = f.free_mib as i64 - committed as i64 - margin;
                 if room < TYPICAL_NEED_MIB {
                     c.short_of_room += free;
