@@ -275,7 +275,7 @@ pub fn reservation_for(
         policy.judge.margin_mib,
     )?;
     let single = pod.units(&policy.resource) <= 1;
-    let (gpu, baseline) = match state {
+    let (gpu, baseline, baseline_at) = match state {
         // A pod of several GPUs is reserved on every GPU (its GPUs are not known one by
         // one here): more conservative than the device plugin, never less.
         Some(NodeState::Known(v)) if v.has_replicas() => (
@@ -283,8 +283,9 @@ pub fn reservation_for(
                 .filter(|_| single)
                 .map(|g| g.uuid.clone()),
             v.replicas_allocated(),
+            Some(v.observed_at),
         ),
-        _ => (None, None),
+        _ => (None, None, None),
     };
     let declared_mib = pod
         .annotation(&policy.needs.annotation)
@@ -301,6 +302,8 @@ pub fn reservation_for(
         at: now,
         at_wall: wall,
         baseline,
+        baseline_at,
+        bumped: Vec::new(),
         declared_mib,
         shown: false,
         project,

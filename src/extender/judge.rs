@@ -549,6 +549,8 @@ pub(crate) mod tests {
             at: Duration::ZERO,
             at_wall: at(0),
             baseline: None,
+            baseline_at: None,
+            bumped: Vec::new(),
             declared_mib: 0,
             shown: false,
             project: None,

@@ -8,7 +8,12 @@
 //! A reservation stops being *pending* when the node's annotations show the pod — an
 //! observation made after the binding whose replicas-allocated total has grown past the
 //! reservation's baseline (the kubelet has allocated it, so its declared MiB is in
-//! `declaredMiB`). From then on it is *shown*: only the part of its need beyond its own
+//! `declaredMiB`). A pod that leaves the node lowers that total too: when the pod watch
+//! sees one of the pods the baseline counted finish or go ([`Ledger::depart`]), the
+//! baseline drops by one — else a job finishing there before the agent's next patch would
+//! hide the new pod's allocation, and its replica and its whole need would stay counted
+//! twice until the TTL (the cluster simulation found replicas idle that way 1.6–2.0 % of the
+//! time at `replicas: 2`). From then on it is *shown*: only the part of its need beyond its own
 //! declaration (`mib − declared_mib`) is still counted, added to the GPU's `declaredMiB`
 //! before the GPU's use is taken off (src/extender/judge.rs), until the pod is deleted or
 //! finishes. A shown reservation whose need is within its declaration ends there (the node
@@ -34,8 +39,15 @@ pub struct Reservation {
     pub at: Duration,
     /// Wall time it was made (compared with the annotation's `observedAt`).
     pub at_wall: SystemTime,
-    /// The node's replicas-allocated total when it was made, when known.
+    /// The node's replicas-allocated total when it was made, when known (plus one for each
+    /// reservation ahead of it shown since, less one for each pod it counted that left).
     pub baseline: Option<u32>,
+    /// `observedAt` of the figures the baseline was read from: a pod bound before it had
+    /// its replica counted there unless the ledger held it pending then.
+    pub baseline_at: Option<SystemTime>,
+    /// The pods pending ahead of it when it was made whose showing raised its baseline
+    /// since (`namespace/name`): their leaving lowers it again.
+    pub bumped: Vec<String>,
     /// What the agent counts for the pod in `declaredMiB` once its replica is allocated: its
     /// own `vram-request-mib` (0 when it declares none).
     pub declared_mib: u64,
@@ -109,6 +121,46 @@ impl Ledger {
         found
     }
 
+    /// The pod `pod` (`namespace/name`), bound to `node` at `bound_at`, finished or was
+    /// deleted: its own reservation ends, and when it was not pending (its replica was in the
+    /// node's figures) each pending reservation on that node whose baseline counted it —
+    /// read from figures observed after its binding, or raised when it was shown — has that
+    /// baseline lowered by one, so the node's next figures, which no longer count it, still
+    /// show the pods that arrived meanwhile. A pod without a known binding time counts as
+    /// bound long ago. A pod that was still pending only drops out of the queue ahead of the
+    /// later ones (their position falls by one). Returns whether anything changed.
+    pub fn depart(&mut self, pod: &str, node: Option<&str>, bound_at: Option<SystemTime>) -> bool {
+        let was_pending = self
+            .nodes
+            .values()
+            .flatten()
+            .any(|r| r.pod == pod && !r.shown);
+        let mut changed = self.forget(pod);
+        if was_pending {
+            return changed;
+        }
+        let Some(list) = node.and_then(|n| self.nodes.get_mut(n)) else {
+            return changed;
+        };
+        for r in list.iter_mut().filter(|r| !r.shown) {
+            let Some(b) = r.baseline else { continue };
+            let was_bumped = r.bumped.iter().any(|p| p == pod);
+            let in_figures = match (bound_at, r.baseline_at) {
+                // The condition's time is truncated to the second: a pod bound in the
+                // second before the figures is taken as not in them yet.
+                (Some(t), Some(seen)) => t + Duration::from_secs(1) <= seen,
+                (None, _) => true,
+                (Some(_), None) => false,
+            };
+            if (was_bumped || in_figures) && b > 0 {
+                r.baseline = Some(b - 1);
+                r.bumped.retain(|p| p != pod);
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// Records `r` on `node` as already shown (a pod bound before the extender started,
     /// found on a relist): only its need beyond its declaration counts, until it ends. False
     /// when the pod already has one, or when nothing of its need is beyond its declaration.
@@ -156,6 +208,7 @@ impl Ledger {
         // Once a reservation is shown, the later ones no longer wait for its allocation:
         // their position drops by one, so their baseline rises by one.
         let mut bump = 0;
+        let mut shown_now: Vec<String> = Vec::new();
         for mut r in list.drain(..) {
             if r.shown {
                 kept.push(r);
@@ -165,7 +218,10 @@ impl Ledger {
                 ended.push((r, Release::Expired));
                 continue;
             }
-            r.baseline = r.baseline.map(|b| b + bump);
+            if bump > 0 && r.baseline.is_some() {
+                r.baseline = r.baseline.map(|b| b + bump);
+                r.bumped.extend(shown_now.iter().cloned());
+            }
             // The k-th still-pending reservation is shown once k more replicas are out than
             // when it was made, in an observation taken after it.
             let position = kept.iter().filter(|k| !k.shown).count() as u32 + 1;
@@ -175,6 +231,7 @@ impl Ledger {
             };
             if shown {
                 bump += 1;
+                shown_now.push(r.pod.clone());
                 if r.beyond_declared_mib() > 0 {
                     let mut k = r.clone();
                     k.shown = true;
@@ -267,6 +324,8 @@ mod tests {
             at: Duration::from_secs(at_s),
             at_wall: at(at_s),
             baseline,
+            baseline_at: baseline.map(|_| at(at_s.saturating_sub(1))),
+            bumped: Vec::new(),
             declared_mib: 4096,
             shown: false,
             project: None,
@@ -317,6 +376,107 @@ mod tests {
         );
         let ended = l.settle("n1", &shown(4), Duration::from_secs(4));
         assert_eq!(ended[0].0.pod, "ci/b");
+        assert!(l.is_empty());
+    }
+
+    /// A node whose one GPU has `allocated` of 8 replicas out, observed at T0 + `obs_s`.
+    fn seen(allocated: u32, obs_s: u64) -> NodeState {
+        match shown(allocated) {
+            NodeState::Known(mut v) => {
+                v.observed_at = at(obs_s);
+                NodeState::Known(v)
+            }
+            other => other,
+        }
+    }
+
+    /// `r` made at T0 + `at_s` from figures observed at T0 + `obs_s` with `baseline` out.
+    fn made(pod: &str, at_s: u64, baseline: u32, obs_s: u64) -> Reservation {
+        Reservation {
+            baseline_at: Some(at(obs_s)),
+            ..r(pod, at_s, Some(baseline))
+        }
+    }
+
+    #[test]
+    fn a_pod_leaving_before_the_next_figures_does_not_hide_the_one_that_arrived() {
+        // ci/old (bound at T0) holds the node's one replica out in the figures of T0 + 10;
+        // ci/new is bound at T0 + 12 on them. ci/old finishes at T0 + 15: the figures of
+        // T0 + 20 show one replica out again — ci/new's.
+        let mut l = Ledger::new(Duration::from_secs(600));
+        l.reserve("n1", made("ci/new", 12, 1, 10));
+        let mut without = l.clone();
+        assert!(l.depart("ci/old", Some("n1"), Some(at(0))));
+        assert_eq!(l.pending("n1")[0].baseline, Some(0));
+        let ended = l.settle("n1", &seen(1, 20), Duration::from_secs(20));
+        assert_eq!(ended.len(), 1, "ci/new is shown");
+        assert!(l.is_empty());
+        // Told nothing of the departure, the ledger would wait for two replicas out, and
+        // count ci/new's replica and need on top of the node's figures until the TTL.
+        assert!(without
+            .settle("n1", &seen(1, 20), Duration::from_secs(20))
+            .is_empty());
+        assert_eq!(without.len(), 1);
+    }
+
+    #[test]
+    fn only_a_pod_the_baseline_counted_lowers_it() {
+        let mut l = Ledger::new(Duration::from_secs(600));
+        l.reserve("n1", made("ci/new", 12, 2, 10));
+        // Bound after the figures the baseline came from: not in them.
+        assert!(!l.depart("ci/later", Some("n1"), Some(at(11))));
+        // Bound in the second before them (the condition's time is in whole seconds).
+        assert!(!l.depart("ci/close", Some("n1"), Some(at(10))));
+        // Another node's pod.
+        assert!(!l.depart("ci/elsewhere", Some("n2"), Some(at(0))));
+        assert_eq!(l.pending("n1")[0].baseline, Some(2));
+        // Bound before them (or when, unknown): counted there.
+        assert!(l.depart("ci/before", Some("n1"), Some(at(9))));
+        assert_eq!(l.pending("n1")[0].baseline, Some(1));
+        assert!(l.depart("ci/unknown", Some("n1"), None));
+        assert_eq!(l.pending("n1")[0].baseline, Some(0));
+        assert!(
+            !l.depart("ci/more", Some("n1"), Some(at(0))),
+            "never below zero"
+        );
+        assert_eq!(l.pending("n1")[0].baseline, Some(0));
+    }
+
+    #[test]
+    fn a_pod_shown_after_the_reservation_was_made_lowers_it_when_it_leaves() {
+        // ci/a and ci/b are bound at T0 + 12 and 13 on figures of T0 + 10 (1 out). The
+        // figures of T0 + 14 show ci/a (2 out): ci/b's baseline rises to 2. ci/a finishes;
+        // the figures of T0 + 20 show ci/b and the pod from before (2 out).
+        let mut l = Ledger::new(Duration::from_secs(600));
+        l.reserve("n1", made("ci/a", 12, 1, 10));
+        l.reserve("n1", made("ci/b", 13, 1, 10));
+        let ended = l.settle("n1", &seen(2, 14), Duration::from_secs(14));
+        assert_eq!(ended.len(), 1);
+        assert_eq!(l.pending("n1")[0].baseline, Some(2));
+        assert_eq!(l.pending("n1")[0].bumped, vec!["ci/a".to_string()]);
+        // ci/a was bound after the baseline's figures: only its showing counted it.
+        assert!(l.depart("ci/a", Some("n1"), Some(at(12))));
+        assert_eq!(l.pending("n1")[0].baseline, Some(1));
+        assert_eq!(
+            l.settle("n1", &seen(2, 20), Duration::from_secs(20)).len(),
+            1
+        );
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_pod_that_leaves_still_pending_only_leaves_the_queue() {
+        let mut l = Ledger::new(Duration::from_secs(600));
+        l.reserve("n1", made("ci/a", 12, 1, 10));
+        l.reserve("n1", made("ci/b", 13, 1, 10));
+        // ci/a is deleted before the kubelet allocated it: ci/b is first in line now, on
+        // the same baseline.
+        assert!(l.depart("ci/a", Some("n1"), Some(at(12))));
+        assert_eq!(l.pending("n1")[0].baseline, Some(1));
+        assert_eq!(
+            l.settle("n1", &seen(2, 20), Duration::from_secs(20)).len(),
+            1
+        );
         assert!(l.is_empty());
     }
 

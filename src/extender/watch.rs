@@ -217,8 +217,16 @@ pub enum PodChange {
         /// When it was bound, when the condition says.
         bound_at: Option<SystemTime>,
     },
-    /// Gone or finished: its reservation, if any, ends.
-    Gone(String),
+    /// Gone or finished: its reservation, if any, ends, and the pending ones on its node
+    /// stop waiting for a total that counted it ([`Ledger::depart`]).
+    Gone {
+        /// `namespace/name`.
+        key: String,
+        /// The node it was bound to, when it was.
+        node: Option<String>,
+        /// When it was bound, when the condition says.
+        bound_at: Option<SystemTime>,
+    },
     /// Not bound yet: nothing to do.
     Unbound,
 }
@@ -229,12 +237,7 @@ pub fn pod_change(obj: &Value, deleted: bool) -> PodChange {
         return PodChange::Unbound;
     };
     let phase = obj.pointer("/status/phase").and_then(Value::as_str);
-    if deleted || matches!(phase, Some("Succeeded" | "Failed")) {
-        return PodChange::Gone(pod.key());
-    }
-    let Some(node) = obj.pointer("/spec/nodeName").and_then(Value::as_str) else {
-        return PodChange::Unbound;
-    };
+    let node = obj.pointer("/spec/nodeName").and_then(Value::as_str);
     let bound_at = obj
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -244,6 +247,16 @@ pub fn pod_change(obj: &Value, deleted: bool) -> PodChange {
         })
         .and_then(|c| c.get("lastTransitionTime")?.as_str())
         .and_then(|t| humantime::parse_rfc3339(t).ok());
+    if deleted || matches!(phase, Some("Succeeded" | "Failed")) {
+        return PodChange::Gone {
+            key: pod.key(),
+            node: node.map(str::to_string),
+            bound_at,
+        };
+    }
+    let Some(node) = node else {
+        return PodChange::Unbound;
+    };
     PodChange::Bound {
         pod,
         node: node.to_string(),
@@ -275,9 +288,13 @@ impl LedgerFeed {
     pub fn apply(&self, change: PodChange) {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
         match change {
-            PodChange::Gone(key) => {
-                if ledger.forget(&key) {
-                    tracing::debug!(pod = %key, "reservation ended: pod gone or finished");
+            PodChange::Gone {
+                key,
+                node,
+                bound_at,
+            } => {
+                if ledger.depart(&key, node.as_deref(), bound_at) {
+                    tracing::debug!(pod = %key, "pod gone or finished: its reservation ended, or the pending ones on its node no longer wait for its replica");
                 }
             }
             PodChange::Unbound => {}
@@ -294,6 +311,12 @@ impl LedgerFeed {
                     wall.duration_since(t).unwrap_or_default() >= self.policy.ledger_ttl
                 });
                 let state = self.nodes.state(&node);
+                // The figures may show pods the ledger still holds pending (a filter call
+                // settles them, the watch may be first): settled, they are not counted
+                // twice, in the new pod's baseline and in the queue ahead of it.
+                if let Some(s) = state.as_deref() {
+                    ledger.settle(&node, s, self.clock.mono());
+                }
                 let learned = self.learned_needs();
                 let r = reservation_for(
                     &self.policy,

@@ -905,3 +905,75 @@ fn a_restarted_extender_counts_the_bound_pods_needs_before_it_answers() {
         assert!(why.contains("committed"), "{n}: {refused}");
     }
 }
+
+/// A job that finishes on a node before the agent's next patch must not hide the pod bound
+/// there meanwhile: the next figures count the same replicas out as before (one gone, one
+/// come), and a ledger waiting for the total to grow would hold the new pod's replica and
+/// whole need on top of them until `ledgerTtl`. The pod watch's "finished" lowers the
+/// pending pod's baseline (`Ledger::depart`), so the next figures show it.
+#[test]
+fn a_job_finishing_before_the_next_patch_does_not_hide_the_pod_that_arrived() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let env = [("KUBECONFIG", kubeconfig.as_os_str())];
+    let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    // Three jobs bound an hour ago, 4 GiB declared and used each: 3 of the GPU's 4
+    // replicas out.
+    server
+        .add_node(json!({"metadata": {"name": "gpu-a", "annotations": written(
+            vec![fig(0, 10240, 12288, 3, 12288)], Some(Some("GPU-c-0".into())),
+            SystemTime::now())}}))
+        .unwrap();
+    for i in 0..3 {
+        let mut p = bound_pod(&format!("job-old-{i}"), "gpu-a", hour_ago);
+        p["metadata"]["annotations"]["gpu-warden.io/vram-request-mib"] = json!("4096");
+        server.add_pod(p).unwrap();
+    }
+    let strict = strict_policy(dir.path());
+    let ext = Agent::start_with_env(&["extender", "--config", strict.to_str().unwrap()], &env);
+    let nodes = ["gpu-a"];
+    let (passed, _) = verdict_for_4g(ext.port, &nodes).expect("ready");
+    assert_eq!(passed, json!(["gpu-a"]));
+
+    // The scheduler binds job-new (4 GiB declared): the last replica is taken.
+    let mut p = bound_pod("job-new", "gpu-a", SystemTime::now());
+    p["metadata"]["annotations"]["gpu-warden.io/vram-request-mib"] = json!("4096");
+    server.add_pod(p).unwrap();
+    wait_for(
+        "the extender counts job-new's replica",
+        Duration::from_secs(10),
+        || {
+            let (passed, refused) = verdict_for_4g(ext.port, &nodes)?;
+            (passed == json!([])).then_some(refused)
+        },
+    );
+    // job-old-0 finishes; the agent's next figures (after the binding) show job-new
+    // allocated in its place: still 3 out, 12 GiB declared, 9 GiB used.
+    std::thread::sleep(Duration::from_millis(1100));
+    server.update_pod("gitlab-runner", "job-old-0", |p| {
+        p["status"]["phase"] = json!("Succeeded");
+    });
+    server.update_node("gpu-a", |n| {
+        n["metadata"]["annotations"] = written(
+            vec![fig(0, 13312, 9216, 3, 12288)],
+            Some(Some("GPU-c-0".into())),
+            SystemTime::now(),
+        );
+    });
+    // 13312 free - (12288 declared - 9216 used) - 512 margin = 9728 MiB of room, a
+    // replica left: the 4 GiB job fits. A ledger still holding job-new pending would see
+    // no replica left and 4 GiB more committed.
+    wait_for(
+        "the extender sees job-new in the node's figures",
+        Duration::from_secs(10),
+        || {
+            let (passed, _) = verdict_for_4g(ext.port, &nodes)?;
+            (passed == json!(["gpu-a"])).then_some(())
+        },
+    );
+    let (status, _, stderr) = ext.terminate();
+    assert!(status.success(), "{stderr}");
+}

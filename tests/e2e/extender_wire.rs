@@ -101,6 +101,8 @@ fn ledger(n: usize, ttl: Duration) -> Ledger {
             at: Duration::ZERO,
             at_wall: UNIX_EPOCH + Duration::from_secs(T0 + 20),
             baseline: Some(0),
+            baseline_at: Some(UNIX_EPOCH + Duration::from_secs(T0 + 19)),
+            bumped: Vec::new(),
             declared_mib: (i as u64 % 3) * 1024,
             shown: false,
             project: None,

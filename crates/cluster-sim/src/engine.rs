@@ -247,6 +247,7 @@ impl<'a> Engine<'a> {
                 utilisation: 0.0,
                 idle_replicas: 0.0,
                 idle_short_of_room: 0.0,
+                idle_counted_taken: 0.0,
                 trace: Vec::new(),
             },
             jobs,
@@ -287,8 +288,13 @@ impl<'a> Engine<'a> {
         self.nodes[r.node].gpus[r.gpu].runs.retain(|x| *x != id);
         let project = self.jobs[r.job].project;
         self.record_peak(project, r.peak_mib);
-        self.ledger
-            .forget(&format!("{NAMESPACE}/{}", r.info.name.as_str()));
+        // As the extender's pod watch reports a finished or deleted pod (`LedgerFeed::apply`).
+        let node = self.nodes[r.node].name.clone();
+        self.ledger.depart(
+            &format!("{NAMESPACE}/{}", r.info.name.as_str()),
+            Some(&node),
+            r.info.created_at,
+        );
         Some(r)
     }
 
@@ -454,6 +460,7 @@ impl<'a> Engine<'a> {
         self.out.utilisation = self.used_mib_s / available.max(1.0);
         self.out.idle_replicas = self.idle.share();
         self.out.idle_short_of_room = self.idle.short_of_room_share();
+        self.out.idle_counted_taken = self.idle.counted_taken_share();
         Ok(self.out)
     }
 

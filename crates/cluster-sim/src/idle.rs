@@ -3,7 +3,9 @@
 //! of those the ones on a GPU where the extender's own view (the node's last published
 //! figures less what it counts as committed there, `extender::judge::committed`, and the
 //! margin) leaves less than 4 GiB — a typical job's learned need (its project's p95, 2.5
-//! GiB peaks rounded up to their 4 GiB bucket) — so no typical job may go there.
+//! GiB peaks rounded up to their 4 GiB bucket) — so no typical job may go there; and the
+//! ones the extender counts as taken (the node's last figures' replicas out plus the
+//! ledger's pods not shown yet leave none): its view behind the kubelet's.
 
 use crate::engine::Engine;
 use gpu_warden::extender::judge::committed;
@@ -18,6 +20,7 @@ pub(crate) struct IdleCount {
     replica_steps: u64,
     idle: u64,
     short_of_room: u64,
+    counted_taken: u64,
 }
 
 impl IdleCount {
@@ -29,6 +32,11 @@ impl IdleCount {
     /// Those idle for want of room, as a share of all replica-steps counted.
     pub(crate) fn short_of_room_share(&self) -> f64 {
         self.short_of_room as f64 / self.replica_steps.max(1) as f64
+    }
+
+    /// Those the extender counts as taken, as a share of all replica-steps counted.
+    pub(crate) fn counted_taken_share(&self) -> f64 {
+        self.counted_taken as f64 / self.replica_steps.max(1) as f64
     }
 }
 
@@ -57,6 +65,14 @@ impl Engine<'_> {
                 let room = f.free_mib as i64 - committed as i64 - margin;
                 if room < TYPICAL_NEED_MIB {
                     c.short_of_room += free;
+                }
+                let waiting = pending
+                    .iter()
+                    .filter(|r| !r.shown && r.gpu.as_ref().is_none_or(|u| *u == f.uuid))
+                    .count() as u32;
+                let out = f.replicas_allocated.unwrap_or(0) + waiting;
+                if f.replicas_allocatable.is_some_and(|a| out >= a) {
+                    c.counted_taken += free;
                 }
             }
         }

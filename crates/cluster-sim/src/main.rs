@@ -134,9 +134,10 @@ fn main() -> ExitCode {
                             o.jobs_per_gpu_hour
                         );
                         eprintln!(
-                            "cluster-sim:   idle replicas while jobs waited: {:.1} % of replica-time after the warm-up ({:.1} % on GPUs the extender sees under 4 GiB of room)",
+                            "cluster-sim:   idle replicas while jobs waited: {:.1} % of replica-time after the warm-up ({:.1} % on GPUs the extender sees under 4 GiB of room; {:.1} % counted as taken in its view)",
                             o.idle_replicas * 100.0,
-                            o.idle_short_of_room * 100.0
+                            o.idle_short_of_room * 100.0,
+                            o.idle_counted_taken * 100.0
                         );
                         for (cause, k) in &o.oom_causes {
                             eprintln!("cluster-sim:   OOM kills: {k} {cause}");

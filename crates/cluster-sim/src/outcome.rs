@@ -71,6 +71,9 @@ pub struct Outcome {
     /// Of all those replica-steps, the idle ones on a GPU the extender sees with under
     /// 4 GiB of room.
     pub idle_short_of_room: f64,
+    /// Of all those replica-steps, the idle ones the extender's view counts as taken (the
+    /// node's figures and the ledger's pending pods leave none on their GPU).
+    pub idle_counted_taken: f64,
     /// Every event, in order.
     pub trace: Vec<Event>,
 }

@@ -293,6 +293,7 @@ fn a_row_is_safe_only_when_every_seed_is() {
         utilisation: 0.0,
         idle_replicas: 0.0,
         idle_short_of_room: 0.0,
+        idle_counted_taken: 0.0,
         trace: vec![],
     };
     let runs = [o(1, 0), o(2, 10), o(3, 11)];
