@@ -295,6 +295,22 @@ impl Ledger {
         self.nodes.get(node).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// [`Ledger::pending`] on `node` for a pod bound there now, once `state` has settled
+    /// them ([`Ledger::settle`]): the figures may already show pods the ledger still holds
+    /// pending — a filter call settles them, but the pod watch can see a binding first — and
+    /// those must not count twice, in the new pod's baseline and in the queue ahead of it.
+    pub fn pending_settled(
+        &mut self,
+        node: &str,
+        state: Option<&NodeState>,
+        now: Duration,
+    ) -> &[Reservation] {
+        if let Some(s) = state {
+            self.settle(node, s, now);
+        }
+        self.pending(node)
+    }
+
     /// How many reservations are pending in all (not yet shown by their node).
     pub fn len(&self) -> usize {
         self.nodes.values().flatten().filter(|r| !r.shown).count()

@@ -311,20 +311,15 @@ impl LedgerFeed {
                     wall.duration_since(t).unwrap_or_default() >= self.policy.ledger_ttl
                 });
                 let state = self.nodes.state(&node);
-                // The figures may show pods the ledger still holds pending (a filter call
-                // settles them, the watch may be first): settled, they are not counted
-                // twice, in the new pod's baseline and in the queue ahead of it.
-                if let Some(s) = state.as_deref() {
-                    ledger.settle(&node, s, self.clock.mono());
-                }
                 let learned = self.learned_needs();
+                let now = self.clock.mono();
                 let r = reservation_for(
                     &self.policy,
                     &pod,
                     &learned,
                     state.as_deref(),
-                    ledger.pending(&node),
-                    self.clock.mono(),
+                    ledger.pending_settled(&node, state.as_deref(), now),
+                    now,
                     wall,
                 );
                 if let Some(r) = r {

@@ -163,13 +163,16 @@ impl Engine<'_> {
             .max_by_key(|n| (total(*n), self.tie(*n, q)))?;
         if self.policy.extender() {
             let name = self.nodes[pick].name.clone();
+            let state = self.nodes[pick].state.as_deref();
+            let now = Duration::from_secs(t);
+            // As the extender's pod watch reserves a binding (`LedgerFeed::apply`).
             if let Some(r) = reservation_for(
                 &self.extender,
                 &q.pod,
                 &self.learned,
-                self.nodes[pick].state.as_deref(),
-                self.ledger.pending(&name),
-                Duration::from_secs(t),
+                state,
+                self.ledger.pending_settled(&name, state, now),
+                now,
                 wall(t),
             ) {
                 self.ledger.reserve(&name, r);
