@@ -5,6 +5,7 @@ use super::levels::{Levels, Pressure};
 use super::policy::Mode;
 use super::rank::{fmt_bytes, Excluded, Victim};
 use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Which rule made the guard act.
@@ -210,19 +211,58 @@ pub struct Decision {
     pub excluded: Vec<Excluded>,
     /// Memory held by processes outside any known pod: part of the pressure, not evictable.
     pub other_bytes: u64,
-    /// Set when this decision cut an earlier one's cooldown short: the GPU kept filling
-    /// after that decision's victims were dealt with (`guard::state::escalate`).
+    /// Set when this decision was taken while memory was on its way back (an earlier
+    /// decision's victims, terminating pods): who kept filling the GPU, and why that could
+    /// not wait (`guard::state::escalate`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escalated: Option<Escalation>,
+    /// Per pod UID on the GPU at the decision, the most it used at any full poll of the
+    /// `horizon` before it: what a later decision, taken while this one's victims still
+    /// hold their memory, measures the others' growth from.
+    pub high_water: BTreeMap<String, u64>,
 }
 
-/// Why a decision came during an earlier one's cooldown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Why a decision was taken while memory was on its way back (the rule of
+/// `guard::state::escalate`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Escalation {
-    /// The decision whose cooldown gave way.
-    pub after_decision: u64,
-    /// What everything on the GPU but that decision's victims grew by since it, bytes.
+    /// The decision whose cooldown gave way, if one was cooling down (`None`: only pods
+    /// terminating for another reason held memory on its way back).
+    pub after_decision: Option<u64>,
+    /// What the pods that may be evicted, other than the pending victims, grew by above
+    /// their baselines, summed.
     pub others_grew_bytes: u64,
+    /// Those that grew, most first.
+    pub growers: Vec<String>,
+    /// The GPU's sustained growth, bytes per second.
+    pub growth_bytes_per_second: f64,
+    /// When the GPU would reach `hard` at that rate (zero: below it already).
+    #[serde(serialize_with = "ser_secs")]
+    pub hard_in: Duration,
+    /// The memory on its way back.
+    pub returning_bytes: u64,
+    /// When it is due back.
+    #[serde(serialize_with = "ser_secs")]
+    pub returning_in: Duration,
+}
+
+impl Escalation {
+    /// One clause for logs and Events.
+    pub fn describe(&self) -> String {
+        let after = match self.after_decision {
+            Some(id) => format!("after decision {id}, whose victims hold"),
+            None => "while terminating pods hold".to_string(),
+        };
+        format!(
+            "escalated {after} {} due back within {:.1} s: {} grew {} above their high-water marks and the GPU fills at {}/s, reaching hard in {:.1} s",
+            fmt_bytes(self.returning_bytes),
+            self.returning_in.as_secs_f64(),
+            self.growers.join(", "),
+            fmt_bytes(self.others_grew_bytes),
+            fmt_bytes(self.growth_bytes_per_second as u64),
+            self.hard_in.as_secs_f64()
+        )
+    }
 }
 
 impl Decision {
@@ -281,12 +321,8 @@ impl Decision {
             names.join(", "),
             fmt_bytes(self.reclaim_target_bytes)
         );
-        match self.escalated {
-            Some(e) => format!(
-                "{summary}; after decision {}: the GPU kept filling: all but its victims grew by {}",
-                e.after_decision,
-                fmt_bytes(e.others_grew_bytes)
-            ),
+        match &self.escalated {
+            Some(e) => format!("{summary}; {}", e.describe()),
             None => summary,
         }
     }

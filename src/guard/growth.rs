@@ -97,8 +97,16 @@ impl PodGrowth {
         }
     }
 
-    /// Growth of pod `uid` on GPU `gpu`, from the oldest poll within the window that saw the
-    /// GPU (or, when none is that recent, the newest before it) to the latest poll.
+    /// Growth of pod `uid` on GPU `gpu`: its use at the latest poll above its high-water
+    /// mark over the first half of the window (from the oldest poll within the window that
+    /// saw the GPU — or, when none is that recent, the newest before it — to half a window
+    /// before the latest poll).
+    ///
+    /// A high-water mark rather than one reading: a pod whose workspace comes and goes
+    /// (a training step's activations, an evaluation's buffers) reads high at one poll and
+    /// low at the next, and compared with a trough its next peak would count as growth.
+    /// The first half only, so a pod that keeps climbing still shows the climb of the
+    /// second half, and a pod new on the GPU all it holds.
     pub fn of(&self, gpu: u32, uid: &str) -> Growth {
         let Some(latest) = self.samples.back() else {
             return Growth::default();
@@ -115,12 +123,39 @@ impl PodGrowth {
             return Growth::default();
         };
         let key = (gpu, uid.to_string());
+        let half = reference
+            .at
+            .max(latest.at.saturating_sub(self.window / 2));
+        let then_use = self
+            .samples
+            .iter()
+            .filter(seen)
+            .filter(|s| s.at >= reference.at && s.at <= half)
+            .filter_map(|s| s.use_bytes.get(&key).copied())
+            .max()
+            .unwrap_or(0);
         let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
-        let then_use = reference.use_bytes.get(&key).copied().unwrap_or(0);
         Growth {
             bytes: now_use.saturating_sub(then_use),
             over: latest.at.saturating_sub(reference.at),
         }
+    }
+
+    /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
+    /// (0 if it had nothing there): the level a decision remembers, so that what comes
+    /// after it is judged against the pod's peaks, not against one instant.
+    pub fn high_water(&self, gpu: u32, uid: &str) -> u64 {
+        let Some(latest) = self.samples.back() else {
+            return 0;
+        };
+        let start = latest.at.saturating_sub(self.window);
+        let key = (gpu, uid.to_string());
+        self.samples
+            .iter()
+            .filter(|s| s.gpus.contains(&gpu) && s.at >= start)
+            .filter_map(|s| s.use_bytes.get(&key).copied())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Per pod UID, its growth on GPU `gpu`, for the pods the latest poll saw there.

@@ -55,6 +55,10 @@ pub enum Exclusion {
     },
     /// NVML reports no memory for the pod's processes: evicting it would reclaim nothing.
     NoMemoryUse,
+    /// A decision taken while memory is on its way back (an earlier decision's victims,
+    /// terminating pods) takes only the pods that kept growing: this one did not climb
+    /// above its high-water mark and request (`guard::state::escalate`).
+    NotGrowing,
 }
 
 impl fmt::Display for Exclusion {
@@ -77,6 +81,9 @@ impl fmt::Display for Exclusion {
                 write!(f, "eviction recently refused: {detail}")
             }
             Exclusion::NoMemoryUse => f.write_str("no measured GPU memory use"),
+            Exclusion::NotGrowing => f.write_str(
+                "not growing while memory is on its way back (only the pods that kept growing are taken then)",
+            ),
         }
     }
 }

@@ -32,6 +32,13 @@ pub const EARLY_MIN_SPAN: Duration = Duration::from_millis(15);
 pub const EARLY_MIN_POINTS: usize = 4;
 /// Rises of the lower envelope smaller than this are allocator noise, not growth.
 const EARLY_NOISE: u64 = 64 << 20;
+/// The windows [`Trend::sustained_growth_lasting`] looks back over besides [`EARLY_WINDOW`],
+/// shortest first: growth that comes in chunks (a job allocating 256 MiB every 60 ms grows
+/// 4 GiB/s) puts at most one step in the early window, and slower growth rises less than
+/// allocator noise across its thirds, so only a window of several chunks shows it climbing,
+/// while a workspace allocated and freed several times a second leaves a trough in each of
+/// its thirds. Each window must be filled with growth before it says so, hence more than one.
+pub const LASTING_WINDOWS: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
 
 /// A bounded series of memory readings of one GPU and the growth rate they show.
 #[derive(Debug, Clone)]
@@ -192,7 +199,21 @@ impl Trend {
     /// that stopped shows in the last third. Memory returning to the driver never
     /// qualifies. The rate returned is the slower of the fit and the envelope's.
     pub fn sustained_growth(&self, now: Duration) -> Option<f64> {
-        let from = now.saturating_sub(EARLY_WINDOW);
+        self.sustained_over(now, EARLY_WINDOW)
+    }
+
+    /// The growth rate in bytes per second when the last [`EARLY_WINDOW`] of readings, or
+    /// any of the [`LASTING_WINDOWS`], shows sustained growth (the rule of
+    /// [`Trend::sustained_growth`]), the shortest first; `None` otherwise. Fast growth shows
+    /// in the short window at once, chunked or slower growth only in a longer one.
+    pub fn sustained_growth_lasting(&self, now: Duration) -> Option<f64> {
+        std::iter::once(EARLY_WINDOW)
+            .chain(LASTING_WINDOWS)
+            .find_map(|w| self.sustained_over(now, w))
+    }
+
+    fn sustained_over(&self, now: Duration, window: Duration) -> Option<f64> {
+        let from = now.saturating_sub(window);
         let pts: Vec<(Duration, u64)> = self
             .points
             .iter()

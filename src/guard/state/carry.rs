@@ -167,11 +167,12 @@ impl Guard {
         self.next_id += 1;
         let mode = self.policy.mode;
         // The others on the GPU follow the pods in doubt as candidates (never tried: only
-        // the first `n` are the plan), with what they use now: the baseline a cooldown's
-        // escalation measures their growth from (`escalate::others_growth`). What they used
-        // at the original decision is not known here, and counting all of it as growth
-        // would end the cooldown at once.
+        // the first `n` are the plan), with the most they used at the polls this process
+        // has seen: the baseline a cooldown's escalation measures their growth from
+        // (`escalate::judge`). What they used before the original decision is not known
+        // here, and counting all of it as growth would end the cooldown at once.
         let ranked = self.ranked_as_they_are(index);
+        let high_water = self.high_water_on(index, &ranked);
         let Some(st) = self.gpus.get_mut(&index) else {
             return;
         };
@@ -209,6 +210,7 @@ impl Guard {
             excluded: Vec::new(),
             other_bytes: 0,
             escalated: None,
+            high_water,
         });
     }
 

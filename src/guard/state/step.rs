@@ -5,7 +5,7 @@
 use super::escalate;
 use super::outcomes::{pids_of, settle};
 use super::Guard;
-use crate::guard::decision::{Decision, Escalation, Trigger};
+use crate::guard::decision::{Decision, Trigger};
 use crate::guard::levels::Pressure;
 use crate::guard::policy::Mode;
 use crate::guard::rank;
@@ -22,8 +22,7 @@ impl Guard {
     }
 
     /// `index`'s pods ranked on what they use now, with no refusals and no growth history:
-    /// the baseline and the reading of a cooldown's escalation (`escalate::others_growth`)
-    /// and of a restored decision's other candidates.
+    /// a restored decision's other candidates.
     pub(super) fn ranked_as_they_are(&self, index: u32) -> rank::Ranking {
         rank::rank_growing(
             &self.policy,
@@ -35,20 +34,52 @@ impl Guard {
         )
     }
 
-    /// Memory on GPU `index` held by pods the view shows terminating, counted as on its way
-    /// back for at most `cooldownTimeout` after the guard first saw each terminating (a pod
-    /// stuck terminating does not hold the guard back for ever).
-    pub(super) fn terminating_pending(&self, excluded: &[rank::Excluded], now: Duration) -> u64 {
+    /// Memory on GPU `index` held by pods the view shows terminating (other than `victims`,
+    /// counted with their decision), counted as on its way back for at most
+    /// `cooldownTimeout` after the guard first saw each terminating (a pod stuck
+    /// terminating does not hold the guard back for ever): the bytes and the deadline of
+    /// the last of them.
+    pub(super) fn terminating_pending(
+        &self,
+        excluded: &[rank::Excluded],
+        victims: &[&str],
+        now: Duration,
+    ) -> (u64, Duration) {
         excluded
             .iter()
             .filter(|e| e.exclusion == rank::Exclusion::Terminating)
-            .filter(|e| {
-                self.terminating_since
-                    .get(&e.uid)
-                    .is_some_and(|since| now.saturating_sub(*since) < self.policy.cooldown_timeout)
+            .filter(|e| !victims.contains(&e.uid.as_str()))
+            .filter_map(|e| {
+                let due = *self.terminating_since.get(&e.uid)? + self.policy.cooldown_timeout;
+                (due > now).then_some((e.use_bytes, due))
             })
-            .map(|e| e.use_bytes)
-            .sum()
+            .fold((0, Duration::ZERO), |(b, d), (bytes, due)| {
+                (b.saturating_add(bytes), d.max(due))
+            })
+    }
+
+    /// When the victims of a decision evicted at `evicted_at` are due to give their memory
+    /// back: the kubelet's SIGKILL at `max(grace, 2 s)` (its `minimumGracePeriodInSeconds`
+    /// floor), then the driver's release.
+    fn victims_due(&self, evicted_at: Duration) -> Duration {
+        let grace = u64::try_from(self.policy.eviction_grace_period_seconds.max(2)).unwrap_or(2);
+        evicted_at + Duration::from_secs(grace) + escalate::RETURN_ALLOWANCE
+    }
+
+    /// Each pod's high-water mark on GPU `index` over the horizon (`PodGrowth::high_water`),
+    /// for the pods `ranking` saw there: a decision keeps it as the baseline of the next.
+    pub(super) fn high_water_on(
+        &self,
+        index: u32,
+        ranking: &rank::Ranking,
+    ) -> std::collections::BTreeMap<String, u64> {
+        let uids = ranking
+            .candidates
+            .iter()
+            .map(|v| &v.uid)
+            .chain(ranking.excluded.iter().map(|e| &e.uid));
+        uids.map(|uid| (uid.clone(), self.growth.high_water(index, uid)))
+            .collect()
     }
 
     /// Notes when each terminating pod of `pods` was first seen so.
@@ -137,14 +168,14 @@ impl Guard {
             _ => None,
         };
         // In enforce mode a cooldown may give way (see `escalate`): the triggers are then
-        // evaluated as when watching, and on a fresh poll the others' growth decides.
+        // evaluated as when watching, and on a fresh poll `escalate::judge` decides.
         let cooling_from = match &st.phase {
             GpuPhase::Cooldown {
                 decision_id,
                 waiting_for_pids,
                 ..
             } if self.policy.mode == Mode::Enforce && !waiting_for_pids.is_empty() => {
-                Some((*decision_id, waiting_for_pids.clone()))
+                Some((*decision_id, waiting_for_pids.clone(), st.phase_since))
             }
             _ => None,
         };
@@ -198,34 +229,15 @@ impl Guard {
             Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, now),
             _ => time_to_full,
         };
-        let escalated = match cooling_from {
-            None => None,
-            Some((decision_id, victim_pids)) => {
-                let stale = self
-                    .snapshot_at
-                    .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
-                if !fresh {
-                    // Bounded: a fast tick under pressure comes every few ms while the
-                    // victims hold their memory until the kubelet's SIGKILL.
-                    self.refresh_wanted |= stale;
-                    return None;
-                }
-                let now_ranked = self.ranked_as_they_are(index);
-                let st = self.gpus.get_mut(&index)?;
-                let decision = st.last_decision.as_ref().filter(|d| d.id == decision_id)?;
-                let grew = escalate::others_growth(decision, &victim_pids, &now_ranked);
-                if grew <= escalate::escalation_margin(&levels) {
-                    return None;
-                }
-                st.set_phase(GpuPhase::Watching, now);
-                Some(Escalation {
-                    after_decision: decision_id,
-                    others_grew_bytes: grew,
-                })
-            }
-        };
+        let sustained = st.trend.sustained_growth_lasting(now);
         if !fresh {
-            self.refresh_wanted = true;
+            // While cooling down the full poll asked for is bounded: a fast tick under
+            // pressure comes every few ms while the victims hold their memory until the
+            // kubelet's SIGKILL.
+            let stale = self
+                .snapshot_at
+                .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
+            self.refresh_wanted |= cooling_from.is_none() || stale;
             return None;
         }
 
@@ -234,7 +246,7 @@ impl Guard {
             .iter()
             .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
             .collect();
-        let ranking = rank::rank_growing(
+        let mut ranking = rank::rank_growing(
             &self.policy,
             index,
             self.processes(),
@@ -242,31 +254,142 @@ impl Guard {
             &refused,
             &self.growth.on_gpu(index),
         );
+
+        // Memory on its way back: the victims of the decision cooling down (by pid: the
+        // view may not show them terminating yet), and pods terminating for any reason —
+        // this agent's victims before a restart, a person's delete, the kubelet's own
+        // eviction. A decision then follows `escalate::judge`.
+        let cooling = cooling_from.as_ref().and_then(|(id, pids, since)| {
+            let d = self.gpus.get(&index)?.last_decision.as_ref()?;
+            (d.id == *id).then_some((d, pids, *since))
+        });
+        let victims: Vec<&str> = cooling.map_or_else(Vec::new, |(d, pids, _)| {
+            d.candidates
+                .iter()
+                .filter(|v| v.pids.iter().any(|p| pids.contains(p)))
+                .map(|v| v.uid.as_str())
+                .collect()
+        });
+        let (victims_bytes, victims_due, victims_rate) =
+            cooling.map_or((0, Duration::ZERO, 0.0), |(d, pids, since)| {
+                let bytes = self
+                    .processes()
+                    .iter()
+                    .filter(|p| p.gpu == index && pids.contains(&p.pid))
+                    .map(|p| p.used_bytes.unwrap_or(0))
+                    .fold(0, u64::saturating_add);
+                // What they held at the decision: their growth since, as a rate, is what
+                // they still add (stopped victims add nothing).
+                let then: u64 = d
+                    .candidates
+                    .iter()
+                    .filter(|v| victims.contains(&v.uid.as_str()))
+                    .map(|v| v.use_bytes)
+                    .sum();
+                let over = now.saturating_sub(d.at).as_secs_f64();
+                let rate = if over > 0.0 {
+                    bytes.saturating_sub(then) as f64 / over
+                } else {
+                    0.0
+                };
+                (bytes, self.victims_due(since), rate)
+            });
+        let (terminating_bytes, terminating_due) =
+            self.terminating_pending(&ranking.excluded, &victims, now);
+        let returning = escalate::Returning {
+            bytes: victims_bytes.saturating_add(terminating_bytes),
+            due_in: escalate::due_in(victims_due.max(terminating_due), now),
+        };
+        // Terminating pods alone hold the GPU back only when what they hold brings it back
+        // to the target: memory that would not is no reason to wait.
+        let gated = cooling.is_some()
+            || (terminating_bytes > 0
+                && memory.free.saturating_add(terminating_bytes) >= levels.target);
+        let escalated = if gated {
+            let growers: Vec<escalate::Grower> = ranking
+                .candidates
+                .iter()
+                .filter(|v| !victims.contains(&v.uid.as_str()))
+                .filter_map(|v| {
+                    // The high-water mark before the decision cooling down, or, with
+                    // terminating pods only, over the first half of the horizon.
+                    let high_water = match cooling {
+                        Some((d, ..)) => d.high_water.get(&v.uid).copied().unwrap_or(0),
+                        None => v.use_bytes.saturating_sub(v.grew_bytes),
+                    };
+                    let grew = escalate::above_baseline(v.use_bytes, high_water, v.request_bytes);
+                    (grew > 0).then(|| escalate::Grower {
+                        uid: v.uid.clone(),
+                        pod: format!("{}/{}", v.namespace, v.name),
+                        grew_bytes: grew,
+                    })
+                })
+                .collect();
+            let verdict = escalate::judge(&escalate::Weighed {
+                after_decision: cooling.map(|(d, ..)| d.id),
+                growers: &growers,
+                returning,
+                free: memory.free,
+                levels,
+                sustained,
+                victims_rate,
+            });
+            match verdict {
+                escalate::Verdict::Wait(why) => {
+                    if let Some(st) = self.gpus.get_mut(&index) {
+                        st.inactive_reason = Some(why);
+                    }
+                    return None;
+                }
+                escalate::Verdict::Escalate(e) => {
+                    // Only the pods that kept growing are taken: the others did nothing
+                    // the memory on its way back does not already answer.
+                    let (kept, others): (Vec<_>, Vec<_>) = std::mem::take(&mut ranking.candidates)
+                        .into_iter()
+                        .partition(|v| growers.iter().any(|g| g.uid == v.uid));
+                    ranking.candidates = kept;
+                    ranking
+                        .excluded
+                        .extend(others.into_iter().map(|v| rank::Excluded {
+                            uid: v.uid,
+                            namespace: v.namespace,
+                            name: v.name,
+                            use_bytes: v.use_bytes,
+                            exclusion: rank::Exclusion::NotGrowing,
+                        }));
+                    if let Some(st) = self.gpus.get_mut(&index) {
+                        st.set_phase(GpuPhase::Watching, now);
+                    }
+                    Some(e)
+                }
+            }
+        } else {
+            None
+        };
         // An early decision may come while free is still above the target: the plan then
         // takes the first-ranked pod alone (at least one byte to reclaim), or it would be
         // done before it began. It does not add the growth still to come: evicting the
         // grower stops it, and counting it made the H200 plan take the neighbours too.
         //
-        // Memory that terminating pods still hold is coming back (the kubelet kills them
-        // within their grace): it counts as reclaimed-pending, whoever deleted them — this
-        // agent before a restart, or anyone else — so the plan does not evict a second pod
-        // for memory already on its way back. Not for the early trigger, which is about
-        // growth still under way, not about memory held.
-        let pending = self.terminating_pending(&ranking.excluded, now);
-        // After a cooldown gave way the memory pending is the earlier victims', and it
-        // does not stop the others' growth that ended the cooldown: not counted either.
+        // Memory on its way back counts as reclaimed-pending, whoever deleted its pods, so
+        // the plan does not evict a second pod for memory already returning. Not for the
+        // early trigger outside an escalation, which is about growth still under way, not
+        // about memory held.
         let reclaim = match trigger {
-            _ if escalated.is_some() => levels.target.saturating_sub(memory.free).max(1),
+            _ if escalated.is_some() => levels
+                .target
+                .saturating_sub(memory.free.saturating_add(returning.bytes))
+                .max(1),
             Trigger::EarlyTrend => levels.target.saturating_sub(memory.free).max(1),
             _ => levels
                 .target
-                .saturating_sub(memory.free.saturating_add(pending)),
+                .saturating_sub(memory.free.saturating_add(terminating_bytes)),
         };
         if reclaim == 0 {
             if let Some(st) = self.gpus.get_mut(&index) {
                 st.inactive_reason = Some(format!(
                     "{} held by terminating pods is on its way back: enough to reach the target",
-                    rank::fmt_bytes(pending)
+                    rank::fmt_bytes(terminating_bytes)
                 ));
             }
             return None;
@@ -301,6 +424,7 @@ impl Guard {
         let rate_limited = needed > allowance;
         let max_evictions = allowance.min(ranking.candidates.len());
 
+        let high_water = self.high_water_on(index, &ranking);
         let id = self.next_id;
         self.next_id += 1;
         let st = self.gpus.get_mut(&index)?;
@@ -325,6 +449,7 @@ impl Guard {
             excluded: ranking.excluded,
             other_bytes: ranking.other_bytes,
             escalated,
+            high_water,
         };
         let next = if planned == 0 && rate_limited {
             GpuPhase::RateLimited { decision_id: id }
