@@ -48,6 +48,19 @@ pub const DEFAULT_EVICTION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest the fresh read's limit grows to on a slow API server.
 pub const MAX_READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the fresh read of one victim is retried, while the API server is slow or fails,
+/// before the walk gives up on it and evicts nothing (a stopped victim is then resumed). A
+/// slow read is a fact about the server, not the pod: on the H200 a server answering the read
+/// after 3 s, with a single 2 s limit, resumed the stopped grower and its neighbours lost 43
+/// allocations a run (issue 38); retried within this bound, the read answers and the victim
+/// stays stopped until the kubelet kills it. It is the longest the read's own limit grows
+/// to, so a server slower than that for one read is also given up on.
+pub const DEFAULT_READ_BOUND: Duration = MAX_READ_TIMEOUT;
+/// The first pause between two fresh reads that failed at once (a 5xx, a dropped
+/// connection); each further one doubles it, up to [`MAX_READ_RETRY_PAUSE`].
+const READ_RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// The longest pause between two fresh reads of a victim.
+const MAX_READ_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// How long a decision's Events may take, all together (they are best effort).
 pub const DEFAULT_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one decision's walk through its candidates may take. The guard closes a
@@ -65,6 +78,7 @@ pub struct Enforcer {
     policy: Policy,
     grace_period_seconds: i64,
     read_timeout: std::sync::Mutex<ReadTimeout>,
+    read_bound: Duration,
     eviction_timeout: Duration,
     event_timeout: Duration,
     walk_budget: Duration,
@@ -101,6 +115,7 @@ impl Enforcer {
                 DEFAULT_READ_TIMEOUT,
                 MAX_READ_TIMEOUT,
             )),
+            read_bound: DEFAULT_READ_BOUND,
             eviction_timeout: DEFAULT_EVICTION_TIMEOUT,
             event_timeout: DEFAULT_EVENT_TIMEOUT,
             walk_budget: DEFAULT_WALK_BUDGET,
@@ -130,6 +145,14 @@ impl Enforcer {
     pub fn with_read_timeout(mut self, read: Duration) -> Self {
         self.read_timeout =
             std::sync::Mutex::new(ReadTimeout::new(read, MAX_READ_TIMEOUT.max(read)));
+        self
+    }
+
+    /// Sets how long the fresh read of one victim is retried before the walk gives up on it
+    /// ([`DEFAULT_READ_BOUND`]).
+    #[must_use]
+    pub fn with_read_bound(mut self, bound: Duration) -> Self {
+        self.read_bound = bound;
         self
     }
 
@@ -220,7 +243,7 @@ impl Enforcer {
             // growth stops one API round trip sooner. A kill waits for the read.
             let stopper = self.stopper.as_deref();
             act(&victim.uid, stopper.and_then(|s| s.stop(decision, victim)));
-            let outcome = match self.recheck(victim, self.read_limit().min(left)).await {
+            let outcome = match self.recheck(victim, left).await {
                 Some(outcome) => outcome,
                 None => {
                     act(&victim.uid, stopper.and_then(|s| s.kill(decision, victim)));
@@ -289,30 +312,61 @@ impl Enforcer {
     }
 
     /// The fresh read before an eviction: `None` to go ahead, else the outcome that stands
-    /// in for the eviction (see [`recheck::recheck`]).
-    async fn recheck(&self, victim: &Victim, timeout: Duration) -> Option<EvictionOutcome> {
-        let pod = match self
-            .read_pod(&victim.namespace, &victim.name, timeout)
-            .await
-        {
-            Err(_) => {
-                return Some(EvictionOutcome::Aborted(format!(
-                    "fresh read of the pod: no answer within {} ms; evicting nothing",
-                    timeout.as_millis()
-                )))
+    /// in for the eviction (see [`recheck::recheck`]). A read that times out or fails is
+    /// tried again — each time with the limit the server's latency set — for up to the
+    /// read bound (within what is left of the walk's budget): only an answer about the pod
+    /// (gone, changed) or the bound ends it without an eviction. A 401 or 403 ends it at
+    /// once: the agent may not read pods, and asking again changes nothing.
+    async fn recheck(&self, victim: &Victim, left: Duration) -> Option<EvictionOutcome> {
+        let bound = self.read_bound.min(left);
+        let mut tries = 0u32;
+        let mut last = String::from("not tried");
+        let read = async {
+            let mut pause = READ_RETRY_PAUSE;
+            loop {
+                tries += 1;
+                let limit = self.read_limit();
+                let failure = match self.read_pod(&victim.namespace, &victim.name, limit).await {
+                    Err(_) => format!("no answer within {} ms", limit.as_millis()),
+                    Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
+                        return Some(EvictionOutcome::AlreadyGone)
+                    }
+                    Ok(Err(kube::Error::Api(s))) if s.code == 401 || s.code == 403 => {
+                        return Some(EvictionOutcome::Aborted(notes::clean(
+                            &format!(
+                                "fresh read of the pod refused ({} {}); evicting nothing",
+                                s.code, s.message
+                            ),
+                            DETAIL_LIMIT,
+                        )))
+                    }
+                    Ok(Err(e)) => {
+                        let failure = format!("failed: {e}");
+                        last.clone_from(&failure);
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(MAX_READ_RETRY_PAUSE);
+                        continue;
+                    }
+                    Ok(Ok(pod)) => return self.judge_fresh(victim, &pod),
+                };
+                last = failure;
             }
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
-                return Some(EvictionOutcome::AlreadyGone)
-            }
-            Ok(Err(e)) => {
-                return Some(EvictionOutcome::Aborted(notes::clean(
-                    &format!("fresh read of the pod failed: {e}; evicting nothing"),
-                    DETAIL_LIMIT,
-                )))
-            }
-            Ok(Ok(pod)) => pod,
         };
-        let Some(info) = pod_info(&pod) else {
+        match tokio::time::timeout(bound, read).await {
+            Ok(verdict) => verdict,
+            Err(_) => Some(EvictionOutcome::Aborted(notes::clean(
+                &format!(
+                    "the API server did not answer the fresh read of the pod within {} ({tries} tries, the last {last}); evicting nothing",
+                    humantime::format_duration(bound)
+                ),
+                DETAIL_LIMIT,
+            ))),
+        }
+    }
+
+    /// What a fresh read of `victim` says: `None` to go ahead ([`recheck::recheck`]).
+    fn judge_fresh(&self, victim: &Victim, pod: &Pod) -> Option<EvictionOutcome> {
+        let Some(info) = pod_info(pod) else {
             return Some(EvictionOutcome::Aborted(
                 "fresh read of the pod: the answer has no uid, name or namespace".into(),
             ));

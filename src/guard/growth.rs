@@ -123,9 +123,7 @@ impl PodGrowth {
             return Growth::default();
         };
         let key = (gpu, uid.to_string());
-        let half = reference
-            .at
-            .max(latest.at.saturating_sub(self.window / 2));
+        let half = reference.at.max(latest.at.saturating_sub(self.window / 2));
         let then_use = self
             .samples
             .iter()

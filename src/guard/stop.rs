@@ -130,9 +130,7 @@ pub fn after(outcome: &EvictionOutcome) -> Next {
         }
         EvictionOutcome::Failed(d) => Next::Resume(format!("eviction not carried out: {d}")),
         EvictionOutcome::Skipped(d) => Next::Resume(format!("not evicted, the pod changed: {d}")),
-        EvictionOutcome::Aborted(_) => {
-            Next::Resume("not evicted: the pod could not be read fresh".into())
-        }
+        EvictionOutcome::Aborted(d) => Next::Resume(format!("not evicted: {d}")),
     }
 }
 

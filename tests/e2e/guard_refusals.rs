@@ -151,10 +151,12 @@ fn a_403_stops_the_walk_and_says_so() {
 }
 
 /// A slow but working API server: every fresh read of the victim answers after 3 s, over
-/// the read's 2 s floor. The first walk aborts (nothing evicted, the GPU pauses), the limit
-/// follows the measured latency (each timeout doubles it, up to 15 s), and the next read
-/// gets its answer: the greedy job is evicted. A slow API slows the guard, it does not
-/// switch it off (issue 30: aborted five times, the GPU full from 50 s, nothing evicted).
+/// the read's 2 s floor. The first read times out, the limit follows the measured latency
+/// (each timeout doubles it, up to 15 s), and the read is tried again within the same walk
+/// (the read bound, 15 s): the second gets its answer and the greedy job is evicted — no
+/// walk aborted, no pause, no second decision. A slow API slows the guard, it does not
+/// switch it off (issue 30: aborted five times, the GPU full from 50 s, nothing evicted),
+/// nor does it undo a stop (issue 38: the aborted walk resumed the stopped grower).
 #[test]
 fn a_slow_api_slows_the_guard_but_does_not_switch_it_off() {
     let mut w = world(POLICY, |s| {
@@ -177,10 +179,10 @@ fn a_slow_api_slows_the_guard_but_does_not_switch_it_off() {
         .into_iter()
         .filter(|r| r.method == Method::GET && r.path == "/api/v1/namespaces/ci/pods/greedy")
         .count();
-    assert!((2..=3).contains(&reads), "{reads} fresh reads");
+    assert_eq!(reads, 2, "the first read timed out, the second answered");
     let log = w.stop();
     assert!(
-        log.contains("cannot read the pod fresh"),
-        "the first read timed out: {log}"
+        !log.contains("cannot read the pod fresh"),
+        "no walk was aborted: {log}"
     );
 }

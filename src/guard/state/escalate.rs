@@ -304,7 +304,10 @@ mod tests {
                 victims_rate: victims_mib_s * MIB as f64,
             })
         };
-        assert!(matches!(w(2000.0), Verdict::Wait(_)), "evict only: the victim fills it");
+        assert!(
+            matches!(w(2000.0), Verdict::Wait(_)),
+            "evict only: the victim fills it"
+        );
         assert!(matches!(w(0.0), Verdict::Escalate(_)));
     }
 
@@ -352,8 +355,19 @@ mod tests {
     fn the_margin_is_the_soft_band_while_there_is_room_and_shrinks_as_the_gpu_fills() {
         let l = levels();
         // (free MiB, margin MiB)
-        for (free, want) in [(5000, 500), (1500, 500), (1300, 400), (700, 100), (500, 64), (0, 64)] {
-            assert_eq!(escalation_margin(&l, free * MIB), want * MIB, "free {free} MiB");
+        for (free, want) in [
+            (5000, 500),
+            (1500, 500),
+            (1300, 400),
+            (700, 100),
+            (500, 64),
+            (0, 64),
+        ] {
+            assert_eq!(
+                escalation_margin(&l, free * MIB),
+                want * MIB,
+                "free {free} MiB"
+            );
         }
         let no_band = Levels {
             hard: 500 * MIB,

@@ -856,7 +856,13 @@ mod tests {
 
     /// `per_ms` MiB a millisecond from `start` ms on, from 200 MiB.
     fn grows(start: u64, per_ms: u64) -> impl Fn(u64) -> u64 {
-        move |t| if t < start { 0 } else { 200 + per_ms * (t - start) }
+        move |t| {
+            if t < start {
+                0
+            } else {
+                200 + per_ms * (t - start)
+            }
+        }
     }
 
     /// Plays `loads` on GPU 0 as the agent and a faithful kubelet would: a fast reading every
@@ -880,11 +886,7 @@ mod tests {
             let mut left = TOTAL - 10;
             w.procs = loads
                 .iter()
-                .filter(|(uid, _)| {
-                    !evicted
-                        .iter()
-                        .any(|(e, at)| e == uid && t >= at + 5000)
-                })
+                .filter(|(uid, _)| !evicted.iter().any(|(e, at)| e == uid && t >= at + 5000))
                 .filter_map(|(uid, f)| {
                     let want = stopped.get(uid).copied().unwrap_or_else(|| f(t));
                     let got = want.min(left);
@@ -899,7 +901,11 @@ mod tests {
                     }
                 }
             }
-            let used: u64 = w.procs.iter().map(|p| p.used_bytes.unwrap_or(0) / MIB).sum();
+            let used: u64 = w
+                .procs
+                .iter()
+                .map(|p| p.used_bytes.unwrap_or(0) / MIB)
+                .sum();
             let ds = if t % 1000 == 0 {
                 w.poll(t as f64 / 1000.0, used)
             } else {
@@ -911,7 +917,9 @@ mod tests {
                 }
             }
             for d in ds {
-                let gone = enforcer(&mut w.guard, &d, t as f64 / 1000.0, |_| EvictionOutcome::Evicted);
+                let gone = enforcer(&mut w.guard, &d, t as f64 / 1000.0, |_| {
+                    EvictionOutcome::Evicted
+                });
                 for uid in gone {
                     if stop {
                         if let Some((name, _)) = loads.iter().find(|(n, _)| *n == uid) {
@@ -945,7 +953,13 @@ mod tests {
     #[test]
     fn only_the_pods_that_fill_the_gpu_are_taken() {
         // (what, pods, loads, stop at decision, evicted in order)
-        type Case = (&'static str, Vec<PodBuilder>, Vec<Load>, bool, Vec<&'static str>);
+        type Case = (
+            &'static str,
+            Vec<PodBuilder>,
+            Vec<Load>,
+            bool,
+            Vec<&'static str>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "a trainer whose workspace (4x the soft band) comes and goes beside a steady CI job",
@@ -1084,14 +1098,18 @@ mod tests {
         // decision, reads as growth above the trainer's high-water mark, and at each of its
         // peaks free dips below hard while the stopped victim holds more.
         let loads: Vec<Load> = vec![
-            ("train", Box::new(|t| 5000 + if t >= 1500 { workspace(2500)(t) } else { 0 })),
+            (
+                "train",
+                Box::new(|t| 5000 + if t >= 1500 { workspace(2500)(t) } else { 0 }),
+            ),
             ("steady", Box::new(|_| 1000)),
             ("greedy", Box::new(grows(1000, 20))),
         ];
         let (evicted, _, reasons) = play(&mut w, &loads, 3000, true);
         assert_eq!(evicted, ["greedy"]);
         assert!(
-            reasons.iter().any(|why| why.contains("held by victims or terminating pods is due back within")
+            reasons.iter().any(|why| why
+                .contains("held by victims or terminating pods is due back within")
                 && why.contains("not climbing in a sustained way")),
             "{reasons:#?}"
         );
