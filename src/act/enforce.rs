@@ -189,9 +189,14 @@ impl Enforcer {
         decision: &Decision,
         pods: &PodMap,
     ) -> Vec<(String, EvictionOutcome)> {
+        let escalated = if decision.escalated.is_some() {
+            "true"
+        } else {
+            "false"
+        };
         self.metrics
             .decisions
-            .with_label_values(&[decision.mode.as_str(), decision.trigger.as_str()])
+            .with_label_values(&[escalated, decision.mode.as_str(), decision.trigger.as_str()])
             .inc();
         let (outcomes, actions) = match decision.mode {
             Mode::Enforce => self.walk(decision).await,
@@ -278,11 +283,18 @@ impl Enforcer {
                 break;
             }
         }
+        let evicted = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_)))
+            .count();
+        self.metrics.decision_evictions.observe(evicted as f64);
         let refs: Vec<&str> = gone.iter().map(String::as_str).collect();
         tracing::info!(
             gpu = decision.gpu,
             uuid = %decision.uuid,
             decision = decision.id,
+            escalated = decision.escalated.is_some(),
+            evicted,
             attempted = outcomes.len(),
             reclaimed = gone.len(),
             enough = decision.reclaimed_enough(&refs),
@@ -342,6 +354,9 @@ impl Enforcer {
                     }
                     Ok(Err(e)) => {
                         let failure = format!("failed: {e}");
+                        if tries == 1 {
+                            self.warn_read_retry(victim, &failure, bound);
+                        }
                         last.clone_from(&failure);
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(MAX_READ_RETRY_PAUSE);
@@ -349,6 +364,9 @@ impl Enforcer {
                     }
                     Ok(Ok(pod)) => return self.judge_fresh(victim, &pod),
                 };
+                if tries == 1 {
+                    self.warn_read_retry(victim, &failure, bound);
+                }
                 last = failure;
             }
         };
@@ -362,6 +380,18 @@ impl Enforcer {
                 DETAIL_LIMIT,
             ))),
         }
+    }
+
+    /// Said once per victim: a slow or failing server is otherwise silent until the bound,
+    /// and an operator watching a stopped pod wants to know why it is neither evicted nor
+    /// resumed.
+    fn warn_read_retry(&self, victim: &Victim, failure: &str, bound: Duration) {
+        tracing::warn!(
+            pod = %format!("{}/{}", victim.namespace, victim.name),
+            failure,
+            "retrying the fresh read of the victim for up to {}; it is neither evicted nor resumed meanwhile",
+            humantime::format_duration(bound)
+        );
     }
 
     /// What a fresh read of `victim` says: `None` to go ahead ([`recheck::recheck`]).

@@ -16,13 +16,18 @@ use std::time::Duration;
 pub struct SelfMetrics {
     version: Arc<str>,
     /// `gpu_warden_poll_duration_seconds`: wall time of one full poll of the GPU source.
-    pub poll_duration: PollHistogram,
+    pub poll_duration: Histogram,
     /// `gpu_warden_nvml_errors_total{call}`.
     pub nvml_errors: Labelled<Counter>,
     /// `gpu_warden_evictions_total{namespace,result}`.
     pub evictions: Labelled<Counter>,
-    /// `gpu_warden_guard_decisions_total{mode,trigger}`.
+    /// `gpu_warden_guard_decisions_total{escalated,mode,trigger}`: `escalated` is `true` for
+    /// a decision taken while an earlier one's victims or terminating pods still held memory
+    /// (`guard::state::escalate`): a second pod for one episode.
     pub decisions: Labelled<Counter>,
+    /// `gpu_warden_guard_decision_evictions`: how many pods each enforce-mode decision
+    /// evicted (0 when none was).
+    pub decision_evictions: Histogram,
     /// `gpu_warden_guard_stops_total{result}`: what stop-at-decision did to victims' GPU
     /// processes, one per process (docs/guard.md).
     pub guard_stops: Labelled<Counter>,
@@ -47,6 +52,10 @@ pub struct SelfMetrics {
 const POLL_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
+
+/// Buckets of pods evicted by one decision: more than one means the plan needed several
+/// pods for one pressure (or took a bystander).
+pub const DECISION_EVICTION_BUCKETS: [f64; 5] = [0.0, 1.0, 2.0, 3.0, 5.0];
 
 /// A counter cell (a handle: clones share the value).
 #[derive(Debug, Clone, Default)]
@@ -168,23 +177,40 @@ impl<C: Cell> Labelled<C> {
     }
 }
 
-/// The poll-latency histogram: observations per bucket (not cumulative), their sum and
-/// their count.
-#[derive(Debug, Clone, Default)]
-pub struct PollHistogram(Arc<Mutex<HistogramState>>);
+/// A histogram over fixed buckets: observations per bucket (not cumulative), their sum and
+/// their count (a handle: clones share the value).
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    state: Arc<Mutex<HistogramState>>,
+}
 
 #[derive(Debug, Default)]
 struct HistogramState {
-    buckets: [u64; POLL_BUCKETS.len()],
+    buckets: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
-impl PollHistogram {
-    /// Records one observation, in seconds.
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            state: Arc::new(Mutex::new(HistogramState {
+                buckets: vec![0; bounds.len()],
+                ..HistogramState::default()
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HistogramState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records one observation.
     pub fn observe(&self, v: f64) {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = POLL_BUCKETS.iter().position(|b| v <= *b) {
+        let mut s = self.lock();
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
             s.buckets[i] += 1;
         }
         s.sum += v;
@@ -193,14 +219,25 @@ impl PollHistogram {
 
     /// Observations so far.
     pub fn count(&self) -> u64 {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).count
+        self.lock().count
+    }
+
+    /// Observations so far at or below `bound` (a bucket's cumulative count).
+    pub fn count_at_most(&self, bound: f64) -> u64 {
+        let s = self.lock();
+        self.bounds
+            .iter()
+            .zip(&s.buckets)
+            .filter(|(b, _)| **b <= bound)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     fn write(&self, out: &mut Vec<u8>, name: &str, help: &str) {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.lock();
         let mut f = Family::open(out, name, help, Kind::Histogram);
         let mut cumulative = 0;
-        for (bound, n) in POLL_BUCKETS.iter().zip(s.buckets) {
+        for (bound, n) in self.bounds.iter().zip(&s.buckets) {
             cumulative += n;
             f.sample_with(
                 Some("_bucket"),
@@ -264,10 +301,11 @@ impl SelfMetrics {
         }
         Ok(SelfMetrics {
             version: Arc::from(version),
-            poll_duration: PollHistogram::default(),
+            poll_duration: Histogram::new(&POLL_BUCKETS),
             nvml_errors: Labelled::new(&["call"]),
             evictions: Labelled::new(&["namespace", "result"]),
-            decisions: Labelled::new(&["mode", "trigger"]),
+            decisions: Labelled::new(&["escalated", "mode", "trigger"]),
+            decision_evictions: Histogram::new(&DECISION_EVICTION_BUCKETS),
             guard_stops: Labelled::new(&["result"]),
             guard_stop_permitted: IntGauge::new(
                 "gpu_warden_guard_stop_permitted",
@@ -313,10 +351,15 @@ impl SelfMetrics {
             "GPUs seen by the agent, by health state.",
             Kind::Gauge,
         );
+        self.decision_evictions.write(
+            out,
+            "gpu_warden_guard_decision_evictions",
+            "Pods each enforce-mode decision of the OOM guard evicted.",
+        );
         self.decisions.write(
             out,
             "gpu_warden_guard_decisions_total",
-            "Decisions the OOM guard took, by mode and trigger.",
+            "Decisions the OOM guard took, by mode, trigger and whether one was taken while memory was on its way back (escalated).",
             Kind::Counter,
         );
         write_gauge(
@@ -372,12 +415,15 @@ impl SelfMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
+    use prometheus::{
+        Histogram as PromHistogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry,
+    };
 
     /// The registry the cells replaced, built as before: the oracle for the bytes.
     struct Oracle {
         registry: Registry,
-        poll: Histogram,
+        poll: PromHistogram,
+        decision_evictions: PromHistogram,
         errors: IntCounterVec,
         evictions: IntCounterVec,
         decisions: IntCounterVec,
@@ -389,7 +435,7 @@ mod tests {
 
     fn oracle(version: &str) -> Oracle {
         let registry = Registry::new();
-        let poll = Histogram::with_opts(
+        let poll = PromHistogram::with_opts(
             HistogramOpts::new(
                 "gpu_warden_poll_duration_seconds",
                 "Wall time of one full poll of every GPU, in seconds.",
@@ -412,9 +458,17 @@ mod tests {
         );
         let decisions = vec(
             "gpu_warden_guard_decisions_total",
-            "Decisions the OOM guard took, by mode and trigger.",
-            &["mode", "trigger"],
+            "Decisions the OOM guard took, by mode, trigger and whether one was taken while memory was on its way back (escalated).",
+            &["escalated", "mode", "trigger"],
         );
+        let decision_evictions = PromHistogram::with_opts(
+            HistogramOpts::new(
+                "gpu_warden_guard_decision_evictions",
+                "Pods each enforce-mode decision of the OOM guard evicted.",
+            )
+            .buckets(DECISION_EVICTION_BUCKETS.to_vec()),
+        )
+        .unwrap();
         let stops = vec(
             "gpu_warden_guard_stops_total",
             "GPU processes of eviction victims the OOM guard stopped, killed or resumed (or could not), by result.",
@@ -465,6 +519,9 @@ mod tests {
             patches.with_label_values(&[result]);
         }
         registry.register(Box::new(poll.clone())).unwrap();
+        registry
+            .register(Box::new(decision_evictions.clone()))
+            .unwrap();
         for c in [&errors, &evictions, &decisions, &stops, &patches] {
             registry.register(Box::new(c.clone())).unwrap();
         }
@@ -476,6 +533,7 @@ mod tests {
         Oracle {
             registry,
             poll,
+            decision_evictions,
             errors,
             evictions,
             decisions,
@@ -521,8 +579,15 @@ mod tests {
             m.evictions.with_label_values(&[ns, result]).inc();
             o.evictions.with_label_values(&[ns, result]).inc();
             let trigger = ["soft", "hard", "trend"][i % 3];
-            m.decisions.with_label_values(&["enforce", trigger]).inc();
-            o.decisions.with_label_values(&["enforce", trigger]).inc();
+            let escalated = ["false", "true"][i % 2];
+            m.decisions
+                .with_label_values(&[escalated, "enforce", trigger])
+                .inc();
+            o.decisions
+                .with_label_values(&[escalated, "enforce", trigger])
+                .inc();
+            m.decision_evictions.observe((i % 4) as f64);
+            o.decision_evictions.observe((i % 4) as f64);
             m.annotation_patches.with_label_values(&["success"]).inc();
             o.patches.with_label_values(&["success"]).inc();
             let stop = ["stopped", "resumed", "refused"][i % 3];
@@ -546,6 +611,7 @@ mod tests {
             assert_eq!(text(&m), oracle_text(&o), "after observation {i}");
         }
         assert_eq!(m.poll_duration.count(), 7);
+        assert_eq!(m.decision_evictions.count_at_most(1.0), 4);
         assert_eq!(m.evictions.with_label_values(&["ci", "evicted"]).get(), 3);
     }
 
@@ -553,13 +619,20 @@ mod tests {
     fn clones_share_cells() {
         let m = SelfMetrics::new("v").unwrap();
         let c = m.clone();
-        c.decisions.with_label_values(&["dry-run", "soft"]).inc();
+        c.decisions
+            .with_label_values(&["false", "dry-run", "soft"])
+            .inc();
         c.gpus.with_label_values(&["ok"]).set(3);
-        assert_eq!(m.decisions.with_label_values(&["dry-run", "soft"]).get(), 1);
+        assert_eq!(
+            m.decisions
+                .with_label_values(&["false", "dry-run", "soft"])
+                .get(),
+            1
+        );
         assert_eq!(m.gpus.with_label_values(&["ok"]).get(), 3);
         let t = text(&m);
         assert!(
-            t.contains("gpu_warden_guard_decisions_total{mode=\"dry-run\",trigger=\"soft\"} 1\n"),
+            t.contains("gpu_warden_guard_decisions_total{escalated=\"false\",mode=\"dry-run\",trigger=\"soft\"} 1\n"),
             "{t}"
         );
         assert!(!t.contains("gpu_warden_evictions_total"), "{t}");

@@ -6,6 +6,7 @@ pub mod nvml;
 pub mod sampler;
 pub mod scenario;
 pub mod sim;
+pub mod sim_world;
 
 use crate::model::snapshot::{CallErrors, GpuSample, MemoryInfo, ProcessSample};
 use std::time::Duration;

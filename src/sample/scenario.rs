@@ -152,7 +152,8 @@ fn default_container() -> String {
 }
 
 /// How a process's VRAM (MiB) moves over time since its start. Written as a map with
-/// exactly one key: `{constant: 4096}`, `{linear: {from, per_second, max}}` or `{steps: [...]}`.
+/// exactly one key: `{constant: 4096}`, `{linear: {from, per_second, max}}`,
+/// `{steps: [...]}` or `{workspace: {base, mib, every, holds}}`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(try_from = "TrajectoryRepr")]
 pub enum Trajectory {
@@ -166,6 +167,16 @@ pub enum Trajectory {
     },
     /// Jumps to `mib` at each `at` (time since the process started).
     Steps(Vec<Step>),
+    /// Holds `base` MiB and, for the first `holds` of every `every`, a workspace of `mib`
+    /// more: a training step's activations, an evaluation's buffers, a library's scratch
+    /// space, allocated and freed again and again (the neighbour a guard must not mistake for
+    /// a grower).
+    Workspace {
+        base: u64,
+        mib: u64,
+        every: Duration,
+        holds: Duration,
+    },
 }
 
 /// The on-disk shape of a trajectory. YAML libraries spell enums as tags (`!constant 1`),
@@ -176,6 +187,18 @@ struct TrajectoryRepr {
     constant: Option<u64>,
     linear: Option<LinearRepr>,
     steps: Option<Vec<Step>>,
+    workspace: Option<WorkspaceRepr>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkspaceRepr {
+    base: u64,
+    mib: u64,
+    #[serde(deserialize_with = "de_duration")]
+    every: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    holds: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -188,20 +211,26 @@ struct LinearRepr {
 
 /// A `memory:` that is not exactly one trajectory.
 #[derive(Debug, thiserror::Error)]
-#[error("memory needs exactly one of `constant`, `linear` or `steps`")]
+#[error("memory needs exactly one of `constant`, `linear`, `steps` or `workspace`")]
 pub struct TrajectoryShapeError;
 
 impl TryFrom<TrajectoryRepr> for Trajectory {
     type Error = TrajectoryShapeError;
     fn try_from(r: TrajectoryRepr) -> Result<Self, TrajectoryShapeError> {
-        match (r.constant, r.linear, r.steps) {
-            (Some(c), None, None) => Ok(Trajectory::Constant(c)),
-            (None, Some(l), None) => Ok(Trajectory::Linear {
+        match (r.constant, r.linear, r.steps, r.workspace) {
+            (Some(c), None, None, None) => Ok(Trajectory::Constant(c)),
+            (None, Some(l), None, None) => Ok(Trajectory::Linear {
                 from: l.from,
                 per_second: l.per_second,
                 max: l.max,
             }),
-            (None, None, Some(s)) => Ok(Trajectory::Steps(s)),
+            (None, None, Some(s), None) => Ok(Trajectory::Steps(s)),
+            (None, None, None, Some(w)) => Ok(Trajectory::Workspace {
+                base: w.base,
+                mib: w.mib,
+                every: w.every,
+                holds: w.holds,
+            }),
             _ => Err(TrajectoryShapeError),
         }
     }
@@ -234,6 +263,19 @@ impl Trajectory {
                 .take_while(|s| s.at <= t)
                 .last()
                 .map_or(0, |s| s.mib),
+            Trajectory::Workspace {
+                base,
+                mib,
+                every,
+                holds,
+            } => {
+                let into = t.as_nanos() % every.as_nanos().max(1);
+                if into < holds.as_nanos() {
+                    base.saturating_add(*mib)
+                } else {
+                    *base
+                }
+            }
         }
     }
 }
@@ -501,6 +543,12 @@ impl Scenario {
                 Trajectory::Linear { per_second, .. } if !per_second.is_finite() => {
                     return Err(bad(f("memory.linear.per_second"), "must be finite".into()));
                 }
+                Trajectory::Workspace { every, holds, .. } if every.is_zero() || holds >= every => {
+                    return Err(bad(
+                        f("memory.workspace"),
+                        "`holds` must be shorter than `every`, and `every` above zero".into(),
+                    ));
+                }
                 Trajectory::Steps(steps) => {
                     if steps.is_empty() {
                         return Err(bad(f("memory.steps"), "needs at least one step".into()));
@@ -620,6 +668,19 @@ mod tests {
         assert_eq!(steps.mib_at(Duration::from_secs(1)), 10);
         assert_eq!(steps.mib_at(Duration::from_secs(7)), 20);
         assert_eq!(Trajectory::Constant(7).mib_at(Duration::from_secs(9)), 7);
+        let ws = Scenario::parse(
+            "gpus:\n  - model: X\n    memory_mib: 100\nprocesses:\n  - pid: 1\n    gpu: 0\n    memory: {workspace: {base: 50, mib: 20, every: 300ms, holds: 100ms}}\n",
+            "t.yaml",
+        )
+        .unwrap()
+        .processes[0]
+            .memory
+            .clone();
+        let at = |ms| ws.mib_at(Duration::from_millis(ms));
+        assert_eq!(
+            [at(0), at(99), at(100), at(299), at(300), at(650)],
+            [70, 70, 50, 50, 70, 70]
+        );
     }
 
     #[test]
@@ -667,6 +728,10 @@ mod tests {
             (
                 "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 3\n    memory: {constant: 1}\n",
                 "processes[0].gpu",
+            ),
+            (
+                "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 0\n    memory: {workspace: {base: 1, mib: 1, every: 1s, holds: 1s}}\n",
+                "processes[0].memory.workspace",
             ),
             (
                 "gpus:\n  - model: X\n    memory_mib: 10\nprocesses:\n  - pid: 1\n    gpu: 0\n    memory: {constant: 1}\n    sm_util: 2\n",

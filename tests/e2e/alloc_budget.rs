@@ -34,7 +34,7 @@ fn a_warm_exposition_costs_one_allocation_per_poll() {
                 .prepare(&mut snap, Duration::from_micros(100 + poll));
             metrics
                 .decisions
-                .with_label_values(&["dry-run", "soft"])
+                .with_label_values(&["false", "dry-run", "soft"])
                 .inc();
             let snap = Arc::new(snap);
             let pressure = pressure.clone();

@@ -216,7 +216,7 @@ impl World {
     fn decisions_metric(&self, mode: &str, trigger: &str) -> u64 {
         self.metrics
             .decisions
-            .with_label_values(&[mode, trigger])
+            .with_label_values(&["false", mode, trigger])
             .get()
     }
 

@@ -10,8 +10,10 @@
 //! Simulated time advances 100 ms a step: a full poll every second, memory-only readings in
 //! between while the guard asks for the fast watch.
 
+use crate::support::sim_signals::{SimSignals, SimTarget};
 use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction, SteppedClock};
 use gpu_warden::act::enforce::Enforcer;
+use gpu_warden::act::stop::Stopper;
 use gpu_warden::attribute::ports::PodSource;
 use gpu_warden::attribute::watch::WatchedPods;
 use gpu_warden::guard::policy::Policy;
@@ -38,6 +40,32 @@ struct World {
     /// Simulated time an evicted pod's processes take to exit once killed.
     exit_delay: Duration,
     last_metrics: String,
+    /// Simulated time between two memory readings.
+    step: Duration,
+    clients: gpu_warden::act::client::KubeClients,
+}
+
+/// The enforcer of these tests: the real one, stopping victims at decision (when the
+/// policy's `onDecision` says so) through the simulator.
+fn enforcer(
+    clients: &gpu_warden::act::client::KubeClients,
+    metrics: &SelfMetrics,
+    policy: &Policy,
+    clock: &Arc<ManualClock>,
+    target: &SimTarget,
+) -> Enforcer {
+    let signals = SimSignals {
+        target: target.clone(),
+        clock: clock.clone(),
+    };
+    let stopper = Stopper::new(
+        policy.on_decision,
+        Arc::new(signals),
+        metrics.clone(),
+        clock.clone(),
+    );
+    Enforcer::new(clients, NODE, metrics.clone(), policy, clock.clone())
+        .with_stopper(Arc::new(stopper))
 }
 
 impl World {
@@ -82,19 +110,15 @@ impl World {
             std::thread::sleep(Duration::from_millis(20));
         }
         let metrics = SelfMetrics::new("test").unwrap();
-        let executor: Arc<dyn DecisionExecutor> = Arc::new(Enforcer::new(
-            &clients,
-            NODE,
-            metrics.clone(),
-            &policy,
-            clock.clone(),
-        ));
+        let target = SimTarget::default();
+        let executor: Arc<dyn DecisionExecutor> =
+            Arc::new(enforcer(&clients, &metrics, &policy, &clock, &target));
         let rig = Rig::from_scenario(
             scenario.clone(),
             RigOptions {
                 node: NODE.into(),
                 pods: Some(pods.clone()),
-                policy: Some(policy),
+                policy: Some(policy.clone()),
                 executor: Some(executor.clone()),
                 metrics: Some(metrics),
                 clock: Some(clock.clone()),
@@ -102,6 +126,7 @@ impl World {
             },
         )
         .unwrap();
+        target.set(rig.sim.clone(), rig.proc_root().to_path_buf());
         World {
             rt,
             server,
@@ -112,14 +137,23 @@ impl World {
             pods,
             exit_delay: Duration::ZERO,
             last_metrics: String::new(),
+            step: STEP,
+            clients,
         }
+    }
+
+    /// Memory read every `step` instead of every 100 ms: the fast watch's cadence near a
+    /// threshold, which the early trigger and the sustained-growth windows need.
+    fn stepping(mut self, step: Duration) -> World {
+        self.step = step;
+        self
     }
 
     /// Advances simulated time by `d`, polling as the agent would.
     fn run_for(&mut self, d: Duration) {
         let end = self.clock.mono() + d;
         while self.clock.mono() < end {
-            self.clock.advance(STEP);
+            self.clock.advance(self.step);
             let now = self.clock.mono();
             // The kubelet's part, before the GPU is read: what it did by now.
             self.kubelet_until(now);
@@ -277,7 +311,7 @@ fn c_dry_run_evicts_nothing_but_reports() {
     );
     assert!(
         w.last_metrics
-            .contains("gpu_warden_guard_decisions_total{mode=\"dry-run\""),
+            .contains("gpu_warden_guard_decisions_total{escalated=\"false\",mode=\"dry-run\""),
         "{}",
         w.last_metrics
     );
@@ -418,4 +452,134 @@ fn j_a_young_grower_goes_before_a_steady_pod_that_holds_more() {
         .unwrap_or_default()
         .to_string();
     assert!(note.contains("counting its growth"), "{note}");
+}
+
+/// A training pod whose 2.5 GiB workspace — five times the soft band — is allocated for
+/// 150 ms of every 300 ms: the neighbour the guard must not mistake for a grower.
+const TRAIN_WS: &str = "  - {pid: 100, gpu: 0, name: train, memory: {workspace: {base: 5000, mib: 2500, every: 300ms, holds: 150ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n";
+
+/// The shipped action and grace: stop at decision, evict with a 5 s grace period (the
+/// faithful kubelet SIGKILLs 5 s after it sees the eviction).
+const STOP: &str = "mode: enforce\nonDecision: stop\n";
+
+/// The pids of the neighbours that OOMed (the greedy job's own failed allocations are its
+/// business, not a neighbour's).
+fn neighbour_ooms(w: &World, greedy: &[u32]) -> Vec<u32> {
+    w.rig
+        .sim
+        .ooms()
+        .into_keys()
+        .filter(|pid| !greedy.contains(pid))
+        .collect()
+}
+
+/// Issue 38: beside a trainer whose workspace comes and goes (larger than the soft band,
+/// and dipping free below hard at its peaks once the stopped greedy job holds its memory)
+/// and a steady CI job, the guard takes the greedy job — stopped at decision, SIGKILLed by
+/// the faithful kubelet 5 s after the eviction — and nobody else; no neighbour hits OOM.
+#[test]
+fn k_a_workspace_that_comes_and_goes_is_not_growth() {
+    let greedy = "  - {pid: 300, gpu: 0, name: python, start: 3s, memory: {linear: {from: 200, per_second: 4000}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0}}\n";
+    let mut w = World::new(&scenario(&format!("{TRAIN_WS}{SMALL}{greedy}")), STOP)
+        .stepping(Duration::from_millis(10));
+    w.run_for(Duration::from_secs(12));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    assert_eq!(neighbour_ooms(&w, &[300]), Vec::<u32>::new());
+}
+
+/// The seed's shape: four jobs of one runner at one priority; one declares 3.5 GiB and
+/// stays inside it while its 1.5 GiB workspace comes and goes, one grows. Only the grower
+/// goes.
+#[test]
+fn l_four_jobs_of_one_runner_lose_only_the_grower() {
+    let procs = "  - {pid: 101, gpu: 0, name: python, memory: {workspace: {base: 1500, mib: 1500, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"3500\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 2400}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 800}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n  - {pid: 104, gpu: 0, name: python, start: 3s, memory: {linear: {from: 200, per_second: 4000}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0}}\n";
+    let mut w = World::new(&scenario(procs), STOP).stepping(Duration::from_millis(10));
+    w.run_for(Duration::from_secs(12));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    assert_eq!(neighbour_ooms(&w, &[104]), Vec::<u32>::new());
+}
+
+/// Two greedy jobs starting a second apart: the second grows while the first, stopped,
+/// waits for the kubelet's SIGKILL. The cooldown gives way for it — an escalated decision
+/// that takes it alone, counted as such — and nobody else is evicted or hits OOM.
+#[test]
+fn m_two_greedy_jobs_a_second_apart_are_both_taken_and_nobody_else() {
+    let procs = format!(
+        "{TRAIN}{SMALL}  - {{pid: 301, gpu: 0, name: python, start: 3s, memory: {{linear: {{from: 200, per_second: 3000}}}}, pod: {{namespace: ci, name: ci-g1, container: build, priority: 0}}}}\n  - {{pid: 302, gpu: 0, name: python, start: 4s, memory: {{linear: {{from: 200, per_second: 3000}}}}, pod: {{namespace: ci, name: ci-g2, container: build, priority: 0}}}}\n"
+    );
+    let mut w = World::new(&scenario(&procs), STOP).stepping(Duration::from_millis(10));
+    w.run_for(Duration::from_secs(12));
+    assert_eq!(
+        w.evicted_names(),
+        vec!["ci-g1", "ci-g2"],
+        "{:?}",
+        w.attempts()
+    );
+    assert_eq!(neighbour_ooms(&w, &[301, 302]), Vec::<u32>::new());
+    let m = &w.last_metrics;
+    assert!(
+        m.lines().any(|l| l
+            .starts_with("gpu_warden_guard_decisions_total{escalated=\"true\",mode=\"enforce\"")
+            && l.ends_with(" 1")),
+        "{m}"
+    );
+    assert!(
+        m.contains("gpu_warden_guard_decision_evictions_bucket{le=\"1\"} 2\n")
+            && m.contains("gpu_warden_guard_decision_evictions_count 2\n"),
+        "one pod per decision: {m}"
+    );
+    let warnings = w.events_with_reason("GPUMemoryPressure");
+    let node: Vec<_> = w
+        .server
+        .events()
+        .into_iter()
+        .map(|e| e.object)
+        .filter(|o| o["regarding"]["kind"] == "Node")
+        .filter_map(|o| o["note"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        node.iter().any(|n| n.contains("escalated after decision 1")),
+        "the Node Event of the second decision says it escalated and on what: {node:?} {warnings:?}"
+    );
+}
+
+/// Issue 38: the agent restarts — started without a Lease, so nothing is carried — while
+/// its victim, stopped at decision by the earlier process, terminates and holds what it took
+/// until the kubelet's SIGKILL. At each peak of the trainer's workspace free dips below
+/// hard, and what the victim holds would not bring the GPU back to the target by itself;
+/// but nobody is growing and that memory is on its way back, so the new agent evicts nobody
+/// (it evicted a bystander in 2 of 2 runs against an independent API double). Counted
+/// against the target as before, the victim's memory still left a plan taking ci-small.
+#[test]
+fn n_a_restarted_agent_evicts_nobody_while_its_victim_terminates() {
+    let train = "  - {pid: 100, gpu: 0, name: train, memory: {workspace: {base: 5000, mib: 3300, every: 300ms, holds: 150ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n";
+    let victim = "  - {pid: 300, gpu: 0, name: python, memory: {constant: 300}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0}}\n";
+    let mut w = World::new(&scenario(&format!("{train}{SMALL}{victim}")), STOP)
+        .stepping(Duration::from_millis(10));
+    // The earlier agent process stopped and evicted ci-greedy (the API's default grace:
+    // the kubelet kills it 30 s later), then shut down; this one starts now.
+    w.rig.sim.stop(&[300], Duration::ZERO);
+    w.rt.block_on(async {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(w.clients.direct.clone(), "ci");
+        pods.evict("ci-greedy", &kube::api::EvictParams::default())
+            .await
+            .unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w
+        .pods
+        .pods()
+        .values()
+        .any(|p| p.name == "ci-greedy" && p.terminating)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the pod view never showed the eviction"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    w.run_for(Duration::from_secs(8));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    assert_eq!(neighbour_ooms(&w, &[300]), Vec::<u32>::new());
 }

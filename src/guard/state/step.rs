@@ -300,11 +300,9 @@ impl Guard {
             bytes: victims_bytes.saturating_add(terminating_bytes),
             due_in: escalate::due_in(victims_due.max(terminating_due), now),
         };
-        // Terminating pods alone hold the GPU back only when what they hold brings it back
-        // to the target: memory that would not is no reason to wait.
-        let gated = cooling.is_some()
-            || (terminating_bytes > 0
-                && memory.free.saturating_add(terminating_bytes) >= levels.target);
+        // Whatever is on its way back, and however much: while it returns, a pressure
+        // nobody's growth keeps up (a workspace's peak, the victim's own memory) passes.
+        let gated = cooling.is_some() || terminating_bytes > 0;
         let escalated = if gated {
             let growers: Vec<escalate::Grower> = ranking
                 .candidates

@@ -7,6 +7,7 @@
 pub mod enforcer_world;
 pub mod guard_world;
 pub mod pod_resources;
+pub mod sim_signals;
 
 use gpu_warden::testkit::wait_for;
 use std::ffi::OsStr;

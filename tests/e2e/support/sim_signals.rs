@@ -1,0 +1,82 @@
+//! Stop at decision on the simulator: the stopper's identity checks read the simulated
+//! `/proc` the attributor reads (start times, cgroups), and its signals become the
+//! simulator's own stop, resume and kill at the clock's now. The simulator's pids are made
+//! up and may be real processes of this machine: nothing here signals a real process.
+
+use gpu_warden::act::stop::{NotPermitted, ProcessSignals, Sig, SignalError};
+use gpu_warden::attribute::cgroup::parse_proc_cgroup;
+use gpu_warden::attribute::procfs::ProcFs;
+use gpu_warden::guard::stop::Seen;
+use gpu_warden::model::clock::{Clock, ManualClock};
+use gpu_warden::model::proc_stat::ProcError;
+use gpu_warden::sample::sim::SimHandle;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The simulator and its `/proc`, known once the rig that owns them is built.
+#[derive(Clone, Default)]
+pub struct SimTarget(Arc<OnceLock<(SimHandle, PathBuf)>>);
+
+impl SimTarget {
+    /// Points the signals at the rig's simulator and `/proc`.
+    pub fn set(&self, sim: SimHandle, proc_root: PathBuf) {
+        let _ = self.0.set((sim, proc_root));
+    }
+}
+
+/// [`ProcessSignals`] on the simulator.
+pub struct SimSignals {
+    pub target: SimTarget,
+    pub clock: Arc<ManualClock>,
+}
+
+impl SimSignals {
+    fn proc(&self) -> Option<(ProcFs, &SimHandle)> {
+        let (sim, root) = self.target.0.get()?;
+        Some((ProcFs::new(root), sim))
+    }
+}
+
+impl ProcessSignals for SimSignals {
+    fn seen(&self, pid: u32) -> Result<Seen, ProcError> {
+        let Some((proc, _)) = self.proc() else {
+            return Err(ProcError::Missing(pid));
+        };
+        let start_ticks = proc.start_time(pid)?;
+        let cgroup = proc.cgroup(pid)?;
+        Ok(Seen {
+            start_ticks,
+            pod_uid: parse_proc_cgroup(&cgroup).map(|id| id.pod_uid),
+        })
+    }
+
+    fn signal(&self, pid: u32, start_ticks: u64, sig: Sig) -> Result<(), SignalError> {
+        let Some((proc, sim)) = self.proc() else {
+            return Err(SignalError::Gone(format!("pid {pid}: no simulator")));
+        };
+        let now = proc
+            .start_time(pid)
+            .map_err(|e| SignalError::Gone(e.to_string()))?;
+        if now != start_ticks {
+            return Err(SignalError::NotSame { start_ticks: now });
+        }
+        let at = self.clock.mono();
+        match sig {
+            Sig::Stop => sim.stop(&[pid], at),
+            Sig::Cont => sim.resume(&[pid]),
+            Sig::Kill => sim.kill(&[pid], at),
+        }
+        Ok(())
+    }
+
+    /// Far past every simulated process's start time (`pid × 7 + start ms` ticks), so each
+    /// counts as older than any decision.
+    fn boot_time(&self) -> Duration {
+        Duration::from_secs(1_000_000_000) + self.clock.mono()
+    }
+
+    fn permitted(&self) -> Result<(), NotPermitted> {
+        Ok(())
+    }
+}
