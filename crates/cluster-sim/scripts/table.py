@@ -32,16 +32,18 @@ def minutes(s):
 
 
 def markdown(grouped):
-    out = ["| policy | replicas | OOM-killed, % of jobs, per seed | worst seed | OOM-killed within their declaration (all seeds) | jobs finished per GPU-hour (mean; min–max) | queue wait p95 (mean) | evictions per hour (mean) |",
-           "|---|---:|---|---:|---:|---:|---:|---:|"]
+    out = ["| policy | replicas | OOM-killed, % of jobs, per seed | worst seed | OOM-killed within their declaration (all seeds) | jobs finished per GPU-hour (mean; min–max) | queue wait p95 (mean) | evictions per hour (mean) | evicted while not growing (all seeds; within their declaration) |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for (policy, action, replicas), rs in grouped:
         shares = [float(r["oom_share"]) * 100 for r in rs]
         tput = [float(r["jobs_per_gpu_hour"]) for r in rs]
         within = sum(int(r["oom_within_declared"]) for r in rs)
         wait = sum(float(r["wait_p95_s"]) for r in rs) / len(rs)
         ev = sum(float(r["evictions_per_hour"]) for r in rs) / len(rs)
+        idle = sum(int(r["evicted_not_growing"]) for r in rs)
+        idle_within = sum(int(r["evicted_not_growing_within_declared"]) for r in rs)
         out.append(f"| {label(policy, action)} | {replicas} | {' / '.join(f'{x:.2f}' for x in shares)} | {max(shares):.2f} % | {within} | "
-                   f"{sum(tput) / len(tput):.2f} ({min(tput):.2f}–{max(tput):.2f}) | {minutes(wait)} | {ev:.0f} |")
+                   f"{sum(tput) / len(tput):.2f} ({min(tput):.2f}–{max(tput):.2f}) | {minutes(wait)} | {ev:.0f} | {idle} ({idle_within}) |")
     return "\n".join(out) + "\n"
 
 

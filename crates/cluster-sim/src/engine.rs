@@ -239,6 +239,8 @@ impl<'a> Engine<'a> {
                 oom_within_declared: 0,
                 oom_undeclared: 0,
                 evictions: 0,
+                evicted_not_growing: 0,
+                evicted_not_growing_within_declared: 0,
                 victim_growth_mib: 0,
                 oom_causes: BTreeMap::new(),
                 jobs_per_gpu_hour: 0.0,
@@ -324,7 +326,8 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Jobs progress at their GPU's shared pace and allocate toward their peak; an
+    /// Jobs progress at their GPU's shared pace and allocate toward their peak (a workspace
+    /// that comes and goes is freed and allocated again); an
     /// allocation the GPU cannot hold kills the job making it (CUDA's out-of-memory error
     /// reaches the allocating process, not the largest one), in start order within the
     /// step. An evicted job still running (the kubelet's grace) allocates too; if its own
@@ -353,6 +356,9 @@ impl<'a> Engine<'a> {
                     let job = &self.jobs[r.job];
                     let want = job.used_mib_at(r.progress_s).min(job.peak_mib);
                     if want <= r.used_mib {
+                        // A workspace freed: the room is the neighbours' until it comes back.
+                        used -= r.used_mib - want;
+                        r.used_mib = want;
                         continue;
                     }
                     let delta = want - r.used_mib;

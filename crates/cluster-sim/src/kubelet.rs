@@ -15,6 +15,12 @@ use crate::scenario::OnDecision;
 /// The kubelet's floor on every grace period (`minimumGracePeriodInSeconds`).
 pub const MIN_GRACE_S: u64 = 2;
 
+/// A victim is counted as growing when its allocations (its workspace aside) rose within
+/// this many seconds of its progress before the decision, or it started within them (new
+/// on the GPU, it grew from nothing): two of the guard's 5 s horizons. Any other victim is
+/// a bystander — the eviction issue 38 is about.
+pub const GROWING_WINDOW_S: f64 = 10.0;
+
 impl Engine<'_> {
     /// Carries out the guard's decision on run `id` at `t`.
     pub(crate) fn act_on_victim(&mut self, id: u64, t: u64) {
@@ -37,6 +43,16 @@ impl Engine<'_> {
         r.stopped = stopped;
         r.release_at_s = Some(release);
         let job = r.job;
+        let (progress, used) = (r.progress_s, r.used_mib);
+        let j = &self.jobs[job];
+        let growing = progress <= GROWING_WINDOW_S
+            || j.base_mib_at(progress) > j.base_mib_at(progress - GROWING_WINDOW_S);
+        if !growing {
+            self.out.evicted_not_growing += 1;
+            if j.declared_mib.is_some_and(|d| used <= d) {
+                self.out.evicted_not_growing_within_declared += 1;
+            }
+        }
         self.out.evictions += 1;
         self.event(t, job, EventKind::Evicted);
     }

@@ -50,6 +50,10 @@ pub struct Outcome {
     pub oom_undeclared: usize,
     /// Evictions (each retried: the job is queued again).
     pub evictions: usize,
+    /// Of those, victims that were not growing (`kubelet::GROWING_WINDOW_S`): bystanders.
+    pub evicted_not_growing: usize,
+    /// Of those, the ones within their declared `vram-request-mib`.
+    pub evicted_not_growing_within_declared: usize,
     /// MiB the guard's victims allocated after its decision (the kubelet's grace, when
     /// they are not stopped).
     pub victim_growth_mib: u64,

@@ -101,8 +101,8 @@ pub fn heading(sc: &Scenario, seeds: &[u64]) -> String {
 /// The Markdown table of `outcomes`.
 pub fn markdown(outcomes: &[Outcome]) -> String {
     let mut s = String::new();
-    s.push_str("| policy | replicas | OOM-killed, % of jobs, per seed | worst seed | OOM-killed within their declaration (all seeds) | jobs finished per GPU-hour (mean; min–max) | queue wait p95 (mean) | evictions per hour (mean) |\n");
-    s.push_str("|---|---:|---|---:|---:|---:|---:|---:|\n");
+    s.push_str("| policy | replicas | OOM-killed, % of jobs, per seed | worst seed | OOM-killed within their declaration (all seeds) | jobs finished per GPU-hour (mean; min–max) | queue wait p95 (mean) | evictions per hour (mean) | evicted while not growing (all seeds; within their declaration) |\n");
+    s.push_str("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
     for r in rows(outcomes) {
         let per_seed = r
             .runs
@@ -117,7 +117,7 @@ pub fn markdown(outcomes: &[Outcome]) -> String {
             .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.2} ({:.2}–{:.2}) | {} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.2} ({:.2}–{:.2}) | {} | {:.0} | {} ({}) |",
             label(&r),
             r.replicas,
             per_seed,
@@ -128,6 +128,11 @@ pub fn markdown(outcomes: &[Outcome]) -> String {
             hi,
             minutes(r.mean(|o| o.wait_p95_s)),
             r.mean(|o| o.evictions_per_hour),
+            r.runs.iter().map(|o| o.evicted_not_growing).sum::<usize>(),
+            r.runs
+                .iter()
+                .map(|o| o.evicted_not_growing_within_declared)
+                .sum::<usize>(),
         );
     }
     s
@@ -135,11 +140,11 @@ pub fn markdown(outcomes: &[Outcome]) -> String {
 
 /// The CSV, one row per run.
 pub fn csv(outcomes: &[Outcome]) -> String {
-    let mut s = String::from("policy,on_decision,replicas,seed,jobs,finished,oom_killed,oom_within_declared,oom_undeclared,oom_share,evictions,evictions_per_hour,jobs_per_gpu_hour,wait_p95_s,utilisation\n");
+    let mut s = String::from("policy,on_decision,replicas,seed,jobs,finished,oom_killed,oom_within_declared,oom_undeclared,oom_share,evictions,evictions_per_hour,jobs_per_gpu_hour,wait_p95_s,utilisation,evicted_not_growing,evicted_not_growing_within_declared\n");
     for o in outcomes {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{:.5},{},{:.1},{:.3},{:.0},{:.5}",
+            "{},{},{},{},{},{},{},{},{},{:.5},{},{:.1},{:.3},{:.0},{:.5},{},{}",
             o.policy.key(),
             o.on_decision.key(),
             o.replicas,
@@ -154,7 +159,9 @@ pub fn csv(outcomes: &[Outcome]) -> String {
             o.evictions_per_hour,
             o.jobs_per_gpu_hour,
             o.wait_p95_s,
-            o.utilisation
+            o.utilisation,
+            o.evicted_not_growing,
+            o.evicted_not_growing_within_declared
         );
     }
     s

@@ -47,6 +47,15 @@ pub struct WorkloadModel {
     pub declared_share: f64,
     /// Of the declaring jobs, the share whose declaration is too low.
     pub under_declared_share: f64,
+    /// Share of jobs with a workspace that comes and goes (training steps, evaluation,
+    /// cuDNN workspaces): part of their peak held only for a while, again and again.
+    pub workspace_share: f64,
+    /// The workspace's share of such a job's peak (uniform in this range).
+    pub workspace_peak_share: (f64, f64),
+    /// Its period, seconds of progress (uniform in this range).
+    pub workspace_every_s: (f64, f64),
+    /// The share of each period it is held (uniform in this range).
+    pub workspace_holds: (f64, f64),
 }
 
 impl Default for WorkloadModel {
@@ -69,6 +78,10 @@ impl Default for WorkloadModel {
             projects: 40,
             declared_share: 0.6,
             under_declared_share: 0.2,
+            workspace_share: 0.3,
+            workspace_peak_share: (0.15, 0.45),
+            workspace_every_s: (3.0, 40.0),
+            workspace_holds: (0.2, 0.7),
         }
     }
 }
@@ -93,13 +106,43 @@ pub struct Job {
     /// Share of a GPU's compute it keeps busy alone.
     pub busy: f64,
     /// Its allocations: `(seconds of progress, MiB held from then on)`, the first at 0,
-    /// the last reaching the peak.
+    /// the last reaching the peak less its workspace.
     pub allocations: Vec<(f64, u64)>,
+    /// A workspace that comes and goes on top of the allocations, if it has one.
+    pub workspace: Option<Workspace>,
+}
+
+/// Memory a job allocates for a part of every period of its progress and frees again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workspace {
+    /// MiB allocated while held.
+    pub mib: u64,
+    /// Period, seconds of progress.
+    pub every_s: f64,
+    /// Held for the first this many seconds of each period.
+    pub holds_s: f64,
+}
+
+impl Workspace {
+    /// MiB held after `progress_s` seconds of progress.
+    pub fn mib_at(&self, progress_s: f64) -> u64 {
+        if progress_s > 0.0 && progress_s.rem_euclid(self.every_s) < self.holds_s {
+            self.mib
+        } else {
+            0
+        }
+    }
 }
 
 impl Job {
-    /// MiB the job holds after `progress_s` seconds of progress.
+    /// MiB the job holds after `progress_s` seconds of progress: its allocations and, when
+    /// held, its workspace.
     pub fn used_mib_at(&self, progress_s: f64) -> u64 {
+        self.base_mib_at(progress_s) + self.workspace.map_or(0, |w| w.mib_at(progress_s))
+    }
+
+    /// MiB of its allocations alone after `progress_s` seconds: what only grows.
+    pub fn base_mib_at(&self, progress_s: f64) -> u64 {
         self.allocations
             .iter()
             .take_while(|(at, _)| *at <= progress_s)
@@ -136,6 +179,7 @@ impl Job {
             project: 0,
             busy: 0.1,
             allocations,
+            workspace: None,
         }
     }
 }
@@ -189,6 +233,8 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
         root.fork("steps"),
         root.fork("projects"),
     );
+    // Its own stream: the other draws stay those of a workload without workspaces.
+    let mut spaces = root.fork("workspaces");
     // Each project's typical peak, drawn from the body-and-tail distribution; its jobs
     // scatter around it (σ 0.25), so a project's past peaks say something of its next.
     let typical: Vec<f64> = (0..model.projects.max(1))
@@ -223,6 +269,17 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
             round_up_512(peak_mib as f64 * factor)
         });
         let busy = sizes.log_normal(model.busy_median, 0.6).clamp(0.05, 1.0);
+        let workspace = spaces.chance(model.workspace_share).then(|| {
+            let (lo, hi) = model.workspace_peak_share;
+            let every_s = spaces.range(model.workspace_every_s.0, model.workspace_every_s.1);
+            let (hlo, hhi) = model.workspace_holds;
+            Workspace {
+                mib: (peak_mib as f64 * spaces.range(lo, hi)).round() as u64,
+                every_s,
+                holds_s: every_s * spaces.range(hlo, hhi),
+            }
+        });
+        let base_peak = peak_mib - workspace.map_or(0, |w| w.mib);
         jobs.push(Job {
             id: jobs.len() as u64,
             arrive_s: t,
@@ -232,7 +289,8 @@ pub fn draw(model: &WorkloadModel, seed: u64, horizon_s: f64) -> Vec<Job> {
             protected: false,
             project: project as u32,
             busy,
-            allocations: allocations(peak_mib, duration_s, model, &mut steps),
+            allocations: allocations(base_peak, duration_s, model, &mut steps),
+            workspace,
         });
         t += arrivals.exponential(mean_gap);
     }
@@ -262,9 +320,19 @@ mod tests {
             .filter(|j| j.declared_mib.is_some_and(|d| d < j.peak_mib))
             .count();
         assert!(low > 0, "some declarations are too low");
+        let spaced = jobs.iter().filter(|j| j.workspace.is_some()).count() as f64;
+        assert!((spaced / n - 0.3).abs() < 0.05, "{}", spaced / n);
         for j in jobs.iter().take(200) {
-            assert!(j.used_mib_at(0.0) < j.used_mib_at(j.duration_s), "{j:?}");
-            assert_eq!(j.used_mib_at(j.duration_s), j.peak_mib);
+            assert!(j.base_mib_at(0.0) < j.base_mib_at(j.duration_s), "{j:?}");
+            let ws = j.workspace.map_or(0, |w| w.mib);
+            assert_eq!(j.base_mib_at(j.duration_s) + ws, j.peak_mib);
+            // The workspace comes and goes: held at some moments of the run, not at others,
+            // and the job never holds more than its peak.
+            if let Some(w) = j.workspace {
+                let at: Vec<u64> = (1..400).map(|i| w.mib_at(i as f64 * 0.7)).collect();
+                assert!(at.contains(&w.mib) && at.contains(&0), "{w:?}");
+            }
+            assert!((0..200).all(|i| j.used_mib_at(i as f64 * 3.1) <= j.peak_mib));
             // In steps: at most 7 distinct allocations.
             assert!((3..=7).contains(&j.allocations.len()), "{j:?}");
             assert!(j

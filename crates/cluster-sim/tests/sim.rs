@@ -286,6 +286,8 @@ fn a_row_is_safe_only_when_every_seed_is() {
         oom_undeclared: 0,
         oom_causes: Default::default(),
         evictions: 0,
+        evicted_not_growing: 0,
+        evicted_not_growing_within_declared: 0,
         victim_growth_mib: 0,
         jobs_per_gpu_hour: 1.0,
         evictions_per_hour: 0.0,
@@ -302,4 +304,60 @@ fn a_row_is_safe_only_when_every_seed_is() {
     assert!(!rows[0].safe(), "seed 3 kills 0.11 %");
     let runs = [o(1, 0), o(2, 10)];
     assert!(report::rows(&runs)[0].safe());
+}
+
+#[test]
+fn a_workspace_that_comes_and_goes_is_not_taken_for_growth() {
+    // T (a trainer) holds 6 GiB and an 8 GiB workspace for 3 s of every 7 s, inside the
+    // 14 GiB it declares; S, a steady CI job, holds 1.5 GiB; G grows by 512 MiB every 2 s
+    // to 14 GiB, declaring nothing. Only G fills the GPU, and only G is evicted, however
+    // T's workspace falls against the decisions and the cooldowns.
+    let mut t = stepped(0, 0.0, 900.0, &[(0.0, 6 * GIB)], Some(14 * GIB));
+    t.workspace = Some(cluster_sim::workload::Workspace {
+        mib: 8 * GIB,
+        every_s: 7.0,
+        holds_s: 3.0,
+    });
+    let s = stepped(1, 0.0, 900.0, &[(0.0, 1536)], Some(2 * GIB));
+    let steps: Vec<(f64, u64)> = (0..=24)
+        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
+        .collect();
+    for start in [4.0, 5.0, 8.0, 11.0] {
+        let g = stepped(2, start, 900.0, &steps, None);
+        let sc = one_gpu(vec![t.clone(), s.clone(), g], 1200);
+        let o = simulate(&sc, PolicyKind::Guard, 4).expect("runs");
+        assert!(
+            !events(&o, 2, |k| *k == EventKind::Evicted).is_empty(),
+            "G is evicted (start {start}): {:?}",
+            o.trace
+        );
+        for bystander in [0, 1] {
+            assert!(
+                events(&o, bystander, |k| *k == EventKind::Evicted).is_empty(),
+                "job {bystander} was evicted (G starting at {start}): {:?}",
+                o.trace
+            );
+        }
+        assert_eq!(o.evicted_not_growing, 0, "{:?}", o.trace);
+    }
+}
+
+#[test]
+fn a_victim_that_was_not_growing_is_counted_as_a_bystander() {
+    // S holds 10 GiB steadily against a 2 GiB declaration; G grows inside its 16 GiB one.
+    // The kubelet's order takes the pod over its declaration first: S, which was not
+    // growing — counted, and not within its declaration.
+    let s = stepped(0, 0.0, 900.0, &[(0.0, 10 * GIB)], Some(2 * GIB));
+    let steps: Vec<(f64, u64)> = (0..=24)
+        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
+        .collect();
+    let g = stepped(1, 30.0, 900.0, &steps, Some(16 * GIB));
+    let o = simulate(&one_gpu(vec![s, g], 600), PolicyKind::Guard, 4).expect("runs");
+    assert!(
+        !events(&o, 0, |k| *k == EventKind::Evicted).is_empty(),
+        "{:?}",
+        o.trace
+    );
+    assert!(o.evicted_not_growing >= 1, "{:?}", o.trace);
+    assert_eq!(o.evicted_not_growing_within_declared, 0);
 }
