@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use apiserver_double::cgroups::CgroupRuntime;
-use apiserver_double::{ApiServer, Fixtures, KubeletModel, KubeletOptions, Pid1Mode};
+use apiserver_double::{ApiServer, FaultAction, Fixtures, KubeletModel, KubeletOptions, Pid1Mode};
 use clap::Parser;
 
 /// A Kubernetes API server test double on plain HTTP: pods (get/list/watch/evict), nodes
@@ -75,6 +75,12 @@ struct Args {
     /// Bookmark interval for watches that allow bookmarks (e.g. `1s`, `250ms`).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
+
+    /// Answer every GET under `/api/v1/namespaces/` that is not a watch — the guard's fresh
+    /// read of a pod — only after this long (e.g. `3s`), while cluster-wide LISTs and
+    /// watches answer at once: a server slow for one kind of request (issue 38's H200 runs).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    slow_pod_reads: Option<Duration>,
 }
 
 fn main() -> ExitCode {
@@ -133,6 +139,12 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     server.load_fixtures(&fixtures).map_err(|e| e.to_string())?;
+    if let Some(delay) = args.slow_pod_reads {
+        server.inject(
+            apiserver_double::Fault::new("/api/v1/namespaces/", FaultAction::SlowList(delay))
+                .method(apiserver_double::Method::GET),
+        );
+    }
 
     if let Some(dir) = args.kill_cgroups_under.clone() {
         server.set_pod_runtime(CgroupRuntime::new(dir, args.cgroup_search_depth));

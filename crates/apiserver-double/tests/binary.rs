@@ -239,3 +239,48 @@ async fn library_kubeconfig_is_accepted_by_kube() {
         .is_empty());
     assert_eq!(server.requests()[0].path, "/api/v1/namespaces/default/pods");
 }
+
+/// `--slow-pod-reads`: a pod's GET answers only after the delay (the guard's fresh read, as
+/// issue 38's H200 runs slow it); the cluster-wide LIST the pod view makes is outside the
+/// rule's path and still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_pod_reads_delay_the_namespaced_get_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = dir.path().join("fixtures.yaml");
+    std::fs::write(&fixtures, FIXTURES).unwrap();
+    let log = dir.path().join("requests.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_apiserver-double"))
+        .args(["--listen", "127.0.0.1:0", "--slow-pod-reads", "600ms"])
+        .arg("--fixtures")
+        .arg(&fixtures)
+        .arg("--request-log")
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let client = Client::try_from(Config::new(url.trim().parse().unwrap())).unwrap();
+    let ci: Api<Pod> = Api::namespaced(client.clone(), "ci");
+    let t0 = Instant::now();
+    let pod = ci.get("job-1").await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(pod.name_any(), "job-1");
+    let all: Api<Pod> = Api::all(client);
+    let listed = all.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains("/api/v1/namespaces/ci/pods/job-1"),
+        "{lines}"
+    );
+}
