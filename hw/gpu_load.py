@@ -36,6 +36,10 @@ def main():
     ap.add_argument("--exit-on-oom", action="store_true")
     ap.add_argument("--release-s", type=float, default=0.02,
                     help="with --workspace-gib: how long each step runs without its workspace")
+    ap.add_argument("--workspace-hold-s", type=float, default=0.0,
+                    help="with --workspace-gib: keep computing with the workspace held for at least this "
+                         "long each step (e.g. 0.15 with --release-s 0.15: a 10 GiB workspace every 0.3 s, "
+                         "issue 38's trainer)")
     ap.add_argument("--workspace-gib", type=float, default=0.0,
                     help="with --compute: allocate this much afresh every step (and release it to "
                          "the driver), as a training step's activations would; an OOM here is what "
@@ -89,9 +93,13 @@ def main():
                 if a.workspace_gib > 0:
                     ws = torch.empty(int(a.workspace_gib * (1 << 30)), dtype=torch.uint8, device=dev)
                     ws.fill_(2)
-                for _ in range(8):
-                    z = x @ y
-                torch.cuda.synchronize()
+                held_from = time.time()
+                while True:
+                    for _ in range(8):
+                        z = x @ y
+                    torch.cuda.synchronize()
+                    if ws is None or time.time() - held_from >= a.workspace_hold_s:
+                        break
                 del z
                 if ws is not None:
                     del ws

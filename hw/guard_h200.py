@@ -30,7 +30,12 @@ left, shared by four jobs: a 6 GiB trainer with a 1 GiB workspace, two 3 GiB CI 
 greedy one, thresholds 5 %/10 % of 24 GiB), `k` the double's kubelet (`faithful`, default, or
 `instant`: the comparison that kills at once), `p` PID-1 mode (`shell`, default, or `exits`),
 `a` the policy's `onDecision` (`evict`, `stop`, `kill`; unset: the agent's default, `stop`;
-the report's onDecision column shows what the agent's /state said it does). With
+the report's onDecision column shows what the agent's /state said it does), `s` the
+neighbours' shape (issue 38; `trainer`, the default; `ws`: a trainer whose workspace, larger
+than the soft band, comes and goes every 0.3 s; `runner`: the seed's four jobs of one runner at
+one priority, one declaring vram-request-mib with a workspace inside it, two steady (24 GiB
+each on the H200), one greedy; `two`: two greedy jobs starting 1 s apart — see SHAPES), `r` a
+delay for the double's pod reads (`--slow-pod-reads`, e.g. `r=3s`). With
 `--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
 whether pressure on one GPU evicts pods of another (it must not).
 
@@ -359,7 +364,7 @@ def http_get(url, timeout=2):
         return r.read().decode()
 
 
-def start_double(args, pods, workdir, tag, kubelet="faithful"):
+def start_double(args, pods, workdir, tag, kubelet="faithful", slow_reads=""):
     fixtures = os.path.join(workdir, f"fixtures-{tag}.json")
     with open(fixtures, "w") as f:
         json.dump({"nodes": [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}],
@@ -371,7 +376,8 @@ def start_double(args, pods, workdir, tag, kubelet="faithful"):
                           "--kubelet-watch-latency", args.watch_latency, "--eviction-grace-scale", "0",
                           "--kubelet-log", os.path.join(workdir, "kubelet.jsonl"),
                           "--request-log", os.path.join(workdir, "requests.jsonl"),
-                          "--kubeconfig-out", kc, "--bookmark-interval", "1s"],
+                          "--kubeconfig-out", kc, "--bookmark-interval", "1s"]
+                         + (["--slow-pod-reads", slow_reads] if slow_reads else []),
                          stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "double.log"), "a"))
     p.stdout.readline()  # the URL: the server is up
     return p, kc
@@ -616,21 +622,23 @@ def attribution_check(args, workdir, port, pods_by_pid):
 
 def parse_sweep(args):
     """[(label, mode, fast interval, greedy GPUs, [rates], runs, options)] from --sweep or
-    --modes/--rates; options: h (headroom), k (kubelet), p (PID-1 mode), a (onDecision)."""
+    --modes/--rates; options: h (headroom), k (kubelet), p (PID-1 mode), a (onDecision),
+    s (neighbour shape, SHAPES), r (the double's --slow-pod-reads, e.g. 3s)."""
     spec = args.sweep or ";".join(f"{m}:{args.rates}" for m in args.modes.split(","))
     gpus = [int(g) for g in args.gpus.split(",")]
     out = []
     for item in filter(None, (x.strip() for x in spec.split(";"))):
         label, rates = item.split(":")
         head, *kv = label.split("%")
-        opts = dict(h="today", k="faithful", p="shell", a="")
+        opts = dict(h="today", k="faithful", p="shell", a="", s="trainer", r="")
         for pair in kv:
             k, _, v = pair.partition("=")
             if k not in opts:
-                raise SystemExit(f"--sweep: unknown key {k!r} in {item!r} (h, k, p, a)")
+                raise SystemExit(f"--sweep: unknown key {k!r} in {item!r} (h, k, p, a, s, r)")
             opts[k] = v
         if opts["h"] not in ("today", "a10g") or opts["k"] not in ("faithful", "instant") \
-                or opts["p"] not in ("shell", "exits") or opts["a"] not in ("", "evict", "stop", "kill"):
+                or opts["p"] not in ("shell", "exits") or opts["a"] not in ("", "evict", "stop", "kill") \
+                or opts["s"] not in SHAPES or (opts["r"] and not opts["r"][:-1].replace(".", "").isdigit()):
             raise SystemExit(f"--sweep: bad option value in {item!r}")
         head, _, runs = head.partition("*")
         head, _, on = head.partition("/")
@@ -659,6 +667,36 @@ def chunk_for(args, rate):
 
 # The A10G the "a10g" headroom emulates: 24 GiB, thresholds as the default 5 % / 10 % of it.
 A10G_MIB = 24 * 1024
+
+# The neighbours of the greedy job (issue 38), per shape and headroom: the "train" process
+# (its gpu_load.py arguments, its pod's namespace, priority and annotations) and the steady
+# CI pods' GiB. `trainer`: the sweep's protected trainer (a 2 GiB workspace; 1 GiB on the
+# a10g). `ws`: a trainer whose workspace, larger than the soft band (H200: 7 GiB; a10g:
+# 1.2 GiB), is allocated and freed every 0.3 s. `runner`: the seed's four jobs of one runner
+# at one priority — one declares vram-request-mib and stays inside it while its workspace
+# comes and goes, two hold steady (an innocent 24 GiB one among them), one grows. `two`: the
+# trainer, and two greedy jobs starting 1 s apart.
+SHAPES = ("trainer", "ws", "runner", "two")
+WS_STEP = ["--workspace-hold-s", "0.15", "--release-s", "0.15"]
+
+
+def base_load(args, hr, shape):
+    """(train gpu_load args, train pod (ns, priority, annotations), [steady CI GiB], host GiB)."""
+    a10g = hr == "a10g"
+    protected = ("ml", 1_000_000, {})
+    if shape == "ws":
+        hold, ws = (5, 2) if a10g else (args.train_gib - 8, 10)
+        return (["--hold-gib", str(hold), "--compute", "--workspace-gib", str(ws), "--seconds", "3600"] + WS_STEP,
+                protected, [3, 3] if a10g else [4], 0 if a10g else 1)
+    if shape == "runner":
+        hold, ws = (4, 2) if a10g else (48, 8)
+        declared = {"gpu-warden.io/vram-request-mib": str(int((hold + ws) * 1024))}
+        return (["--hold-gib", str(hold), "--compute", "--workspace-gib", str(ws), "--seconds", "3600"] + WS_STEP,
+                ("ci", 0, declared), [6, 3] if a10g else [24, 24], 0 if a10g else 1)
+    if a10g:
+        return (["--hold-gib", "6", "--compute", "--workspace-gib", "1", "--seconds", "3600"], protected, [3, 3], 0)
+    return (["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),
+             "--seconds", "3600"], protected, [4], 1)
 
 
 def write_policy(args, workdir, fast, headroom="today", action=""):
@@ -762,21 +800,18 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     try:
-        for hr in dict.fromkeys(o["h"] for *_, o in sweep):
+        for hr, shape in dict.fromkeys((o["h"], o["s"]) for *_, o in sweep):
             if time.time() + SETUP_ESTIMATE_S > deadline:
-                log(f"budget spent: skipping the {hr} headroom")
-                skipped += [(label, rate, run, "headroom setup") for label, *_, rates, runs, o in sweep if o["h"] == hr
-                            for rate in rates for run in range(runs)]
+                log(f"budget spent: skipping the {hr} headroom ({shape})")
+                skipped += [(label, rate, run, "headroom setup") for label, *_, rates, runs, o in sweep
+                            if (o["h"], o["s"]) == (hr, shape) for rate in rates for run in range(runs)]
                 continue
-            # The base load of this headroom: a protected trainer and CI pods on each GPU.
-            if hr == "a10g":
-                train_args = ["--hold-gib", "6", "--compute", "--workspace-gib", "1", "--seconds", "3600"]
-                small_gib, n_small, host_gib = 3, 2, 0
-            else:
-                train_args = ["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib",
-                              str(args.workspace_gib), "--seconds", "3600"]
-                small_gib, n_small, host_gib = 4, 1, 1
-            train = {g: Pod("ml", f"train{suffix(g) or '-0'}", "trainer", 1_000_000) for g in gpus}
+            # The base load of this headroom and shape: a trainer (or the declared runner job)
+            # and steady CI pods on each GPU.
+            train_args, (train_ns, train_prio, train_ann), small_gibs, host_gib = base_load(args, hr, shape)
+            n_small = len(small_gibs)
+            train = {g: Pod(train_ns, f"train{suffix(g) or '-0'}", "trainer", train_prio,
+                            {} if train_ns == "ml" else {"workload-type": "gpu-ci"}, train_ann) for g in gpus}
             small = {(g, i): Pod("ci", f"ci-small{suffix(g)}{'-' + str(i + 1) if i else ''}", "build", 0,
                                  {"workload-type": "gpu-ci"}) for g in gpus for i in range(n_small)}
             for p in list(train.values()) + list(small.values()):
@@ -800,7 +835,7 @@ def main():
                 procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
                 for i in range(n_small):
                     lp = os.path.join(workdir, f"small-{hr}-{g}-{i}.log")
-                    procs[("small", g, i)] = load(g, ["--hold-gib", str(small_gib), "--seconds", "3600"],
+                    procs[("small", g, i)] = load(g, ["--hold-gib", str(small_gibs[i]), "--seconds", "3600"],
                                                   small[(g, i)].cgroup, lp)
                     logs.append(lp)
             if host_gib:
@@ -811,7 +846,7 @@ def main():
                 if not wait_ready(lp):
                     raise RuntimeError(f"{lp} never got ready")
             for g in gpus:
-                pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+                pods_by_pid[pid_of(tlog[g])] = (train_ns, train[g].name, "trainer")
                 for i in range(n_small):
                     pods_by_pid[pid_of(os.path.join(workdir, f"small-{hr}-{g}-{i}.log"))] = \
                         ("ci", small[(g, i)].name, "build")
@@ -829,7 +864,7 @@ def main():
                 stop(a)
                 stop(d)
             for label, mode, fast, greedy_gpus, rates, runs, opts in sweep:
-                if opts["h"] != hr:
+                if (opts["h"], opts["s"]) != (hr, shape):
                     continue
                 policy = write_policy(args, workdir, fast, hr, opts["a"])
                 for rate in rates:
@@ -858,12 +893,16 @@ def main():
                                 ready_by = time.time() + 90  # not `deadline`: that is the budget's
                                 while open(tlog[g]).read().count('"ready"') <= seen and time.time() < ready_by:
                                     time.sleep(0.1)
-                                pods_by_pid[pid_of(tlog[g])] = ("ml", train[g].name, "trainer")
+                                pods_by_pid[pid_of(tlog[g])] = (train_ns, train[g].name, "trainer")
                                 restarted.append(g)
                         tag = label.replace("/", "-on-").replace("@", "-at-").replace("+", "").replace("%", "-") \
                             .replace("=", "").replace("*", "x")
-                        greedy = {g: Pod("ci", f"ci-greedy-{int(rate)}-{run}{suffix(g)}", "build", 0,
-                                         {"workload-type": "gpu-ci"}) for g in greedy_gpus}
+                        # (key, GPU, start delay): one greedy job per GPU; with shape `two` a second
+                        # on the same GPU one second later (key "<gpu>b").
+                        gkeys = [(g, g, 0) for g in greedy_gpus] + \
+                            ([(f"{g}b", g, 1) for g in greedy_gpus] if shape == "two" else [])
+                        greedy = {k: Pod("ci", f"ci-greedy{'2' if k != g else ''}-{int(rate)}-{run}{suffix(g)}",
+                                         "build", 0, {"workload-type": "gpu-ci"}) for k, g, _ in gkeys}
                         for p in greedy.values():
                             p.make_cgroup()
                         d = a = None
@@ -871,7 +910,8 @@ def main():
                         agent_log = os.path.join(workdir, "agent.log")
                         log_from = os.path.getsize(agent_log) if os.path.exists(agent_log) else 0
                         if mode == "guard":
-                            d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"])
+                            d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"],
+                                                 opts["r"])
                             procs[("run", "double")] = d
                             a, port = start_agent(args, kc, workdir, policy)
                             procs[("run", "agent")] = a
@@ -882,26 +922,26 @@ def main():
                         # Every window (OOMs, evictions, the timeline) opens before the greedy jobs
                         # start: with several of them, the first grows while the next still starts.
                         t0 = time.time()
-                        for g in greedy_gpus:
-                            glogs[g] = os.path.join(workdir, f"greedy-{hr}-{tag}-{int(rate)}-{run}-{g}.log")
-                            gprocs[g] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
+                        for k, g, delay in gkeys:
+                            glogs[k] = os.path.join(workdir, f"greedy-{hr}-{tag}-{int(rate)}-{run}-{k}.log")
+                            gprocs[k] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
                                                  "--chunk-mib", str(chunk_for(args, rate)),
-                                                 "--start-delay", "0", "--seconds", f"{seconds:.2f}"],
-                                             greedy[g].cgroup, glogs[g], pid1=opts["p"])
-                            procs[("run", "greedy", g)] = gprocs[g]
-                        for g in greedy_gpus:
-                            ready = wait_ready(glogs[g], 30)
+                                                 "--start-delay", str(delay), "--seconds", f"{seconds:.2f}"],
+                                             greedy[k].cgroup, glogs[k], pid1=opts["p"])
+                            procs[("run", "greedy", k)] = gprocs[k]
+                        for k, g, _ in gkeys:
+                            ready = wait_ready(glogs[k], 30)
                             if not ready:
-                                log("greedy job never got ready:", open(glogs[g]).read()[-2000:])
+                                log("greedy job never got ready:", open(glogs[k]).read()[-2000:])
                             # The job's NVML pid: gpu_load.py's, not the wrapper's (NVML never
                             # lists that). Not found, or not on the GPU: the report says the
                             # pid-derived figures are unknown instead of computing them.
-                            pid, how = find_job_pid(greedy[g].cgroup, gprocs[g].pid, logged_pid=ready_pid(glogs[g]),
+                            pid, how = find_job_pid(greedy[k].cgroup, gprocs[k].pid, logged_pid=ready_pid(glogs[k]),
                                                     timeout=10 if ready else 1)
                             listed = pid is not None and nvml_lists(g, pid)
-                            gpids[g] = dict(pid=pid, pid_how=how, pid_ok=listed, wrapper_pid=gprocs[g].pid)
+                            gpids[k] = dict(pid=pid, pid_how=how, pid_ok=listed, wrapper_pid=gprocs[k].pid, gpu=g)
                             if not listed:
-                                log(f"greedy job on GPU {g}: NVML pid unknown ({how}; found {pid}, listed by NVML: {listed})")
+                                log(f"greedy job {k} on GPU {g}: NVML pid unknown ({how}; found {pid}, listed by NVML: {listed})")
                         ready_at = time.time()
                         for gp in gprocs.values():
                             try:
@@ -927,16 +967,17 @@ def main():
                         append_run_log(os.path.join(args.out, RUN_LOGS), dict(
                             label=label, rate=rate, run=run, t0=t0, agent_lines=kept, agent_lines_dropped=dropped,
                             agent_lines_total=len(agent_lines), guard_state=guard_state,
-                            greedy_logs={g: tail(glogs[g], 8192) for g in greedy_gpus}))
+                            greedy_logs={k: tail(glogs[k], 8192) for k, _, _ in gkeys}))
                         results.append(dict(
                             label=label, mode=mode, fast=fast, rate=rate, run=run, t0=t0, t1=t1,
                             headroom=hr, kubelet=opts["k"], pid1=opts["p"], action=opts["a"] or "default",
                             # `killed` is the wrapper's status: a job shell whose child the agent
                             # killed exits 0 after `echo job-exit=137`, so job_exit says more.
-                            greedy={g: dict(name=greedy[g].name, **gpids[g],
-                                            killed=gprocs[g].returncode is not None and gprocs[g].returncode != 0,
-                                            wrapper_rc=gprocs[g].returncode, job_exit=job_exit(glogs[g]))
-                                    for g in greedy_gpus},
+                            shape=shape, slow_reads=opts["r"],
+                            greedy={k: dict(name=greedy[k].name, **gpids[k],
+                                            killed=gprocs[k].returncode is not None and gprocs[k].returncode != 0,
+                                            wrapper_rc=gprocs[k].returncode, job_exit=job_exit(glogs[k]))
+                                    for k, _, _ in gkeys},
                             train_restarted_before=restarted,
                             train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},
                             train_ooms={g: ooms_in(tlog[g], t0, t1) for g in gpus},

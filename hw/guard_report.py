@@ -55,7 +55,8 @@ def analyse(results, timeline, thresholds):
         r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
         r["per_gpu"] = {}
         for g, gr in r["greedy"].items():
-            win = [row for row in timeline if row[1] == int(g) and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+            # A greedy entry's key is its GPU, or "<gpu>b" for shape `two`'s second job.
+            win = [row for row in timeline if row[1] == int(gr.get("gpu", g)) and r["t0"] - 0.5 <= row[0] <= r["t1"]]
             # The pid-derived figures (measured rate, memory freed, growth after the eviction)
             # only from a pid the harness found running gpu_load.py and NVML listed, and
             # that the timeline shows; else they are unknown, not computed from a wrong pid.
@@ -449,7 +450,8 @@ def plot(out, results, timeline, pods_by_pid, soft_mib, hard_mib):
         return
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 4 * len(panels)), squeeze=False)
     for ax, (r, g) in zip(axes[:, 0], panels):
-        win = [row for row in timeline if row[1] == g and r["t0"] - 0.5 <= row[0] <= r["t1"]]
+        gpu = int(r["greedy"][g].get("gpu", g))
+        win = [row for row in timeline if row[1] == gpu and r["t0"] - 0.5 <= row[0] <= r["t1"]]
         ts = [row[0] - r["t0"] for row in win]
         names = dict(pods_by_pid)
         for gg, gr in r["greedy"].items():
@@ -466,7 +468,7 @@ def plot(out, results, timeline, pods_by_pid, soft_mib, hard_mib):
             ax.axvline(te - r["t0"], color="purple", lw=1.5, label=f"eviction of {name} ({status})")
         ax.set_title(f"GPU {g}, {r['label']} ({'guard, enforce, fast ' + r['fast'] if r['mode'] == 'guard' else 'no guard'}, "
                      f"{r['headroom']}, {r['kubelet']} kubelet): "
-                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(g, 0)}")
+                     f"greedy at {r['rate']:g} GiB/s; training OOM events: {r['train_ooms'].get(gpu, r['train_ooms'].get(str(gpu), 0))}")
         ax.set_xlabel("seconds since the greedy job was launched")
         ax.set_ylabel("GiB")
         ax.legend(fontsize=7, loc="center left")

@@ -3,7 +3,14 @@
 # faithful kubelet (SIGTERM to PID 1 — a job shell that ignores it — SIGKILL at max(grace, 2 s)):
 # the default policy (evictionGracePeriodSeconds 5) in enforce mode at two headrooms, today's
 # ~32 GiB free and an emulated A10G (24 GiB shared by four jobs). SWEEP picks the series
-# (hw/guard_h200.py --sweep syntax; `%h=a10g`, `%a=stop|kill|evict`, `%k=instant`, `%p=exits`).
+# (hw/guard_h200.py --sweep syntax; `%h=a10g`, `%a=stop|kill|evict`, `%k=instant`, `%p=exits`,
+# `%s=ws|runner|two` the neighbours' shape, `%r=3s` slow pod reads).
+#
+# Issue 38's table (each cell 5 runs; ~150 runs, several calls at BUDGET 520 — split by shape):
+#   SWEEP="guard*5%s=ws:4,16,64,128,250;guard*5%s=ws%h=a10g:4,16,64,128,250"
+#   SWEEP="guard*5%s=runner:4,16,64,128,250;guard*5%s=runner%h=a10g:4,16,64,128,250"
+#   SWEEP="guard*5%s=two:4,16,64,128,250;guard*5%s=two%h=a10g:4,16,64,128,250"
+#   SWEEP="guard*5%s=ws%r=3s:64;guard*5%s=ws%r=3s%h=a10g:64"   (the slow fresh read)
 #
 #   OUT=/tmp/out BUDGET=520 SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
 #       target/release/gpu-warden target/release/apiserver-double [before-binary]

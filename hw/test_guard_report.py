@@ -572,6 +572,45 @@ class EndToEnd(unittest.TestCase):
             gr.report_only(os.path.join(out, "guard-runs.json"), again, os.path.join(out, gr.TIMELINE))
         self.assertEqual(open(os.path.join(again, "guard-report.md")).read(), report)
 
+    def test_the_neighbour_shapes_of_issue_38(self):
+        # Each shape sets up its own base load; `two` starts a second greedy job on the same GPU
+        # one second after the first, and each is found and reported by its own key; `r` reaches
+        # the double as --slow-pod-reads.
+        rc, out, text, _ = self.harness("guard*1%s=two%r=3s:64;guard*1%s=runner:64;guard*1%s=ws:64", 240)
+        self.assertEqual(rc, 0, text[-3000:])
+        d = json.load(open(os.path.join(out, "guard-runs.json")))
+        self.assertEqual([(r["shape"], r["slow_reads"]) for r in d["results"]],
+                         [("two", "3s"), ("runner", ""), ("ws", "")])
+        two = d["results"][0]
+        self.assertEqual(sorted(two["greedy"]), ["0", "0b"])
+        for k, g in two["greedy"].items():
+            self.assertTrue(g["pid_ok"], (k, g))
+            self.assertEqual(g["gpu"], 0)
+        self.assertNotEqual(two["greedy"]["0"]["name"], two["greedy"]["0b"]["name"])
+        self.assertEqual(sorted(two["per_gpu"]), ["0", "0b"])
+        # The second job's growth starts a second later: its first GiB comes later in the timeline.
+        rows = gr.read_timeline(os.path.join(out, gr.TIMELINE))
+        first = {k: next(t for t, _, _, _, procs in rows if procs.get(g["pid"], 0) >= 1024)
+                 for k, g in two["greedy"].items()}
+        self.assertGreater(first["0b"] - first["0"], 0.7, first)
+        # What each run's double was started with (hw/fakes/double.py records it).
+        starts = [json.loads(l) for l in open(os.path.join(self.work, "fixtures-run.json.starts"))]
+        self.assertEqual(len(starts), 3)
+        self.assertEqual(starts[0]["argv"][-2:], ["--slow-pod-reads", "3s"])
+        self.assertNotIn("--slow-pod-reads", starts[1]["argv"])
+
+        def pod(start, name):
+            return next(p for p in start["fixtures"]["pods"] if p["metadata"]["name"] == name)
+        # `two`: both greedy pods are served; `runner`: the "train" pod is a CI job at priority 0
+        # with its declaration (48 + 8 GiB), beside two steady 24 GiB jobs; `ws`: the trainer.
+        self.assertEqual({pod(starts[0], g["name"])["metadata"]["namespace"] for g in two["greedy"].values()}, {"ci"})
+        runner = pod(starts[1], "train-0")
+        self.assertEqual((runner["metadata"]["namespace"], runner["spec"]["priority"]), ("ci", 0))
+        self.assertEqual(runner["metadata"]["annotations"], {"gpu-warden.io/vram-request-mib": "57344"})
+        self.assertEqual(pod(starts[2], "train-0")["metadata"]["namespace"], "ml")
+        small = [l for l in os.listdir(self.work) if l.startswith("small-today-0-")]
+        self.assertEqual(sorted(small), ["small-today-0-0.log", "small-today-0-1.log"])
+
     def test_the_budget_skips_runs_that_would_not_end_in_it(self):
         # 70 s: the headroom's setup fits (45 s kept for it), then runs of ~5 s until the
         # estimate no longer fits before 70 - 15 s.
