@@ -51,6 +51,13 @@ fn stepped(
     j
 }
 
+/// A greedy job's allocations: 2 GiB, then 512 MiB more every 2 s of progress to 14 GiB.
+fn greedy_steps() -> Vec<(f64, u64)> {
+    (0..=24)
+        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
+        .collect()
+}
+
 fn events(o: &Outcome, job: u64, kind: fn(&EventKind) -> bool) -> Vec<u64> {
     o.trace
         .iter()
@@ -216,9 +223,7 @@ fn an_evicted_job_grows_through_the_kubelets_grace_unless_stopped() {
     // P holds 8 GiB; G grows by 512 MiB every 2 s of progress up to 14 GiB: the guard
     // decides before the GPU is full. Evict-only: G keeps allocating for max(grace 5 s, 2 s).
     let p = stepped(0, 0.0, 600.0, &[(0.0, 8 * GIB)], Some(8 * GIB));
-    let steps: Vec<(f64, u64)> = (0..=24)
-        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
-        .collect();
+    let steps = greedy_steps();
     let g = stepped(1, 2.0, 600.0, &steps, None);
     let run = |on| {
         let sc = Scenario {
@@ -319,9 +324,7 @@ fn a_workspace_that_comes_and_goes_is_not_taken_for_growth() {
         holds_s: 3.0,
     });
     let s = stepped(1, 0.0, 900.0, &[(0.0, 1536)], Some(2 * GIB));
-    let steps: Vec<(f64, u64)> = (0..=24)
-        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
-        .collect();
+    let steps = greedy_steps();
     for start in [4.0, 5.0, 8.0, 11.0] {
         let g = stepped(2, start, 900.0, &steps, None);
         let sc = one_gpu(vec![t.clone(), s.clone(), g], 1200);
@@ -348,9 +351,7 @@ fn a_victim_that_was_not_growing_is_counted_as_a_bystander() {
     // The kubelet's order takes the pod over its declaration first: S, which was not
     // growing — counted, and not within its declaration.
     let s = stepped(0, 0.0, 900.0, &[(0.0, 10 * GIB)], Some(2 * GIB));
-    let steps: Vec<(f64, u64)> = (0..=24)
-        .map(|i| (i as f64 * 2.0, 2 * GIB + i * 512))
-        .collect();
+    let steps = greedy_steps();
     let g = stepped(1, 30.0, 900.0, &steps, Some(16 * GIB));
     let o = simulate(&one_gpu(vec![s, g], 600), PolicyKind::Guard, 4).expect("runs");
     assert!(
