@@ -88,6 +88,8 @@ pub fn lease_planner_config(node: &AnnotationConfig, renew_interval: Duration) -
         heartbeat: renew_interval,
         min_interval: LEASE_MIN_INTERVAL.min(renew_interval),
         pressure_rise_at_once: true,
+        // The extender places pods on freed memory from the Lease within seconds.
+        under_promise_at_heartbeat: false,
         ..node.clone()
     }
 }
