@@ -659,6 +659,14 @@ mod tests {
         assert!(e_new.longest_s <= 330 + 2, "{e_new:?}");
         assert!(e_slow.share() > 0.0, "the workload churns: {e_slow:?}");
         assert!(kubelet.exposure.is_none());
+        // The Node alone corrects within its 5 s interval (the steps are 2 s), and freed
+        // memory waiting for the heartbeat costs no write more than before Leases.
+        let (e_alone, _) = alone.exposure.unwrap();
+        assert!(e_alone.longest_s <= 6, "{e_alone:?}");
+        assert!(
+            alone.node.mean <= before.node.mean,
+            "{alone:?} vs {before:?}"
+        );
         let md = markdown(&rows, 3);
         assert_eq!(md.lines().count(), 2 + rows.len());
     }
