@@ -88,6 +88,11 @@ pub fn lease_planner_config(node: &AnnotationConfig, renew_interval: Duration) -
         heartbeat: renew_interval,
         min_interval: LEASE_MIN_INTERVAL.min(renew_interval),
         pressure_rise_at_once: true,
+        // The extender places pods on freed memory from the Lease within seconds.
+        under_promise_at_heartbeat: false,
+        // Every change goes within the Lease's 5 s already: the Node's early path and its
+        // budget are the Node's alone.
+        over_promise_burst: 0,
         ..node.clone()
     }
 }

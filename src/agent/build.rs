@@ -23,7 +23,7 @@ use crate::guard::policy::{Mode, Policy, PolicyError};
 use crate::guard::ports::DecisionExecutor;
 use crate::guard::state::Guard;
 use crate::model::clock::{Clock, SystemClock};
-use crate::publish::annotations::AnnotationConfig;
+use crate::publish::annotations::{AnnotationConfig, FiguresState};
 use crate::publish::auth::Auth;
 use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
 use crate::publish::job_peaks::JobPeaks;
@@ -337,6 +337,10 @@ impl Wiring {
         )
         .with_attributor(Box::new(attributor))
         .with_guard(guard);
+        if clients.is_some() && self.cli.annotations == Switch::On {
+            let channel = self.cli.figures_channel();
+            core = core.with_figures(FiguresState::new(channel, &self.annotation_cfg));
+        }
         if self.cli.job_peaks == Switch::On {
             core = core.with_job_peaks(JobPeaks::new(
                 request_key.clone(),
@@ -492,11 +496,11 @@ impl Wiring {
     ) -> Option<super::Companion> {
         let args = &self.cli.lease;
         if args.lease == Switch::Off {
-            tracing::info!("--lease=off: no Lease; extenders judge this node by its Node's vram-observed-at, so keep --annotation-heartbeat below their staleAfter");
+            tracing::info!(heartbeat = ?node_cfg.heartbeat, min_interval = ?node_cfg.min_interval, "--lease=off: no Lease; the Node carries the figures alone, on the Node-only cadence unless --annotation-heartbeat / --annotation-min-interval say otherwise");
             return None;
         }
         let Some(cfg) = self.lease_config() else {
-            tracing::warn!("no --lease-namespace / POD_NAMESPACE: no Lease; extenders judge this node by its Node's vram-observed-at (set POD_NAMESPACE from the Downward API, or --annotation-heartbeat below their staleAfter)");
+            tracing::warn!(heartbeat = ?node_cfg.heartbeat, min_interval = ?node_cfg.min_interval, "no --lease-namespace / POD_NAMESPACE: no Lease; the Node carries the figures alone, on the Node-only cadence unless --annotation-heartbeat / --annotation-min-interval say otherwise (set POD_NAMESPACE from the Downward API for the Lease)");
             return None;
         };
         let (client, node_cfg, clock) = (c.direct.clone(), node_cfg.clone(), self.clock.clone());

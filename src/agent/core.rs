@@ -16,6 +16,7 @@ use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{MemoryInfo, Snapshot};
+use crate::publish::annotations::{FiguresChannel, FiguresState};
 use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
@@ -74,6 +75,8 @@ pub struct Core {
     notices: Vec<EventDraft>,
     /// Where the carried state goes, and the entries last sent there.
     carry: Option<(CarrySink, Vec<String>)>,
+    /// Where the free-VRAM figures go, for `/state`.
+    figures: Option<FiguresState>,
 }
 
 /// The Event reason of a pod's recorded VRAM peak.
@@ -95,7 +98,21 @@ impl Core {
             job_peaks: None,
             notices: Vec::new(),
             carry: None,
+            figures: None,
         }
+    }
+
+    /// The free-VRAM figures are published as `figures` says: `/state` shows it and
+    /// `gpu_warden_vram_figures_channel` is 1 for its channel, 0 for the other.
+    pub fn with_figures(mut self, figures: FiguresState) -> Self {
+        for ch in FiguresChannel::ALL {
+            self.self_metrics
+                .figures_channel
+                .with_label_values(&[ch.as_str()])
+                .set(i64::from(ch == figures.channel));
+        }
+        self.figures = Some(figures);
+        self
     }
 
     /// Records each pod's VRAM peak per GPU from now on (docs/sizing.md).
@@ -235,6 +252,7 @@ impl Core {
             guard,
             pressure,
             replicas,
+            figures: self.figures,
         }
     }
 

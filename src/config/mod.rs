@@ -5,7 +5,7 @@
 pub mod check;
 
 use crate::guard::policy::{Mode, Policy};
-use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
+use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError, FiguresChannel};
 use crate::publish::metrics::HostnameLabel;
 use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
@@ -209,15 +209,31 @@ pub struct Cli {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576), env = "GPU_WARDEN_ANNOTATION_QUANTUM_MIB")]
     pub annotation_quantum_mib: u64,
 
-    /// Re-patch the Node's annotations at least this often (liveness itself is on the Lease;
-    /// an extender without Leases judges staleness by it).
-    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
-    pub annotation_heartbeat: Duration,
+    /// Re-patch the Node's annotations at least this often [default: 5m30s with a Lease
+    /// (it carries liveness), 60s without one (the Node is the only channel)].
+    #[arg(long, value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_HEARTBEAT")]
+    pub annotation_heartbeat: Option<Duration>,
 
-    /// Never patch the Node more often than this, except for a pressure rise (the Lease
-    /// carries changes within seconds).
-    #[arg(long, default_value = "5m30s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
-    pub annotation_min_interval: Duration,
+    /// Patch the Node at most once per this interval on average, and a change that
+    /// under-states what is free no sooner [default: 5m30s with a Lease (it carries changes
+    /// within seconds), 5s without one].
+    #[arg(long, value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_MIN_INTERVAL")]
+    pub annotation_min_interval: Option<Duration>,
+
+    /// Correct a Node figure that over-states what is free (free memory the tolerance below
+    /// it, pressure above it) this soon after the last patch, while the burst lasts.
+    #[arg(long, default_value = "5s", value_parser = parse_interval, value_name = "DURATION", env = "GPU_WARDEN_ANNOTATION_OVER_PROMISE_INTERVAL")]
+    pub annotation_over_promise_interval: Duration,
+
+    /// A Node figure over-states what is free when a GPU's free memory is this share of the
+    /// GPU (at least two quanta) below it; smaller gaps wait for the minimum interval.
+    #[arg(long, default_value_t = crate::publish::annotations::DEFAULT_OVER_PROMISE_TOLERANCE_PERCENT, value_parser = clap::value_parser!(u32).range(0..=100), value_name = "PERCENT", env = "GPU_WARDEN_ANNOTATION_OVER_PROMISE_TOLERANCE_PERCENT")]
+    pub annotation_over_promise_tolerance_percent: u32,
+
+    /// Over-promise corrections the Node may get ahead of its budget of one patch per
+    /// minimum interval (a token bucket); 0 makes them wait for the minimum interval.
+    #[arg(long, default_value_t = crate::publish::annotations::DEFAULT_OVER_PROMISE_BURST, value_parser = clap::value_parser!(u32).range(0..=100), env = "GPU_WARDEN_ANNOTATION_OVER_PROMISE_BURST")]
+    pub annotation_over_promise_burst: u32,
 
     /// Read the kubelet's pod-resources API (which pod holds which GPU replica). When the
     /// socket is absent or may not be connected to, the feature is off with one log line.
@@ -353,16 +369,30 @@ impl Cli {
         }
     }
 
-    /// The node annotations' settings, from their flags.
+    /// Which channel carries the current figures: the Lease when the agent keeps one,
+    /// else the Node alone.
+    pub fn figures_channel(&self) -> FiguresChannel {
+        FiguresChannel::of(self.lease.will_run())
+    }
+
+    /// The node annotations' settings, from their flags; the cadence flags not given take
+    /// the defaults of the channel ([`FiguresChannel::node_cadence`]).
     pub fn annotation_config(&self) -> AnnotationConfig {
+        let channel = self.figures_channel();
+        let (heartbeat, min_interval) = channel.node_cadence();
         AnnotationConfig {
             prefix: self.annotation_prefix.clone(),
             quantum_mib: self.annotation_quantum_mib,
-            heartbeat: self.annotation_heartbeat,
-            min_interval: self.annotation_min_interval,
-            // With a Lease the extender learns of a pressure rise there, within a poll; the
-            // Node then keeps its interval (docs/annotations.md, "Write load").
-            pressure_rise_at_once: !self.lease.will_run(),
+            heartbeat: self.annotation_heartbeat.unwrap_or(heartbeat),
+            min_interval: self.annotation_min_interval.unwrap_or(min_interval),
+            // With a Lease the extender learns of a pressure rise there, within a poll; on
+            // the Node a rise is an over-promise, corrected through its write budget
+            // (docs/annotations.md, "Write discipline").
+            pressure_rise_at_once: channel == FiguresChannel::Node,
+            over_promise_interval: self.annotation_over_promise_interval,
+            over_promise_burst: self.annotation_over_promise_burst,
+            over_promise_tolerance_percent: self.annotation_over_promise_tolerance_percent,
+            under_promise_at_heartbeat: true,
         }
     }
 }
@@ -403,6 +433,55 @@ mod tests {
         );
         assert_eq!(c.pod_resources_interval, Duration::from_secs(5));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn without_a_lease_the_node_cadence_switches_to_node_only_by_itself() {
+        let s = Duration::from_secs;
+        let lease = parse(&["--lease-namespace", "gpu-warden"]).unwrap();
+        let c = lease.annotation_config();
+        assert_eq!(lease.figures_channel(), FiguresChannel::Lease);
+        assert_eq!((c.heartbeat, c.min_interval), (s(330), s(330)));
+        assert!(!c.pressure_rise_at_once && c.under_promise_at_heartbeat);
+        assert_eq!((c.over_promise_interval, c.over_promise_burst), (s(5), 3));
+        assert_eq!(c.over_promise_tolerance_percent, 0);
+        let alone = parse(&["--lease", "off", "--lease-namespace", "gpu-warden"]).unwrap();
+        let c = alone.annotation_config();
+        assert_eq!(alone.figures_channel(), FiguresChannel::Node);
+        assert_eq!((c.heartbeat, c.min_interval), (s(60), s(5)));
+        assert!(c.pressure_rise_at_once && c.under_promise_at_heartbeat);
+        alone.validate().unwrap();
+        // Flags given win over either channel's defaults.
+        let set = parse(&[
+            "--lease",
+            "off",
+            "--annotation-heartbeat",
+            "2m",
+            "--annotation-min-interval",
+            "30s",
+            "--annotation-over-promise-interval",
+            "2s",
+            "--annotation-over-promise-burst",
+            "0",
+            "--annotation-over-promise-tolerance-percent",
+            "10",
+        ])
+        .unwrap();
+        let c = set.annotation_config();
+        assert_eq!((c.heartbeat, c.min_interval), (s(120), s(30)));
+        assert_eq!((c.over_promise_interval, c.over_promise_burst), (s(2), 0));
+        assert_eq!(c.over_promise_tolerance_percent, 10);
+        let e = parse(&["--annotation-over-promise-burst", "101"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--annotation-over-promise-burst"), "{e}");
+        let e = parse(&["--annotation-over-promise-tolerance-percent", "101"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--annotation-over-promise-tolerance-percent"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct SelfMetrics {
     pub gpus: Labelled<Gauge>,
     /// `gpu_warden_last_poll_timestamp_seconds`: wall time of the last full poll.
     pub last_poll: IntGauge,
+    /// `gpu_warden_vram_figures_channel{channel="lease"|"node"}`: 1 for the object that
+    /// carries the current free-VRAM figures (the Lease, or the Node alone without one);
+    /// no series while the agent publishes none (standalone, `--annotations off`).
+    pub figures_channel: Labelled<Gauge>,
 }
 
 /// Poll-latency buckets from 100 µs to 2.5 s: NVML polls of a healthy node sit in the
@@ -325,6 +329,7 @@ impl SelfMetrics {
                 "gpu_warden_last_poll_timestamp_seconds",
                 "Unix time of the last full poll.",
             )?,
+            figures_channel: Labelled::new(&["channel"]),
         })
     }
 
@@ -408,6 +413,12 @@ impl SelfMetrics {
             out,
             "gpu_warden_poll_duration_seconds",
             "Wall time of one full poll of every GPU, in seconds.",
+        );
+        self.figures_channel.write(
+            out,
+            "gpu_warden_vram_figures_channel",
+            "1 for the object that carries the current free-VRAM figures: the agent's Lease, or the Node alone when there is no Lease.",
+            Kind::Gauge,
         );
     }
 }

@@ -5,6 +5,7 @@
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::Snapshot;
+use crate::publish::annotations::FiguresState;
 use crate::publish::replica_state::ReplicaState;
 use bytes::Bytes;
 use serde::Serialize;
@@ -29,6 +30,9 @@ pub struct Published {
     /// The latest kubelet pod-resources data when the feature is on and has data (None
     /// otherwise); the annotations publish it.
     pub replicas: Option<Arc<ReplicaView>>,
+    /// Which object carries the free-VRAM figures and the Node's cadence (`None` when the
+    /// agent publishes none: standalone or `--annotations off`).
+    pub figures: Option<FiguresState>,
 }
 
 /// A part of `/state` another room keeps (the guard's view), written out only when `/state`
@@ -50,6 +54,8 @@ struct StateView<'a> {
     /// The kubelet's pod-resources view (absent without the data).
     #[serde(skip_serializing_if = "Option::is_none")]
     replicas: Option<ReplicaState<'a>>,
+    /// Where the free-VRAM figures are published (null when they are not).
+    figures: Option<FiguresState>,
 }
 
 impl Published {
@@ -73,6 +79,7 @@ impl Published {
                 .replicas
                 .as_deref()
                 .map(|v| ReplicaState::new(v, &self.snapshot)),
+            figures: self.figures,
         };
         // Serialising plain data into a Vec cannot fail; an empty object is a safe answer
         // should a future field ever refuse.

@@ -102,6 +102,7 @@ impl Feed {
             guard: None,
             pressure: pressure.iter().copied().collect(),
             replicas: None,
+            figures: None,
         })));
     }
 

@@ -144,6 +144,7 @@ impl Rig {
             guard: None,
             pressure: BTreeMap::from([(0, pressure)]),
             replicas: None,
+            figures: None,
         })));
     }
 

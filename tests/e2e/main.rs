@@ -33,6 +33,7 @@ mod http_abuse;
 mod http_tls_auth;
 mod job_peaks_e2e;
 mod lease_e2e;
+mod node_freshness_e2e;
 mod outage_budget;
 mod pod_view_guard;
 mod pod_watch_faults;

@@ -25,6 +25,9 @@ use gpu_warden::publish::annotations::{AnnotationConfig, AnnotationPlanner};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod report;
+pub use report::{markdown, rate, Exposure, Rate};
+
 /// The time-slicing replicas per GPU of the simulated runs.
 pub const REPLICAS: u32 = 4;
 
@@ -76,22 +79,46 @@ pub struct Discipline {
     pub lease_liveness_only_s: Option<u64>,
 }
 
-/// The three disciplines of the table: today's defaults, the Lease for liveness with the
-/// Node still written on every change, and the new defaults (figures on the Lease).
+/// The disciplines of the table: the Node alone (the cadence before Leases, and the
+/// agent's defaults without one), the Lease for liveness with the Node still written on
+/// every change, the figures on the Lease with the Node on the kubelets' cadence and no
+/// early correction (the defaults before issue 42), and the defaults: the same with the
+/// Node's over-promises corrected ahead of its cadence through its write budget.
 pub fn disciplines() -> Vec<Discipline> {
     let node = |heartbeat: u64, min: u64| AnnotationConfig {
         heartbeat: Duration::from_secs(heartbeat),
         min_interval: Duration::from_secs(min),
         ..AnnotationConfig::default()
     };
-    let new_node = AnnotationConfig {
+    let node_only = AnnotationConfig {
+        under_promise_at_heartbeat: true,
+        ..node(60, 5)
+    };
+    let beside_lease = |burst: u32| AnnotationConfig {
         pressure_rise_at_once: false,
+        over_promise_burst: burst,
+        under_promise_at_heartbeat: true,
         ..AnnotationConfig::default()
+    };
+    let slow_node = beside_lease(0);
+    let new_node = beside_lease(gpu_warden::publish::annotations::DEFAULT_OVER_PROMISE_BURST);
+
+    let lease_row = |name: String, node: AnnotationConfig| Discipline {
+        name,
+        lease: Some(lease_planner_config(&node, Duration::from_secs(15))),
+        node,
+        lease_liveness_only_s: None,
     };
     vec![
         Discipline {
-            name: "before (Node heartbeat 60 s, changes at most every 5 s)".into(),
+            name: "before Leases (Node heartbeat 60 s, changes at most every 5 s)".into(),
             node: node(60, 5),
+            lease: None,
+            lease_liveness_only_s: None,
+        },
+        Discipline {
+            name: "Node only, no Lease: the defaults without one (heartbeat 60 s, a change that over-states free at most every 5 s, pressure rises at once, freed memory at the heartbeat)".into(),
+            node: node_only,
             lease: None,
             lease_liveness_only_s: None,
         },
@@ -102,16 +129,53 @@ pub fn disciplines() -> Vec<Discipline> {
             lease: None,
             lease_liveness_only_s: Some(15),
         },
-        Discipline {
-            name: format!(
-                "new defaults: Lease with the figures (15 s; changes at most every 5 s, pressure rises at once), Node heartbeat {} s, changes (pressure too) at most every {} s",
-                new_node.heartbeat.as_secs(),
+        lease_row(
+            format!(
+                "Lease with the figures (15 s; changes at most every 5 s, pressure rises at once), Node heartbeat {} s, changes (pressure too) at most every {} s, no early correction (before issue 42)",
+                slow_node.heartbeat.as_secs(),
+                slow_node.min_interval.as_secs()
+            ),
+            slow_node,
+        ),
+        lease_row(
+            format!(
+                "defaults: as above, and an over-promise on the Node corrected {} s after the last write while its budget lasts (burst {}, one write per {} s)",
+                new_node.over_promise_interval.as_secs(),
+                new_node.over_promise_burst,
                 new_node.min_interval.as_secs()
             ),
-            lease: Some(lease_planner_config(&new_node, Duration::from_secs(15))),
-            node: new_node,
-            lease_liveness_only_s: None,
-        },
+            new_node.clone(),
+        ),
+        lease_row(
+            "the defaults without the budget (every over-promise corrected after 5 s; not an option of the agent)".into(),
+            AnnotationConfig {
+                over_promise_burst: u32::MAX,
+                ..new_node.clone()
+            },
+        ),
+        lease_row(
+            "the defaults with --annotation-over-promise-tolerance-percent 10".into(),
+            AnnotationConfig {
+                over_promise_tolerance_percent: 10,
+                ..new_node.clone()
+            },
+        ),
+        lease_row(
+            "the same without the budget (not an option of the agent)".into(),
+            AnnotationConfig {
+                over_promise_tolerance_percent: 10,
+                over_promise_burst: u32::MAX,
+                ..new_node.clone()
+            },
+        ),
+        lease_row(
+            "the defaults with --annotation-min-interval 60s (a budget of one Node write a minute)"
+                .into(),
+            AnnotationConfig {
+                min_interval: Duration::from_secs(60),
+                ..new_node
+            },
+        ),
     ]
 }
 
@@ -248,7 +312,15 @@ pub struct Writes {
     pub annotation_bytes: u64,
     /// Bytes of the Lease objects sent, summed.
     pub lease_bytes: u64,
+    /// How long the Node's figures over-stated what was free by two quanta or more.
+    pub exposure: Exposure,
+    /// …by [`LARGE_PERCENT`] % of a GPU or more.
+    pub large_exposure: Exposure,
 }
+
+/// The over-promise the table's last column counts beside the two-quanta one: a tenth of
+/// the GPU (the agent's default tolerance).
+pub const LARGE_PERCENT: u32 = 10;
 
 fn gpu_sample(i: u32, total_mib: u64) -> GpuSample {
     let mut g = GpuSample::empty(
@@ -354,6 +426,12 @@ pub fn plan_node(m: &Model, tr: &Traces, node: usize, d: &Discipline) -> Writes 
                     .sum::<u64>();
             }
         }
+        if counted {
+            let strict = node_planner.over_promises_by(&snap, &pressure, 0);
+            let large = node_planner.over_promises_by(&snap, &pressure, LARGE_PERCENT);
+            out.exposure.observe(strict, tr.step_s);
+            out.large_exposure.observe(large, tr.step_s);
+        }
         if let Some(lp) = lease_planner.as_mut() {
             if let Some(p) = lp.plan_with_replicas(&snap, &pressure, Some(&view), now) {
                 lp.patch_succeeded(now);
@@ -368,32 +446,6 @@ pub fn plan_node(m: &Model, tr: &Traces, node: usize, d: &Discipline) -> Writes 
         t += tr.step_s;
     }
     out
-}
-
-/// Mean and p99 per second, over 1-minute windows.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate {
-    /// Writes per second over the whole window.
-    pub mean: f64,
-    /// The 99th percentile of the 1-minute windows' writes per second.
-    pub p99: f64,
-}
-
-/// Counts `times` (seconds in `[0, span)`) per minute; the rate's mean and p99.
-pub fn rate(counts: &[u64], span: u64) -> Rate {
-    let total: u64 = counts.iter().sum();
-    let mut per_s: Vec<f64> = counts.iter().map(|c| *c as f64 / 60.0).collect();
-    per_s.sort_by(|a, b| a.total_cmp(b));
-    let p99 = if per_s.is_empty() {
-        0.0
-    } else {
-        let rank = ((0.99 * per_s.len() as f64).ceil() as usize).clamp(1, per_s.len());
-        per_s[rank - 1]
-    };
-    Rate {
-        mean: total as f64 / span.max(1) as f64,
-        p99,
-    }
 }
 
 /// A deterministic offset for copy `k` (splitmix64).
@@ -430,6 +482,9 @@ pub struct Row {
     /// Lease watch events per second (one watcher: the extender, or for the kubelets'
     /// Leases the node lifecycle controller).
     pub lease_watch_events_per_s: f64,
+    /// How long the agents' Node figures over-stated what was free, by two quanta and by
+    /// a tenth of a GPU (none for the kubelets).
+    pub exposure: Option<(Exposure, Exposure)>,
 }
 
 /// The measured span of the steady state, whole minutes.
@@ -493,8 +548,10 @@ pub fn table(
             etcd_bytes_per_s: node.mean * m.node_bytes as f64 + lease.mean * empty_lease as f64,
             node_watch_events_per_s: node.mean * watchers as f64,
             lease_watch_events_per_s: lease.mean,
+            exposure: None,
         });
         for (d, writes) in &per_disc {
+            let (mut exposure, mut large) = (Exposure::default(), Exposure::default());
             let mut nb = vec![0u64; minutes];
             let mut lb = vec![0u64; minutes];
             let (mut ann_bytes, mut node_writes, mut lease_bytes, mut lease_writes) =
@@ -508,6 +565,8 @@ pub fn table(
                 node_writes += w.node.len() as u64;
                 lease_bytes += w.lease_bytes;
                 lease_writes += w.lease.len() as u64;
+                exposure.add(&w.exposure);
+                large.add(&w.large_exposure);
             }
             if let Some(p) = d.lease_liveness_only_s {
                 lb = periodic(p, 0x11fe, n);
@@ -527,32 +586,11 @@ pub fn table(
                     + lease.mean * if lease_writes > 0 { lease_obj } else { 0.0 },
                 node_watch_events_per_s: node.mean * watchers as f64,
                 lease_watch_events_per_s: lease.mean,
+                exposure: Some((exposure, large)),
             });
         }
     }
     Ok(rows)
-}
-
-/// The table as Markdown.
-pub fn markdown(rows: &[Row], watchers_beyond_nodes: u64) -> String {
-    let mut s = format!(
-        "| nodes | writer | Node writes/s mean | Node writes/s p99 (1-min) | Lease writes/s mean | Lease writes/s p99 | into etcd | Node watch events/s (nodes + {watchers_beyond_nodes} watchers) | Lease watch events/s |\n|---|---|---|---|---|---|---|---|---|\n"
-    );
-    for r in rows {
-        s.push_str(&format!(
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} MB/s | {:.0} | {:.0} |\n",
-            r.nodes,
-            r.what,
-            r.node.mean,
-            r.node.p99,
-            r.lease.mean,
-            r.lease.p99,
-            r.etcd_bytes_per_s / 1e6,
-            r.node_watch_events_per_s,
-            r.lease_watch_events_per_s
-        ));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -589,9 +627,11 @@ mod tests {
                 .clone()
         };
         let kubelet = by("kubelets");
-        let before = by("agents, before");
+        let before = by("agents, before Leases");
+        let alone = by("agents, Node only");
         let liveness_only = by("agents, Lease for liveness only");
-        let new = by("agents, new defaults");
+        let slow = by("agents, Lease with the figures");
+        let new = by("agents, defaults");
         assert!(
             (kubelet.node.mean - 1000.0 / 300.0).abs() < 0.1,
             "{kubelet:?}"
@@ -613,6 +653,20 @@ mod tests {
             "a renewal per 15 s at least: {new:?}"
         );
         assert!(new.etcd_bytes_per_s < before.etcd_bytes_per_s);
+        // The budget corrects over-promises sooner than the bare cadence, at its cost.
+        let ((e_new, l_new), (e_slow, l_slow)) = (new.exposure.unwrap(), slow.exposure.unwrap());
+        assert!(l_new.share() < l_slow.share(), "{l_new:?} vs {l_slow:?}");
+        assert!(e_new.longest_s <= 330 + 2, "{e_new:?}");
+        assert!(e_slow.share() > 0.0, "the workload churns: {e_slow:?}");
+        assert!(kubelet.exposure.is_none());
+        // The Node alone corrects within its 5 s interval (the steps are 2 s), and freed
+        // memory waiting for the heartbeat costs no write more than before Leases.
+        let (e_alone, _) = alone.exposure.unwrap();
+        assert!(e_alone.longest_s <= 6, "{e_alone:?}");
+        assert!(
+            alone.node.mean <= before.node.mean,
+            "{alone:?} vs {before:?}"
+        );
         let md = markdown(&rows, 3);
         assert_eq!(md.lines().count(), 2 + rows.len());
     }

@@ -31,10 +31,14 @@
 //! [`values`] (a snapshot's values and the merge patches) and [`planner`] (the write
 //! discipline).
 
+pub mod budget;
+pub mod channel;
 pub mod planner;
 pub mod schema;
 pub mod values;
 
+pub use budget::*;
+pub use channel::*;
 pub use planner::*;
 pub use schema::*;
 pub use values::*;

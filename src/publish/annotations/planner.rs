@@ -1,5 +1,6 @@
 //! The write discipline of docs/annotations.md: when the values are worth a PATCH.
 
+use super::budget::WriteBudget;
 use super::schema::{annotation_key, owned_keys, GpuFigures, DEFAULT_PREFIX};
 use super::values::{merge_patch, next_gpu, quantize, readings, AnnotationValues, Reading};
 use crate::model::pressure::Pressure;
@@ -20,6 +21,33 @@ pub const HEARTBEAT_SLACK: Duration = Duration::from_millis(250);
 /// kubelet writes it, at the p99 of 1-minute windows too (docs/annotations.md, "Write load").
 pub const DEFAULT_NODE_CADENCE: Duration = Duration::from_secs(330);
 
+/// The Node's heartbeat when it is the only channel (no Lease): 60 s, the cadence before
+/// Leases, so readers' staleness rules (the extender's `staleAfter`, 120 s) hold.
+pub const NODE_ONLY_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// The Node's minimum interval when it is the only channel: every change within 5 s.
+pub const NODE_ONLY_MIN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How soon an over-promise may be corrected after the last write, by default: the
+/// Lease's own pace for changes.
+pub const DEFAULT_OVER_PROMISE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Over-promise corrections that may come ahead of the Node's budget of one write per
+/// minimum interval (the token bucket of [`WriteBudget`]).
+pub const DEFAULT_OVER_PROMISE_BURST: u32 = 3;
+
+/// A GPU's free memory may fall at least this many quanta below what the published figure
+/// says before the figure counts as an over-promise: "a quantum or two" of noise is not
+/// news, and the published figure is already rounded down by up to a quantum.
+pub const OVER_PROMISE_QUANTA: u64 = 2;
+
+/// …or this share of the GPU when that is more, by default none: every over-statement of
+/// two quanta is worth a write while the budget lasts, and under churn the budget, not the
+/// tolerance, sets the pace (docs/annotations.md, "Write load": a tenth of the GPU changed
+/// the share of time a churning Node over-promised by a tenth of a GPU from 17.0 % to
+/// 15.7 %, and left a 12 GiB job on a quiet H200 uncorrected for the whole interval).
+pub const DEFAULT_OVER_PROMISE_TOLERANCE_PERCENT: u32 = 0;
+
 /// How the annotations are named and how often they may be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnnotationConfig {
@@ -32,10 +60,26 @@ pub struct AnnotationConfig {
     /// Never patch more often than this, except for a pressure rise when
     /// `pressure_rise_at_once`.
     pub min_interval: Duration,
-    /// A GPU's pressure rising is sent at once, whatever the minimum interval. The Node
-    /// needs it only when it is the one channel: with the agent's Lease carrying the
-    /// figures (and pressure rises at once), the Node keeps its interval.
+    /// A GPU's pressure rising is sent at once, whatever the minimum interval and the
+    /// budget: the rule of the Lease, and of the Node when it is the only channel. Beside
+    /// a Lease the Node has it off: a pressure rise is an over-promise there, corrected
+    /// through the budget below.
     pub pressure_rise_at_once: bool,
+    /// An over-promise (a GPU's free memory more than its tolerance below the published
+    /// figure, a GPU's pressure above it, or a GPU gone) may be corrected this soon after the
+    /// last write, ahead of the minimum interval, while the budget allows. Never later than
+    /// the minimum interval.
+    pub over_promise_interval: Duration,
+    /// The tolerance, as a share of each GPU's memory (the floor is
+    /// [`OVER_PROMISE_QUANTA`] quanta): see [`Self::over_promise_tolerance_mib`].
+    pub over_promise_tolerance_percent: u32,
+    /// Tokens of the write budget ([`WriteBudget`]: one comes back per minimum interval).
+    /// 0: no early corrections; an over-promise waits for the minimum interval.
+    pub over_promise_burst: u32,
+    /// A change that only under-states what is free (memory freed, pressure eased) waits
+    /// for the heartbeat (the Node's rule); off, it goes after the minimum interval like
+    /// any change (the Lease's: the extender places pods on freed memory within seconds).
+    pub under_promise_at_heartbeat: bool,
 }
 
 impl Default for AnnotationConfig {
@@ -46,6 +90,10 @@ impl Default for AnnotationConfig {
             heartbeat: DEFAULT_NODE_CADENCE,
             min_interval: DEFAULT_NODE_CADENCE,
             pressure_rise_at_once: true,
+            over_promise_interval: DEFAULT_OVER_PROMISE_INTERVAL,
+            over_promise_tolerance_percent: DEFAULT_OVER_PROMISE_TOLERANCE_PERCENT,
+            over_promise_burst: DEFAULT_OVER_PROMISE_BURST,
+            under_promise_at_heartbeat: false,
         }
     }
 }
@@ -110,6 +158,30 @@ impl AnnotationConfig {
     pub fn keys(&self) -> [String; 4] {
         owned_keys(&self.prefix)
     }
+
+    /// How far below the published figure the free memory of a GPU of `total_mib` may fall
+    /// before it is an over-promise: [`OVER_PROMISE_QUANTA`] quanta, or the tolerance's
+    /// share of the GPU when that is more.
+    pub fn over_promise_tolerance_mib(&self, total_mib: u64) -> u64 {
+        tolerance_mib(
+            self.quantum_mib,
+            self.over_promise_tolerance_percent,
+            total_mib,
+        )
+    }
+
+    /// The longest a change that over-states what is free stays on the Node, not counting
+    /// the poll that sees it nor the API server's answer: the over-promise interval while
+    /// the budget has a token, else the minimum interval (a token comes back per minimum
+    /// interval, so a churning node still corrects at that pace).
+    pub fn over_promise_bound(&self) -> (Duration, Duration) {
+        let fast = if self.over_promise_burst == 0 {
+            self.min_interval
+        } else {
+            self.over_promise_interval.min(self.min_interval)
+        };
+        (fast, self.min_interval)
+    }
 }
 
 /// Why the planner asked for a patch (for logs).
@@ -127,6 +199,9 @@ pub enum PatchReason {
     ReplicasChanged,
     /// A GPU's free memory moved by at least a quantum.
     FreeMoved,
+    /// The published figures over-state what is free (see
+    /// [`AnnotationConfig::over_promise_interval`]): corrected ahead of the minimum interval.
+    OverPromise,
     /// Nothing moved, but the heartbeat is due.
     Heartbeat,
 }
@@ -141,6 +216,7 @@ impl PatchReason {
             PatchReason::GpusChanged => "gpus-changed",
             PatchReason::ReplicasChanged => "replicas-changed",
             PatchReason::FreeMoved => "free-moved",
+            PatchReason::OverPromise => "over-promise",
             PatchReason::Heartbeat => "heartbeat",
         }
     }
@@ -183,12 +259,15 @@ pub struct AnnotationPlanner {
     last_attempt: Option<Duration>,
     last_success: Option<Duration>,
     gated_until: Option<Duration>,
+    budget: WriteBudget,
 }
 
 impl AnnotationPlanner {
     /// A planner that has published nothing yet.
     pub fn new(cfg: AnnotationConfig) -> Self {
+        let budget = WriteBudget::new(cfg.min_interval, cfg.over_promise_burst);
         AnnotationPlanner {
+            budget,
             cfg,
             applied: None,
             in_flight: None,
@@ -243,16 +322,22 @@ impl AnnotationPlanner {
             self.gated_until = None;
             return None;
         };
-        if reason != PatchReason::PressureRaised || !self.cfg.pressure_rise_at_once {
-            if let Some(last) = self.last_attempt {
-                let free_at = last.saturating_add(self.cfg.min_interval);
-                if now < free_at {
-                    self.gated_until = Some(free_at);
-                    return None;
+        let mut reason = reason;
+        let urgent = reason == PatchReason::PressureRaised && self.cfg.pressure_rise_at_once;
+        if let (false, Some(last)) = (urgent, self.last_attempt) {
+            let free_at = last.saturating_add(self.cfg.min_interval);
+            if now < free_at {
+                match self.over_promise_at(&current, last, now) {
+                    Some(t) if t <= now => reason = PatchReason::OverPromise,
+                    early => {
+                        self.gated_until = Some(early.map_or(free_at, |t| t.min(free_at)));
+                        return None;
+                    }
                 }
             }
         }
         self.gated_until = None;
+        self.budget.spend(now);
         let values = quantize(&current, self.cfg.quantum_mib, snap.wall, next);
         let body = merge_patch(values.to_annotations(&self.cfg.prefix));
         self.in_flight = Some(Sent {
@@ -267,6 +352,23 @@ impl AnnotationPlanner {
             values,
             reason,
         })
+    }
+
+    /// When an over-promise in `current` may be corrected ahead of the minimum interval
+    /// (the last write at `last`); `None` when there is none or no early correction.
+    fn over_promise_at(
+        &self,
+        current: &[Reading],
+        last: Duration,
+        now: Duration,
+    ) -> Option<Duration> {
+        let applied = self.applied.as_ref()?;
+        let percent = self.cfg.over_promise_tolerance_percent;
+        if !over_promises(current, &applied.gpus, self.cfg.quantum_mib, percent) {
+            return None;
+        }
+        let token = self.budget.token_at(now)?;
+        Some(token.max(last.saturating_add(self.cfg.over_promise_interval)))
     }
 
     fn reason(
@@ -291,7 +393,10 @@ impl AnnotationPlanner {
         if pairs().any(|(c, a)| c.pressure > a.pressure) {
             return Some(PatchReason::PressureRaised);
         }
-        if pairs().any(|(c, a)| c.pressure != a.pressure) {
+        // An eased pressure or freed memory only under-states what is free: news, but news
+        // that costs at most a placement, so on the Node it waits for the heartbeat.
+        let news = !self.cfg.under_promise_at_heartbeat;
+        if news && pairs().any(|(c, a)| c.pressure != a.pressure) {
             return Some(PatchReason::PressureEased);
         }
         if pairs().any(|(c, a)| c.replicas != a.replicas()) || *next_gpu != applied.next_gpu {
@@ -299,9 +404,9 @@ impl AnnotationPlanner {
         }
         let q = self.cfg.quantum_mib.max(1);
         let rise = q.saturating_add(q / 2);
-        if pairs()
-            .any(|(c, a)| c.free_mib < a.free_mib || c.free_mib >= a.free_mib.saturating_add(rise))
-        {
+        if pairs().any(|(c, a)| {
+            c.free_mib < a.free_mib || (news && c.free_mib >= a.free_mib.saturating_add(rise))
+        }) {
             return Some(PatchReason::FreeMoved);
         }
         // A heartbeat can only go out with a poll, and polls come a few ms early or late
@@ -315,6 +420,26 @@ impl AnnotationPlanner {
             return Some(PatchReason::Heartbeat);
         }
         None
+    }
+
+    /// Whether the figures the API server holds over-state what `snap` shows, by the rule
+    /// with a tolerance of `percent` % of each GPU (its floor two quanta): a GPU's free
+    /// memory more than that below its figure, its pressure above it, or a GPU gone. For
+    /// measuring a write discipline (`crates/write-load`) under any definition.
+    pub fn over_promises_by(
+        &self,
+        snap: &Snapshot,
+        pressure: &BTreeMap<u32, Pressure>,
+        percent: u32,
+    ) -> bool {
+        self.applied.as_ref().is_some_and(|a| {
+            over_promises(
+                &readings(snap, pressure, None),
+                &a.gpus,
+                self.cfg.quantum_mib,
+                percent,
+            )
+        })
     }
 
     /// The patch last planned was applied; its values are now what consumers see.
@@ -331,6 +456,28 @@ impl AnnotationPlanner {
     pub fn patch_failed(&mut self, _now: Duration) {
         self.in_flight = None;
     }
+}
+
+/// The over-promise rule: some published GPU claims more than `tolerance_mib` more free
+/// than `current` shows, a lower pressure, or is gone (its free memory is no longer there).
+/// A GPU that appeared is news but no over-promise: the published sums under-state.
+fn over_promises(
+    current: &[Reading],
+    published: &[GpuFigures],
+    quantum: u64,
+    percent: u32,
+) -> bool {
+    published.iter().any(|p| {
+        current.iter().find(|c| c.uuid == p.uuid).is_none_or(|c| {
+            let tolerance = tolerance_mib(quantum, percent, p.total_mib);
+            p.free_mib > c.free_mib.saturating_add(tolerance) || c.pressure > p.pressure
+        })
+    })
+}
+
+fn tolerance_mib(quantum: u64, percent: u32, total_mib: u64) -> u64 {
+    let share = total_mib.saturating_mul(u64::from(percent)) / 100;
+    quantum.saturating_mul(OVER_PROMISE_QUANTA).max(share)
 }
 
 #[cfg(test)]
@@ -690,6 +837,130 @@ mod tests {
             p.plan(&at(81.5, 2600), &soft, secs(81.5)).map(|x| x.reason),
             Some(PatchReason::Heartbeat)
         );
+    }
+
+    /// The Node beside a Lease (issue 42): 330 s cadence, over-promises corrected 5 s after
+    /// the last write while the budget of 3 lasts, freed memory at the heartbeat.
+    fn beside_lease() -> AnnotationConfig {
+        AnnotationConfig {
+            heartbeat: secs(330.0),
+            min_interval: secs(330.0),
+            pressure_rise_at_once: false,
+            under_promise_at_heartbeat: true,
+            ..AnnotationConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_over_promise_is_corrected_at_once_while_the_budget_lasts_then_one_per_interval() {
+        let mut p = AnnotationPlanner::new(beside_lease());
+        let at = |t: f64, used: u64| snap_at(t, vec![gpu(0, 23_028, used)]);
+        assert_eq!(
+            step(&mut p, &at(0.0, 0), &none()),
+            Some(PatchReason::Initial)
+        );
+        // A job takes 1 GiB: over-promise (more than two quanta), corrected at once, as the
+        // last write is 5 s old.
+        assert_eq!(
+            step(&mut p, &at(10.0, 1024), &none()),
+            Some(PatchReason::OverPromise)
+        );
+        // Another GiB a second later: held until 5 s after that write…
+        assert_eq!(step(&mut p, &at(11.0, 2048), &none()), None);
+        assert_eq!(p.next_due(), Some(secs(15.0)));
+        assert_eq!(
+            step(&mut p, &at(15.0, 2048), &none()),
+            Some(PatchReason::OverPromise)
+        );
+        // …and the bucket (3, the initial patch took one) is empty: the next over-promise
+        // waits for a token (one per 330 s), before the interval since the last write ends.
+        assert_eq!(step(&mut p, &at(20.0, 3072), &none()), None);
+        // (330 s of credit came back over the 330 s since the start, less the 15 s spent).
+        assert_eq!(p.next_due(), Some(secs(330.0)));
+        assert_eq!(step(&mut p, &at(329.0, 3072), &none()), None);
+        assert_eq!(
+            step(&mut p, &at(330.0, 3072), &none()),
+            Some(PatchReason::OverPromise)
+        );
+        // A drop within the tolerance (two quanta) is no over-promise: it waits for the
+        // interval, as the cadence's change.
+        assert_eq!(step(&mut p, &at(400.0, 3072 + 400), &none()), None);
+        assert_eq!(p.next_due(), Some(secs(660.0)));
+        assert_eq!(
+            step(&mut p, &at(660.0, 3072 + 400), &none()),
+            Some(PatchReason::FreeMoved)
+        );
+    }
+
+    #[test]
+    fn beside_a_lease_a_pressure_rise_or_a_lost_gpu_is_an_over_promise() {
+        let mut p = AnnotationPlanner::new(beside_lease());
+        let two = |t: f64| snap_at(t, vec![gpu(0, 23_028, 0), gpu(1, 23_028, 0)]);
+        assert!(step(&mut p, &two(0.0), &none()).is_some());
+        let soft = BTreeMap::from([(0, Pressure::Soft)]);
+        assert_eq!(
+            step(&mut p, &two(1.0), &soft),
+            None,
+            "5 s after the last write"
+        );
+        assert_eq!(p.next_due(), Some(secs(5.0)));
+        assert_eq!(
+            step(&mut p, &two(5.0), &soft),
+            Some(PatchReason::OverPromise)
+        );
+        let mut lost = gpu(1, 23_028, 0);
+        lost.memory = None;
+        lost.health = GpuHealth::Lost("fell off the bus".into());
+        let one = snap_at(10.0, vec![gpu(0, 23_028, 0), lost]);
+        assert_eq!(step(&mut p, &one, &soft), Some(PatchReason::OverPromise));
+    }
+
+    #[test]
+    fn on_the_node_freed_memory_and_eased_pressure_wait_for_the_heartbeat() {
+        let mut p = AnnotationPlanner::new(AnnotationConfig {
+            under_promise_at_heartbeat: true,
+            ..cfg()
+        });
+        let at = |t: f64, used: u64| snap_at(t, vec![gpu(0, 23_028, used)]);
+        let soft = BTreeMap::from([(0, Pressure::Soft)]);
+        assert!(step(&mut p, &at(0.0, 8192), &soft).is_some());
+        // 8 GiB freed and the pressure eased: under-statements only, for the whole
+        // heartbeat (60 s) though the minimum interval (5 s) passed long ago.
+        for t in 1..60 {
+            assert_eq!(step(&mut p, &at(f64::from(t), 0), &none()), None, "t={t}");
+            assert_eq!(p.next_due(), None);
+        }
+        let hb = p.plan(&at(60.0, 0), &none(), secs(60.0)).unwrap();
+        assert_eq!(hb.reason, PatchReason::Heartbeat);
+        assert_eq!(hb.values.gpus[0].pressure, Pressure::None);
+        assert_eq!(hb.values.gpus[0].free_mib, (23_028 - 100) / Q * Q);
+        p.patch_succeeded(secs(60.0));
+        // A drop below the claim still goes after the minimum interval.
+        assert_eq!(
+            step(&mut p, &at(65.0, 300), &none()),
+            Some(PatchReason::FreeMoved)
+        );
+    }
+
+    #[test]
+    fn the_tolerance_is_two_quanta_or_the_share_of_the_gpu() {
+        let c = AnnotationConfig::default();
+        assert_eq!(c.over_promise_tolerance_mib(143_771), 512);
+        let tenth = AnnotationConfig {
+            over_promise_tolerance_percent: 10,
+            ..c
+        };
+        assert_eq!(tenth.over_promise_tolerance_mib(143_771), 14_377);
+        assert_eq!(tenth.over_promise_tolerance_mib(4_000), 512);
+        assert_eq!(
+            beside_lease().over_promise_bound(),
+            (secs(5.0), secs(330.0))
+        );
+        let no_burst = AnnotationConfig {
+            over_promise_burst: 0,
+            ..beside_lease()
+        };
+        assert_eq!(no_burst.over_promise_bound(), (secs(330.0), secs(330.0)));
     }
 
     /// The "Done when" figure: 10 minutes of 1 s polls of a steady node patch at most 11

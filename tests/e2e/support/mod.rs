@@ -232,6 +232,8 @@ impl Agent {
             .current_dir(root())
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBECONFIG")
+            // No Lease unless a test gives the namespace: the runner's own must not decide.
+            .env_remove("POD_NAMESPACE")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
