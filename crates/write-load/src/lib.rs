@@ -653,9 +653,13 @@ mod tests {
             "a renewal per 15 s at least: {new:?}"
         );
         assert!(new.etcd_bytes_per_s < before.etcd_bytes_per_s);
-        // The budget corrects over-promises sooner than the bare cadence, at its cost.
+        // With workspaces that come and go (the default workload since issue 38) the budget
+        // is spent by the cadence itself on every node (docs/annotations.md): never worse
+        // than the bare cadence, at the same cost. Where nodes are quieter it corrects the
+        // over-promises sooner (the next test).
         let ((e_new, l_new), (e_slow, l_slow)) = (new.exposure.unwrap(), slow.exposure.unwrap());
-        assert!(l_new.share() < l_slow.share(), "{l_new:?} vs {l_slow:?}");
+        assert!(e_new.share() <= e_slow.share(), "{e_new:?} vs {e_slow:?}");
+        assert!(l_new.share() <= l_slow.share(), "{l_new:?} vs {l_slow:?}");
         assert!(e_new.longest_s <= 330 + 2, "{e_new:?}");
         assert!(e_slow.share() > 0.0, "the workload churns: {e_slow:?}");
         assert!(kubelet.exposure.is_none());
@@ -669,6 +673,26 @@ mod tests {
         );
         let md = markdown(&rows, 3);
         assert_eq!(md.lines().count(), 2 + rows.len());
+    }
+
+    #[test]
+    fn on_quieter_nodes_the_budget_corrects_over_promises_sooner_at_no_more_writes() {
+        // The same group without workspaces: a node's free memory drops when a job starts
+        // or allocates a chunk, less often than the budget's refill on many nodes.
+        let quiet = Model {
+            workload: WorkloadModel {
+                workspace_share: 0.0,
+                ..small().workload
+            },
+            ..small()
+        };
+        let rows = table(&quiet, &[1000], 3).unwrap();
+        let by = |prefix: &str| rows.iter().find(|r| r.what.starts_with(prefix)).unwrap();
+        let (slow, new) = (by("agents, Lease with the figures"), by("agents, defaults"));
+        let ((e_new, l_new), (e_slow, l_slow)) = (new.exposure.unwrap(), slow.exposure.unwrap());
+        assert!(l_new.share() < l_slow.share(), "{l_new:?} vs {l_slow:?}");
+        assert!(e_new.share() < e_slow.share(), "{e_new:?} vs {e_slow:?}");
+        assert!(new.node.mean <= by("kubelets").node.mean, "{new:?}");
     }
 
     #[test]
