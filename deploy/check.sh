@@ -15,7 +15,9 @@
 #      difference is a warning);
 #   3. every rendered object validates against the Kubernetes schemas of every minor from
 #      1.27 to the newest kubernetes-validate ships (strict), CRDs against deploy/tests/schemas;
-#      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples;
+#      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples
+#      (deploy/tests/check_examples.py: the runner's overwrite pattern against hostile
+#      annotations, OpenTofu's order and RBAC, every chart value an example sets exists);
 #   3b. the Helm chart (deploy/helm/gpu-warden) through Helm's engine: lint --strict, a render
 #      of every value combination in its ci/ passing the checks of step 3, each overlay's
 #      render equivalent to its chart combination's, refused bad values
@@ -158,6 +160,7 @@ fi
 echo "== 3. schemas, RBAC, DaemonSet contract, wiring, examples"
 run_checker check_manifests "$PY" deploy/tests/check_manifests.py "$WORK/rendered" "$WORK/out"
 run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml" "$WORK/rendered/scheduler.yaml"
+run_checker check_examples "$PY" deploy/tests/check_examples.py
 
 echo "== 3b. Helm chart (Helm's engine: helm-python-sdk)"
 mkdir -p "$WORK/helm"
