@@ -15,8 +15,8 @@ pub struct DurationError {
 }
 
 /// The units a duration may be written in, longest spelling first so `ms` is not read as
-/// `m` then `s`. The chart's template (deploy/helm/gpu-warden/templates/_validate_policy.tpl,
-/// `gpu-warden.durationRe`) holds the same list: the two must accept the same spellings.
+/// `m` then `s`. The chart's template (deploy/helm/gpu-warden/templates/_validate_spelling.tpl,
+/// `gpu-warden.re.duration`) holds the same list: the two must accept the same spellings.
 const DURATION_UNITS: &[(&str, u64)] = &[
     ("nsec", 1),
     ("ns", 1),
