@@ -86,6 +86,8 @@ HELM = {
                           root=True),
     "scheduler": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False,
                       scheduler=True),
+    "scheduler-prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400,
+                                          namespace_object=False, scheduler=True),
     "annotations-off": dict(mode="off", runtime_class=True, prom=False, port=9400, namespace_object=False),
     "tls-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
                      tls=True, auth="bearer"),
@@ -388,7 +390,8 @@ def check_wiring(overlay, objects):
             p.append("the Service's prometheus.io/port annotation disagrees with the metrics port")
         if not exp["prom"] and annotations.get("prometheus.io/scrape") != "true":
             p.append("without a ServiceMonitor the Service needs prometheus.io/scrape: \"true\" (annotation-based discovery)")
-        sm = one(objects, "ServiceMonitor")
+        # The agents' (the scheduler profile's extender has its own, gpu-warden-scheduler).
+        sm = one(objects, "ServiceMonitor", "gpu-warden")
         if sports.get("metrics", {}).get("port") != cports.get("metrics"):
             p.append("Service port and container port differ: scrape configs would be confusing")
         if exp["prom"]:
