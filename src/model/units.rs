@@ -90,8 +90,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
             .and_then(|v| v.checked_add(nanos))
             .ok_or_else(|| bad("too long"))?;
     }
-    let nanos = u64::try_from(nanos).map_err(|_| bad("too long"))?;
-    Ok(Duration::from_nanos(nanos))
+    // Whole seconds as far as Duration goes (u64), as humantime took them before.
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad("too long"))?;
+    let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| bad("too long"))?;
+    Ok(Duration::new(secs, sub))
 }
 
 /// Why a name is not an RFC 1123 DNS name. The messages complete "… is not a DNS name: …".
@@ -176,6 +178,12 @@ mod tests {
         assert_eq!(parse_duration("5000\u{b5}s"), Ok(Duration::from_millis(5)));
         assert_eq!(parse_duration("5000\u{3bc}s"), Ok(Duration::from_millis(5)));
         assert_eq!(parse_duration("2 minutes"), Ok(Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("18446744073709551615s"),
+            Ok(Duration::from_secs(u64::MAX)),
+            "as long as a Duration goes"
+        );
+        assert!(parse_duration("18446744073709551616s").is_err());
         // What the chart's regular expressions cannot take, the programs refuse too (issue 39).
         for s in [
             "1.5s", "5\u{a0}s", "\u{a0}5s", "", " ", "s", "5sec5", "5 years", "5msx", "-1s",
