@@ -9,7 +9,7 @@
 //! mode: enforce            # off | dry-run | enforce
 //! hard: 5%                 # or "2048Mi", "2Gi", or a bare integer of MiB
 //! soft: 10%
-//! grace: 10s               # humantime durations: "500ms", "10s", "1m"
+//! grace: 10s               # durations: whole numbers with units ns, us/µs, ms, s, m, h, d: "500ms", "10s", "1m 30s"
 //! horizon: 5s
 //! fastInterval: 100ms     # the fast watch's calm interval
 //! fastIntervalMin: 5ms     # its interval under risk
