@@ -8,14 +8,17 @@
 #     built in), kubernetes-validate (Kubernetes OpenAPI JSON schemas, bundled) and
 #     helm-python-sdk (Helm v4's Go SDK as a C library: the real Helm engine);
 #   Debian: prometheus (promtool and the server), openssl (test certificates), python3-venv
-#     when the venv module is missing; for step 9, buildah, skopeo, umoci (scripts/image-build.sh).
+#     when the venv module is missing; for step 9, buildah, skopeo, umoci (scripts/image-build.sh);
+#     for step 10, docker-registry.
 # Then, each printed as a PASS/FAIL line:
 #   1. `kubectl kustomize` renders every overlay in deploy/overlays;
 #   2. (when a kubectl with kustomize v5 is on PATH) it renders them identically (a
 #      difference is a warning);
 #   3. every rendered object validates against the Kubernetes schemas of every minor from
 #      1.27 to the newest kubernetes-validate ships (strict), CRDs against deploy/tests/schemas;
-#      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples;
+#      RBAC is exactly DESIGN §3.6; the DaemonSet contract; labels/ports/namespaces; examples
+#      (deploy/tests/check_examples.py: the runner's overwrite pattern against hostile
+#      annotations, OpenTofu's order and RBAC, every chart value an example sets exists);
 #   3b. the Helm chart (deploy/helm/gpu-warden) through Helm's engine: lint --strict, a render
 #      of every value combination in its ci/ passing the checks of step 3, each overlay's
 #      render equivalent to its chart combination's, refused bad values
@@ -32,7 +35,10 @@
 #   8. paths named in docs/deploy.md exist;
 #   9. the container image: scripts/image-build.sh builds it offline and daemonless (the
 #      release binary, a runtime layer from Debian packages), deploy/tests/check_image.py
-#      unpacks it and runs its entrypoint as 65532 (see there).
+#      unpacks it and runs its entrypoint as 65532 (see there);
+#  10. the release: Debian's docker-registry (the distribution server) on loopback,
+#      scripts/release.sh pushes that image and the chart to it, deploy/tests/check_release.py
+#      installs the chart from oci:// with Helm's engine and pulls the image back by digest.
 # Environment: GPU_WARDEN_BIN (binary to use; default: cargo build -p gpu-warden, then
 # target/debug/gpu-warden), GPU_WARDEN_DEPLOY_CACHE (virtualenv cache directory),
 # GPU_WARDEN_ARTIFACTS (where the chart package and the image go; default target/artifacts),
@@ -50,6 +56,7 @@ CACHE=${GPU_WARDEN_DEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-warden-depl
 VENV=$CACHE/venv
 WORK=$(mktemp -d -t gpu-warden-deploy-check.XXXXXX)
 AGENT_PID=
+REGISTRY_PID=
 
 passed=0
 failed=0
@@ -57,6 +64,10 @@ cleanup() {
   if [ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
     kill "$AGENT_PID" 2>/dev/null
     wait "$AGENT_PID" 2>/dev/null
+  fi
+  if [ -n "$REGISTRY_PID" ] && kill -0 "$REGISTRY_PID" 2>/dev/null; then
+    kill "$REGISTRY_PID" 2>/dev/null
+    wait "$REGISTRY_PID" 2>/dev/null
   fi
   rm -rf "$WORK"
 }
@@ -158,6 +169,7 @@ fi
 echo "== 3. schemas, RBAC, DaemonSet contract, wiring, examples"
 run_checker check_manifests "$PY" deploy/tests/check_manifests.py "$WORK/rendered" "$WORK/out"
 run_checker check_rbac "$PY" deploy/tests/check_rbac.py "$WORK/rendered/default.yaml" "$WORK/rendered/scheduler.yaml"
+run_checker check_examples "$PY" deploy/tests/check_examples.py
 
 echo "== 3b. Helm chart (Helm's engine: helm-python-sdk)"
 mkdir -p "$WORK/helm"
@@ -258,6 +270,46 @@ else
     printf '%s\n' "$out" | tail -20
     fail "scripts/image-build.sh"
   fi
+fi
+
+echo "== 10. release (scripts/release.sh) to a real registry, installed and pulled back (deploy/tests/check_release.py)"
+if [ -n "${GPU_WARDEN_SKIP_IMAGE:-}" ] || [ "$(id -u)" != 0 ] || [ ! -f "$ARTIFACTS/gpu-warden-image.oci.tar" ]; then
+  echo "SKIP release: no image built in step 9"
+else
+  command -v docker-registry >/dev/null || apt_install docker-registry || exit 1
+  rport=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$WORK/registry"
+  # Debian's docker-registry is the distribution server (registry:2); plain HTTP on loopback.
+  printf 'version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: "127.0.0.1:%s"}\n' \
+    "$WORK/registry/data" "$rport" > "$WORK/registry/config.yml"
+  docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
+  REGISTRY_PID=$!
+  up=
+  for _ in $(seq 1 100); do
+    if "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+        "http://127.0.0.1:$rport/v2/" 2>/dev/null; then up=1; break; fi
+    sleep 0.1
+  done
+  if [ -z "$up" ]; then
+    cat "$WORK/registry/log"
+    fail "docker-registry did not answer on 127.0.0.1:$rport"
+  else
+    pass "docker-registry $(dpkg-query -W -f '${Version}' docker-registry 2>/dev/null) serving on 127.0.0.1:$rport"
+    started=$SECONDS
+    if out=$(RELEASE_PLAIN_HTTP=1 GPU_WARDEN_IMAGE_ARCHIVE="$ARTIFACTS/gpu-warden-image.oci.tar" GPU_WARDEN_PYTHON="$PY" \
+        scripts/release.sh "127.0.0.1:$rport/platform/gpu-warden" "oci://127.0.0.1:$rport/helm-charts" "$WORK/release" 2>&1); then
+      printf '%s\n' "$out" | grep -E '^(image|chart) ' | sed 's/^/    /'
+      pass "scripts/release.sh: image and chart pushed, recorded by digest in release.json ($((SECONDS - started)) s)"
+      run_checker check_release "$PY" deploy/tests/check_release.py "$WORK/release/release.json" \
+        "$ARTIFACTS/gpu-warden-image.oci.tar" "$WORK/release-check"
+    else
+      printf '%s\n' "$out" | tail -20
+      fail "scripts/release.sh"
+    fi
+  fi
+  kill "$REGISTRY_PID" 2>/dev/null
+  wait "$REGISTRY_PID" 2>/dev/null
+  REGISTRY_PID=
 fi
 
 echo "deploy checks: $passed passed, $failed failed"

@@ -54,7 +54,9 @@ def nested(path, leaf):
 
 
 def chart_values(kind, case):
-    values = nested(KINDS[kind][0], case.get("policy") or {})
+    # image.repository has no default (deploy/tests/check_helm.py checks the refusal).
+    values = {"image": {"repository": "registry.example.com/platform/gpu-warden"}}
+    values = merge(values, nested(KINDS[kind][0], case.get("policy") or {}))
     if kind == "extender":
         values = merge(values, {"scheduler": {"enabled": True}})
     return merge(values, case.get("values") or {})

@@ -54,7 +54,7 @@ ACCEPTED = [
     ({"service": {"port": 9401}}, "another port"),
     ({"scheduler": {"enabled": True, "replicas": 1, "leaderElection": False}}, "one scheduler replica without leader election"),
     ({"scheduler": {"enabled": True, "extender": {"policy": {"unknownNeed": {"rule": "reserve", "mib": 4096}, "defaults": [
-        {"namespace": "gitlab-runner", "selector": "project.runner.gitlab.com/id=42", "mib": 12288}]}}}},
+        {"namespace": "gitlab-ci", "selector": "project.runner.gitlab.com/id=42", "mib": 12288}]}}}},
      "the extender policy's reserve rule and a per-runner default"),
     ({"scheduler": {"enabled": True, "schedulerName": "gpu-ci", "image": {"digest": "sha256:" + "ab" * 32}}},
      "another profile name, the kube-scheduler image by digest"),
@@ -69,16 +69,115 @@ def load_values(path):
         return helm.values_from_yaml(f.read())
 
 
-def combinations():
-    out = {}
-    for path in sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml"))):
-        out[os.path.basename(path)[: -len("-values.yaml")]] = load_values(path)
+# runtimeClassName: auto renders `nvidia` only where Helm's `lookup` finds that RuntimeClass
+# in a live cluster; offline (here, `helm template`, Argo CD) it finds none and renders no
+# runtimeClassName. The combinations stand for an install on a cluster that has it (the
+# overlays name it), unless they set runtimeClassName themselves; check_runtime_class checks
+# the offline render of auto.
+LIVE_CLUSTER = {"runtimeClassName": "nvidia"}
+# image.repository has no default (the chart refuses to render without it, checked by
+# check_image_required); every render here names the kustomize manifests' image.
+INSTALL = {"image": {"repository": "ghcr.io/gpu-warden/gpu-warden"}}
+
+
+def merge(base, over):
+    """Helm's coalescing of user values over others: maps merge, the rest replaces."""
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
     return out
 
 
-def render(chart, values, namespace=NAMESPACE):
-    """Rendered objects (NOTES.txt apart) in template order, and the NOTES."""
-    out = chart.render(values, name=RELEASE, namespace=namespace, is_install=True)
+def combinations():
+    out = {}
+    for path in sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml"))):
+        out[os.path.basename(path)[: -len("-values.yaml")]] = merge(LIVE_CLUSTER, load_values(path))
+    return out
+
+
+def check_runtime_class(chart):
+    """auto, offline: no runtimeClassName, and NOTES.txt says why; a name is used as given."""
+    p = []
+    try:
+        objects, notes = render(chart, {})
+        pod = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        if "runtimeClassName" in pod:
+            p.append(f"auto rendered runtimeClassName {pod['runtimeClassName']!r} with no cluster to look up")
+        if "no RuntimeClass \"nvidia\"" not in notes:
+            p.append(f"NOTES.txt does not explain the runtimeClassName chosen: {notes[-600:]!r}")
+        objects, notes = render(chart, {"runtimeClassName": "nvidia"})
+        pod = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+        if pod.get("runtimeClassName") != "nvidia":
+            p.append(f"runtimeClassName: nvidia rendered {pod.get('runtimeClassName')!r}")
+    except (helm.HelmError, StopIteration) as e:
+        p.append(repr(e))
+    report(not p, "runtimeClassName auto: none rendered offline (lookup sees no cluster), NOTES.txt says why; "
+           "a name is rendered as given", p)
+
+
+def check_image_required(chart):
+    """No placeholder image: a render without image.repository stops with a message naming it."""
+    try:
+        render(chart, {}, install=False)
+        report(False, "image.repository required", ["the defaults rendered without an image repository"])
+    except helm.HelmError as e:
+        msg = " ".join(str(e).split())
+        ok = "image.repository is required" in msg and "scripts/release.sh" in msg
+        report(ok, f"image.repository required: {msg[msg.find('image.repository'):][:120]}",
+               [] if ok else [f"unclear refusal: {msg}"])
+
+
+def check_release_names(chart):
+    """The alert rules and the extender's scrape objects follow the release's names."""
+    p = []
+    values = {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}, "scheduler": {"enabled": True}}
+    try:
+        out = chart.render(merge(INSTALL, values), name="gpuw", namespace="gpu", is_install=True)
+    except helm.HelmError as e:
+        report(False, "release gpuw: alert rules and extender scrape objects", [str(e)])
+        return
+    objects = [o for path in sorted(out) if not path.endswith("NOTES.txt") for o in yaml.safe_load_all(out[path]) if o]
+    ds = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+    exprs = [r["expr"] for o in objects if o["kind"] == "PrometheusRule"
+             for g in o["spec"]["groups"] for r in g["rules"]]
+    if ds != ["gpuw-gpu-warden"]:
+        p.append(f"DaemonSets {ds}")
+    if not any('daemonset="gpuw-gpu-warden"' in e for e in exprs):
+        p.append("no rule names the DaemonSet gpuw-gpu-warden")
+    stale = [e for e in exprs if 'daemonset="gpu-warden"' in e]
+    if stale:
+        p.append(f"rules still name the kustomize DaemonSet: {stale}")
+    svc = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    sms = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
+    deploy = next((o for o in objects if o["kind"] == "Deployment"), None)
+    ext = svc.get("gpuw-gpu-warden-scheduler")
+    sm = sms.get("gpuw-gpu-warden-scheduler")
+    if ext is None or sm is None or deploy is None:
+        p.append(f"extender Service/ServiceMonitor missing: Services {sorted(svc)}, ServiceMonitors {sorted(sms)}")
+    else:
+        pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+        if any(pod_labels.get(k) != v for k, v in ext["spec"]["selector"].items()):
+            p.append("the extender Service does not select the scheduler pods")
+        ports = [pt for c in deploy["spec"]["template"]["spec"]["containers"] for pt in c.get("ports", [])]
+        if ext["spec"]["ports"][0]["targetPort"] not in [pt.get("name") for pt in ports]:
+            p.append("the extender Service targets no named container port")
+        labels = ext["metadata"]["labels"]
+        if any(labels.get(k) != v for k, v in sm["spec"]["selector"]["matchLabels"].items()):
+            p.append("the extender ServiceMonitor does not select its Service")
+        agent_sm = sms.get("gpuw-gpu-warden")
+        if agent_sm and all(labels.get(k) == v for k, v in agent_sm["spec"]["selector"]["matchLabels"].items()):
+            p.append("the agents' ServiceMonitor selects the extender's Service too (scraped twice)")
+        if sm["spec"]["endpoints"][0]["port"] not in [pt["name"] for pt in ext["spec"]["ports"]]:
+            p.append("the extender ServiceMonitor names no port of its Service")
+    report(not p, "release gpuw: alerts name DaemonSet gpuw-gpu-warden; the extender's Service and ServiceMonitor "
+           "select its pods and port", p)
+
+
+def render(chart, values, namespace=NAMESPACE, install=True):
+    """Rendered objects (NOTES.txt apart) in template order, and the NOTES. install: the
+    values merged over INSTALL (the image repository)."""
+    out = chart.render(merge(INSTALL, values) if install else values, name=RELEASE, namespace=namespace,
+                       is_install=True)
     objects, notes = [], ""
     for path in sorted(out):
         if path.endswith("NOTES.txt"):
@@ -209,7 +308,7 @@ def check_package(chart, default_objects, artifact_dir):
         if leaked:
             p.append(f".helmignore lets the CI values into the package: {leaked}")
     with helm.Chart.load(path) as packaged:
-        objects, _ = render(packaged, {})
+        objects, _ = render(packaged, dict(LIVE_CLUSTER))
         if objects != default_objects:
             p.append("the packaged chart renders differently from deploy/helm/gpu-warden")
     size = os.path.getsize(path)
@@ -240,7 +339,7 @@ def main(kustomize_dir, helm_dir, artifact_dir):
     for name, values in [("defaults", None)] + list(combos.items()):
         problems = []
         for kv in KUBE_VERSIONS:
-            problems += [f"Kubernetes {kv}: {x}" for x in lint_problems(values, kv)]
+            problems += [f"Kubernetes {kv}: {x}" for x in lint_problems(merge(INSTALL, values), kv)]
         report(not problems, f"helm lint --strict: {name} (Kubernetes {' and '.join(KUBE_VERSIONS)})", problems)
 
     # render
@@ -258,6 +357,10 @@ def main(kustomize_dir, helm_dir, artifact_dir):
         kinds = sorted({o["kind"] for o in objects})
         p = [] if "rollout status" in notes else ["NOTES.txt rendered without the rollout command"]
         report(not p, f"helm render: {name}: {len(objects)} objects ({', '.join(kinds)}), NOTES.txt", p)
+
+    check_runtime_class(chart)
+    check_image_required(chart)
+    check_release_names(chart)
 
     # Turning the ServiceMonitor on or off (scrape discovery) must not change the agents'
     # pod template: a changed template rolls every agent and resets the guard's state.
@@ -323,7 +426,7 @@ def main(kustomize_dir, helm_dir, artifact_dir):
             # `fail`s, which Helm's lint mode deliberately turns into log lines (as it does
             # `required`); `helm install`/`template`/`upgrade` refuse them, as render does here.
             if isinstance(e, helm.HelmValuesError):
-                lint = lint_problems(load_values(path), KUBE_VERSIONS[-1])
+                lint = lint_problems(merge(INSTALL, load_values(path)), KUBE_VERSIONS[-1])
                 if not any(want in x for x in lint):
                     p.append(f"helm lint does not report {want!r}: {lint}")
         report(not p, f"refused: {rel}: {shown if not p else want}", p)

@@ -10,6 +10,12 @@ two claims of deploy/ against a live server rather than by reading:
 2. The dashboard's queries return data: every query of deploy/grafana/gpu-warden.json, with
    its Grafana variables set to match everything, returns at least one series, except
    queries of families the agent exposes only in some states (check_metric_usage.STATEFUL).
+3. The dashboard beside dcgm-exporter (issue 39): a job `dcgm` stands for dcgm-exporter (the
+   same GPUs' DCGM_FI_* series only, under another instance), a job `dropped` for gpu-warden
+   with serviceMonitor.dropDcgmFamilies (no DCGM_FI_*, instance = the node). With the job and
+   node variables on gpu-warden's job, or on "All", every DCGM panel shows each GPU exactly
+   once (three jobs write its series) and still has data when gpu-warden's own DCGM series are
+   dropped; the GPUs stat counts each GPU once.
 
     check_live_prometheus.py AGENT_PORT DASHBOARD.json WORK_DIR
 """
@@ -49,10 +55,49 @@ def query(port, expr):
     return body["data"]["result"]
 
 
-def grafana_to_promql(expr):
+def grafana_to_promql(expr, job="honor"):
     expr = expr.replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
-    expr = re.sub(r'job=~"\$job"', 'job="honor"', expr)
+    expr = re.sub(r'job=~"\$job"', f'job=~"{job}"', expr)
     return re.sub(r"\$\{?[a-zA-Z_]\w*\}?", ".*", expr)
+
+
+def beside_dcgm_exporter(port, dash):
+    """Claim 3: the DCGM panels with three exporters of the same GPUs' series."""
+    gpus = {s["metric"]["UUID"] for s in query(port, 'gpu_warden_gpu_memory_pressure{job="honor"}')}
+    p, n = [], 0
+    # Grafana's "All" of the job variable: every job with gpu_warden_build_info.
+    every = "|".join(sorted({s["metric"]["job"] for s in query(port, "gpu_warden_build_info")}))
+    for job, instance in (("honor", ".*"), ("dropped", "gpu-node-a"), (every, ".*")):
+        for where, expr in dashboard_queries(dash):
+            stat = "'GPUs' " in where
+            if "DCGM_FI_" not in expr and not stat:
+                continue
+            if metric_names(expr) & set(STATEFUL) or "gpu_warden_ci_job" in expr:
+                continue
+            promql = grafana_to_promql(expr.replace('instance=~"$instance"', f'instance=~"{instance}"'), job)
+            try:
+                result = query(port, promql)
+            except (RuntimeError, OSError) as e:
+                p.append(f"{where} ({job}): query failed: {e}")
+                continue
+            n += 1
+            if stat:
+                got = [float(s["value"][1]) for s in result]
+                if got != [float(len(gpus))]:
+                    p.append(f"{where} ({job}): {got}, the scenario has {len(gpus)} GPUs")
+                continue
+            if "sum(" in expr.split("(", 1)[0] + "(" and len(result) == 1:
+                continue  # a total: one series
+            uuids = [s["metric"].get("UUID") for s in result]
+            if sorted(uuids) != sorted(gpus):
+                p.append(f"{where} ({job}): {len(uuids)} series for {len(gpus)} GPUs "
+                         f"({len(uuids) - len(set(uuids))} repeated, {len(gpus - set(uuids))} missing)")
+    for x in p[:12]:
+        print(f"    {x}")
+    print(f"{'PASS' if not p else 'FAIL'} beside dcgm-exporter: {n} DCGM queries show each of the {len(gpus)} GPUs "
+          "once with three jobs writing their series, also with gpu-warden's DCGM families dropped and with "
+          f"every job selected ({every})")
+    return not p
 
 
 def main(agent_port, dashboard, work):
@@ -72,6 +117,15 @@ scrape_configs:
   - job_name: plain
     honor_labels: false
     static_configs: [{{targets: ['127.0.0.1:{agent_port}'], labels: {labels}}}]
+  - job_name: dcgm
+    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]
+    relabel_configs: [{{target_label: instance, replacement: '10.0.3.7:9400'}}]
+    metric_relabel_configs: [{{source_labels: [__name__], regex: 'DCGM_FI_.*', action: keep}}]
+  - job_name: dropped
+    honor_labels: true
+    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]
+    relabel_configs: [{{target_label: instance, replacement: 'gpu-node-a'}}]
+    metric_relabel_configs: [{{source_labels: [__name__], regex: 'DCGM_FI_.*', action: drop}}]
 """)
     log = open(os.path.join(work, "prometheus.log"), "w")
     proc = subprocess.Popen([prom, f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
@@ -83,7 +137,7 @@ scrape_configs:
         deadline = time.time() + 30
         while True:
             try:
-                if len(query(port, 'count_over_time(up{job=~"honor|plain"}[1m]) >= 3')) == 2:
+                if len(query(port, 'count_over_time(up{job=~"honor|plain|dcgm|dropped"}[1m]) >= 3')) == 4:
                     break
             except OSError:
                 pass
@@ -139,6 +193,7 @@ scrape_configs:
         print(f"{'PASS' if not p else 'FAIL'} dashboard queries return data from a live scrape "
               f"({checked} with data; {skipped} of state-dependent families ran without error)")
         ok &= not p
+        ok &= beside_dcgm_exporter(port, dash)
     finally:
         proc.terminate()
         try:

@@ -86,6 +86,8 @@ HELM = {
                           root=True),
     "scheduler": dict(mode="dry-run", runtime_class=True, prom=False, port=9400, namespace_object=False,
                       scheduler=True),
+    "scheduler-prometheus-operator": dict(mode="dry-run", runtime_class=True, prom=True, port=9400,
+                                          namespace_object=False, scheduler=True),
     "annotations-off": dict(mode="off", runtime_class=True, prom=False, port=9400, namespace_object=False),
     "tls-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
                      tls=True, auth="bearer"),
@@ -388,7 +390,8 @@ def check_wiring(overlay, objects):
             p.append("the Service's prometheus.io/port annotation disagrees with the metrics port")
         if not exp["prom"] and annotations.get("prometheus.io/scrape") != "true":
             p.append("without a ServiceMonitor the Service needs prometheus.io/scrape: \"true\" (annotation-based discovery)")
-        sm = one(objects, "ServiceMonitor")
+        # The agents' (the scheduler profile's extender has its own, gpu-warden-scheduler).
+        sm = one(objects, "ServiceMonitor", "gpu-warden")
         if sports.get("metrics", {}).get("port") != cports.get("metrics"):
             p.append("Service port and container port differ: scrape configs would be confusing")
         if exp["prom"]:
@@ -475,14 +478,7 @@ def check_examples(k8s):
             yaml.safe_load(ps["patch"])
     except (KeyError, IndexError, TypeError, yaml.YAMLError) as e:
         p.append(f"gitlab-runner-config.toml unexpected shape: {e!r}")
-    with open(os.path.join(ex, "gitlab-ci-job.yml")) as f:
-        job = yaml.safe_load(f)
-    for name, j in job.items():
-        for var, val in j.get("variables", {}).items():
-            if var.startswith("KUBERNETES_POD_ANNOTATIONS_"):
-                allowed = k.get("pod_annotations_overwrite_allowed", "")
-                if not re.fullmatch(allowed, val.split("=", 1)[0]):
-                    p.append(f"{name}: {val} not allowed by pod_annotations_overwrite_allowed {allowed!r}")
+    # The overwrite pattern, the job's overrides and OpenTofu: deploy/tests/check_examples.py.
     report(not p, "examples: time-slicing, PriorityClass, GitLab Runner agree with the enforce policy", p)
 
 

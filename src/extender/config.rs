@@ -20,8 +20,8 @@
 //!   refresh: 5m
 //!   maxAge: 1h
 //! defaults:                 # first match wins; a pod's own annotation and a learned need beat them
-//!   - {namespace: gitlab-runner, selector: "project.runner.gitlab.com/id=42", mib: 12288}
-//!   - {namespace: gitlab-runner, mib: 4096}
+//!   - {namespace: gitlab-ci, selector: "project.runner.gitlab.com/id=42", mib: 12288}
+//!   - {namespace: gitlab-ci, mib: 4096}
 //! ```
 
 use super::core::ExtenderPolicy;
@@ -168,6 +168,40 @@ pub use super::learned::LearnedSource;
 /// `unknownNeed` for an hour of a cold start.
 pub const DEFAULT_MIN_JOBS: u64 = 3;
 
+/// The largest MiB figure a policy may hold (`marginMiB`, `defaults[].mib`,
+/// `unknownNeed.mib`): 1 PiB, far past any GPU, and well inside the integers Helm renders
+/// as written (past int64 it writes `1e+20`, which no parser here takes). The chart's
+/// values.schema.json has the same maximum.
+pub const MAX_MIB: u64 = 1 << 30;
+
+/// Most job peaks `learned.minJobs` may ask for (values.schema.json's maximum too).
+pub const MAX_MIN_JOBS: u64 = 1_000_000;
+
+/// The shortest `learned.refresh`: the query reads a week of job peaks, and a query a
+/// millisecond would be a load test of the Prometheus it asks.
+pub const MIN_LEARNED_REFRESH: Duration = Duration::from_secs(10);
+
+/// A PromQL duration (`7d`, `1d12h`, `90m`): terms of a whole number and one of PromQL's units,
+/// not all zero. The chart's schema has the same pattern.
+fn promql_duration(s: &str) -> bool {
+    let mut rest = s;
+    let mut nonzero = false;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        nonzero |= rest[..digits].bytes().any(|b| b != b'0');
+        rest = &rest[digits..];
+        let unit = if rest.starts_with("ms") { 2 } else { 1 };
+        if !rest.starts_with(['s', 'm', 'h', 'd', 'w', 'y']) {
+            return false;
+        }
+        rest = &rest[unit..];
+    }
+    nonzero
+}
+
 /// A policy that cannot be used; the message names the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -254,10 +288,76 @@ impl PolicyFile {
             self.ledger_ttl.as_deref(),
             Duration::from_secs(180),
         )?;
+        if judge.margin_mib > MAX_MIB {
+            return Err(PolicyError::Invalid(format!(
+                "marginMiB must be at most {MAX_MIB} (1 PiB), got {}",
+                judge.margin_mib
+            )));
+        }
         if let Some(i) = self.defaults.iter().position(|d| d.mib == 0) {
             return Err(PolicyError::ZeroDefault(i));
         }
+        for (i, d) in self.defaults.iter().enumerate() {
+            if d.mib > MAX_MIB {
+                return Err(PolicyError::Invalid(format!(
+                    "defaults[{i}].mib must be at most {MAX_MIB} (1 PiB), got {}",
+                    d.mib
+                )));
+            }
+            if let Some(ns) = &d.namespace {
+                if let Err(why) = crate::model::units::check_dns_label(ns) {
+                    return Err(PolicyError::Invalid(format!(
+                        "defaults[{i}].namespace {ns:?} is not a namespace name: {why} (omit the key for every namespace)"
+                    )));
+                }
+            }
+        }
+        if let Some(r) = &self.resource {
+            if let Err(why) = crate::guard::selector::check_key(r) {
+                return Err(PolicyError::Invalid(format!(
+                    "resource {r:?} is not a resource name like nvidia.com/gpu: {why}"
+                )));
+            }
+        }
         let l = self.learned.clone().unwrap_or_default();
+        // Every learned.* key is checked with or without a URL: a misspelt value is a
+        // mistake whether learning is on yet or not (and the chart checks them all).
+        let window = l.window.clone().unwrap_or_else(|| "7d".into());
+        if !promql_duration(&window) {
+            return Err(PolicyError::Invalid(format!(
+                "learned.window {window:?}: a PromQL duration above zero like 7d, 12h or 1d12h"
+            )));
+        }
+        let refresh = duration(
+            "learned.refresh",
+            l.refresh.as_deref(),
+            Duration::from_secs(300),
+        )?;
+        let max_age = duration(
+            "learned.maxAge",
+            l.max_age.as_deref(),
+            Duration::from_secs(3600),
+        )?;
+        if refresh < MIN_LEARNED_REFRESH {
+            return Err(PolicyError::Invalid(format!(
+                "learned.refresh must be at least {}, got {}",
+                humantime::format_duration(MIN_LEARNED_REFRESH),
+                humantime::format_duration(refresh)
+            )));
+        }
+        let min_jobs = l.min_jobs.unwrap_or(DEFAULT_MIN_JOBS);
+        if !(1..=MAX_MIN_JOBS).contains(&min_jobs) {
+            return Err(PolicyError::Invalid(format!(
+                "learned.minJobs must be from 1 to {MAX_MIN_JOBS}, got {min_jobs}"
+            )));
+        }
+        if let Some(label) = &l.project_label {
+            if let Err(why) = crate::guard::selector::check_key(label) {
+                return Err(PolicyError::Invalid(format!(
+                    "learned.projectLabel {label:?} is not a label name: {why}"
+                )));
+            }
+        }
         let learned = match l.prometheus_url.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(url) => {
@@ -266,40 +366,21 @@ impl PolicyFile {
                         "learned.prometheusUrl {url:?}: only http:// URLs are supported"
                     )));
                 }
-                let window = l.window.clone().unwrap_or_else(|| "7d".into());
-                if window.is_empty() || !window.chars().all(|c| c.is_ascii_alphanumeric()) {
-                    return Err(PolicyError::Invalid(format!(
-                        "learned.window {window:?}: a PromQL duration like 7d or 12h"
-                    )));
-                }
-                let refresh = duration(
-                    "learned.refresh",
-                    l.refresh.as_deref(),
-                    Duration::from_secs(300),
-                )?;
-                let max_age = duration(
-                    "learned.maxAge",
-                    l.max_age.as_deref(),
-                    Duration::from_secs(3600),
-                )?;
-                if refresh.is_zero() {
-                    return Err(PolicyError::Invalid(
-                        "learned.refresh must be more than 0".into(),
-                    ));
-                }
                 Some(LearnedSource {
                     url: url.trim_end_matches('/').to_string(),
                     window,
-                    min_jobs: l.min_jobs.unwrap_or(DEFAULT_MIN_JOBS).max(1),
+                    min_jobs,
                     refresh,
                     max_age,
                 })
             }
         };
-        if let Some(UnknownNeed::Reserve { mib: 0 }) = self.unknown_need {
-            return Err(PolicyError::Invalid(
-                "unknownNeed.mib must be more than 0".into(),
-            ));
+        if let Some(UnknownNeed::Reserve { mib }) = self.unknown_need {
+            if mib == 0 || mib > MAX_MIB {
+                return Err(PolicyError::Invalid(format!(
+                    "unknownNeed.mib must be from 1 to {MAX_MIB} (1 PiB), got {mib}"
+                )));
+            }
         }
         Ok(ExtenderPolicy {
             needs: NeedRules {
@@ -431,6 +512,41 @@ mod tests {
             (
                 "defaults:\n  - {selector: \"a in (b)\", mib: 1}\n",
                 "selector",
+            ),
+            // Issue 39: what the chart refused and the extender took, or both took.
+            ("defaults:\n  - {selector: \"\", mib: 1}\n", "selector"),
+            (
+                "defaults:\n  - {namespace: GitLab, mib: 1}\n",
+                "defaults[0].namespace",
+            ),
+            ("defaults:\n  - {mib: 1073741825}\n", "defaults[0].mib"),
+            ("marginMiB: 1073741825\n", "marginMiB"),
+            ("resource: \"\"\n", "resource"),
+            ("resource: \"nvidia com/gpu\"\n", "resource"),
+            ("unknownNeed: {rule: pass, mib: 4096}\n", "unknownNeed.mib"),
+            ("unknownNeed: {rule: wholeGpu, mib: 1}\n", "unknownNeed.mib"),
+            ("unknownNeed: {rule: reserve}\n", "unknownNeed.mib"),
+            ("unknownNeed: {rule: maybe}\n", "unknownNeed.rule"),
+            ("staleAfter: 1.5s\n", "staleAfter"),
+            (
+                "learned: {prometheusUrl: \"http://p\", minJobs: 0}\n",
+                "learned.minJobs",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", refresh: 1ms}\n",
+                "learned.refresh",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", window: 0s}\n",
+                "learned.window",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", window: 7days}\n",
+                "learned.window",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", projectLabel: \"a b\"}\n",
+                "learned.projectLabel",
             ),
         ] {
             let err = PolicyFile::parse(text)

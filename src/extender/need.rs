@@ -27,7 +27,7 @@ pub struct DefaultNeed {
 
 /// What to do with a pod whose need is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", tag = "rule")]
+#[serde(try_from = "UnknownNeedFile")]
 pub enum UnknownNeed {
     /// Let it through every node unchecked (the scheduler's own rules still apply).
     Pass,
@@ -39,6 +39,33 @@ pub enum UnknownNeed {
     /// Treat it as needing a whole GPU, whatever the model: all the memory one with nothing
     /// on it shows, less the margin ([`Need::on_gpus_of`]).
     WholeGpu,
+}
+
+/// `unknownNeed` as written: serde's tagged enums let `{rule: pass, mib: 4096}` through with
+/// the `mib` ignored, which the chart's schema refuses; this shape refuses it too (issue 39).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnknownNeedFile {
+    rule: String,
+    mib: Option<u64>,
+}
+
+impl TryFrom<UnknownNeedFile> for UnknownNeed {
+    type Error = String;
+    fn try_from(f: UnknownNeedFile) -> Result<Self, String> {
+        match (f.rule.as_str(), f.mib) {
+            ("reserve", Some(mib)) => Ok(UnknownNeed::Reserve { mib }),
+            ("reserve", None) => Err("unknownNeed.mib is required with rule reserve".into()),
+            (rule @ ("pass" | "wholeGpu"), Some(_)) => Err(format!(
+                "unknownNeed.mib goes with rule reserve only; rule {rule} takes no mib"
+            )),
+            ("pass", None) => Ok(UnknownNeed::Pass),
+            ("wholeGpu", None) => Ok(UnknownNeed::WholeGpu),
+            (other, _) => Err(format!(
+                "unknownNeed.rule {other:?}: expected wholeGpu, reserve or pass"
+            )),
+        }
+    }
 }
 
 /// The need of a whole GPU before a node says how large its GPUs are: past any GPU, so

@@ -9,7 +9,7 @@
 //! mode: enforce            # off | dry-run | enforce
 //! hard: 5%                 # or "2048Mi", "2Gi", or a bare integer of MiB
 //! soft: 10%
-//! grace: 10s               # humantime durations: "500ms", "10s", "1m"
+//! grace: 10s               # durations: whole numbers with units ns, us/µs, ms, s, m, h, d: "500ms", "10s", "1m 30s"
 //! horizon: 5s
 //! fastInterval: 100ms     # the fast watch's calm interval
 //! fastIntervalMin: 5ms     # its interval under risk
@@ -139,10 +139,13 @@ impl Threshold {
 
     /// Parses the configuration spelling; the error says which spellings are accepted.
     pub fn parse(input: &str) -> Result<Threshold, ThresholdError> {
-        let s = input.trim();
+        // ASCII whitespace only: the chart's schema (`\s`, RE2's ASCII class) refuses a
+        // no-break space, so the agent must too (issue 39).
+        let ascii = |c: char| c.is_ascii_whitespace();
+        let s = input.trim_matches(ascii);
         let bad = || ThresholdError::Invalid(input.to_string());
         if let Some(num) = s.strip_suffix('%') {
-            let p: f64 = num.trim().parse().map_err(|_| bad())?;
+            let p: f64 = num.trim_matches(ascii).parse().map_err(|_| bad())?;
             if !p.is_finite() {
                 return Err(bad());
             }
@@ -158,7 +161,7 @@ impl Threshold {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(bad)?;
         let (num, unit) = s.split_at(split);
-        let unit = unit.trim();
+        let unit = unit.trim_matches(ascii);
         let unit = unit
             .strip_suffix('B')
             .filter(|u| !u.is_empty())
@@ -667,7 +670,21 @@ mod tests {
             assert_eq!(Threshold::parse(s).as_ref(), Ok(want), "{s}");
         }
         for bad in [
-            "", "%", "five%", "2GB", "2G", "2 Mo", "Gi", "-5", "1e3", "inf%", "1.2.3Gi",
+            "",
+            "%",
+            "five%",
+            "2GB",
+            "2G",
+            "2 Mo",
+            "Gi",
+            "-5",
+            "1e3",
+            "inf%",
+            "1.2.3Gi",
+            // A no-break space: the chart's `\s` does not take it (issue 39).
+            "5\u{a0}%",
+            "\u{a0}5%",
+            "2\u{a0}Gi",
         ] {
             let r = Threshold::parse(bad);
             assert!(r.is_err(), "{bad:?} parsed as {r:?}");

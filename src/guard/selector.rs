@@ -112,6 +112,13 @@ impl Serialize for Selector {
 impl<'de> Deserialize<'de> for Selector {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
+        // In a file an empty selector is a mistake more often than a wish (a template that
+        // rendered nothing): omitting the key already selects every pod (issue 39).
+        if s.trim_matches(|c: char| c.is_ascii_whitespace()).is_empty() {
+            return Err(serde::de::Error::custom(
+                "an empty label selector; omit the key to select every pod",
+            ));
+        }
         Selector::parse(&s).map_err(serde::de::Error::custom)
     }
 }
@@ -169,7 +176,7 @@ fn parse_term(raw: &str) -> Result<Requirement, SelectorError> {
 
 /// Why a label key or value is not one Kubernetes accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum LabelError {
+pub enum LabelError {
     #[error("missing label key")]
     NoKey,
     #[error(
@@ -185,7 +192,8 @@ enum LabelError {
 }
 
 /// A label key is `[prefix/]name`: the prefix a DNS subdomain, the name a qualified name.
-fn check_key(key: &str) -> Result<(), LabelError> {
+/// Also the form of an extended resource name (`nvidia.com/gpu`).
+pub fn check_key(key: &str) -> Result<(), LabelError> {
     if key.is_empty() {
         return Err(LabelError::NoKey);
     }

@@ -14,17 +14,86 @@ pub struct DurationError {
     pub reason: String,
 }
 
-/// Parses a duration with a unit (`500ms`, `10s`, `2m`, `1h 30m`); `0` alone is zero.
-/// Surrounding whitespace is ignored. Callers add their own bounds.
+/// The units a duration may be written in, longest spelling first so `ms` is not read as
+/// `m` then `s`. The chart's template (deploy/helm/gpu-warden/templates/_validate_spelling.tpl,
+/// `gpu-warden.re.duration`) holds the same list: the two must accept the same spellings.
+const DURATION_UNITS: &[(&str, u64)] = &[
+    ("nsec", 1),
+    ("ns", 1),
+    ("usec", 1_000),
+    ("us", 1_000),
+    ("\u{b5}s", 1_000),  // micro sign, as Go's time.ParseDuration takes it
+    ("\u{3bc}s", 1_000), // Greek small mu, likewise
+    ("msec", 1_000_000),
+    ("ms", 1_000_000),
+    ("seconds", 1_000_000_000),
+    ("second", 1_000_000_000),
+    ("sec", 1_000_000_000),
+    ("s", 1_000_000_000),
+    ("minutes", 60_000_000_000),
+    ("minute", 60_000_000_000),
+    ("min", 60_000_000_000),
+    ("m", 60_000_000_000),
+    ("hours", 3_600_000_000_000),
+    ("hour", 3_600_000_000_000),
+    ("hr", 3_600_000_000_000),
+    ("h", 3_600_000_000_000),
+    ("days", 86_400_000_000_000),
+    ("day", 86_400_000_000_000),
+    ("d", 86_400_000_000_000),
+];
+
+/// Parses a duration: one or more `<whole number><unit>` terms (`500ms`, `10s`, `1m 30s`,
+/// `5000us` or `5000µs`), ASCII spaces allowed around and between them; `0` alone is zero.
+/// Whole numbers only (`1500ms`, not `1.5s`) and ASCII whitespace only, so that the chart's
+/// schema and template, whose regular expressions know ASCII whitespace alone, accept exactly
+/// what the programs accept (issue 39). Callers add their own bounds.
 pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
-    let t = s.trim();
-    if t == "0" {
+    let bad = |reason: &str| DurationError {
+        input: s.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut rest = s.trim_matches(|c: char| c.is_ascii_whitespace());
+    if rest == "0" {
         return Ok(Duration::ZERO);
     }
-    humantime::parse_duration(t).map_err(|e| DurationError {
-        input: s.to_string(),
-        reason: e.to_string(),
-    })
+    if rest.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut nanos: u128 = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad(if rest.starts_with('.') || rest.starts_with(',') {
+                "whole numbers only: write 1500ms, not 1.5s"
+            } else {
+                "expected a number"
+            }));
+        }
+        let n: u128 = rest[..digits]
+            .parse()
+            .map_err(|_| bad("number too large"))?;
+        rest = rest[digits..].trim_start_matches(|c: char| c.is_ascii_whitespace());
+        if rest.starts_with('.') || rest.starts_with(',') {
+            return Err(bad("whole numbers only: write 1500ms, not 1.5s"));
+        }
+        let Some((unit, scale)) = DURATION_UNITS.iter().find(|(u, _)| rest.starts_with(u)) else {
+            return Err(bad("expected a unit: ns, us, ms, s, m, h or d"));
+        };
+        rest = &rest[unit.len()..];
+        if rest.starts_with(|c: char| c.is_alphabetic()) {
+            return Err(bad("expected a unit: ns, us, ms, s, m, h or d"));
+        }
+        rest = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        nanos = n
+            .checked_mul(u128::from(*scale))
+            .and_then(|v| v.checked_add(nanos))
+            .ok_or_else(|| bad("too long"))?;
+    }
+    // Whole seconds as far as Duration goes (u64), as humantime took them before.
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad("too long"))?;
+    let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| bad("too long"))?;
+    Ok(Duration::new(secs, sub))
 }
 
 /// Why a name is not an RFC 1123 DNS name. The messages complete "… is not a DNS name: …".
@@ -103,6 +172,26 @@ mod tests {
             "{e}"
         );
         assert!(parse_duration("10").is_err(), "a unit is required");
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("5000us"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("5000\u{b5}s"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("5000\u{3bc}s"), Ok(Duration::from_millis(5)));
+        assert_eq!(parse_duration("2 minutes"), Ok(Duration::from_secs(120)));
+        assert_eq!(
+            parse_duration("18446744073709551615s"),
+            Ok(Duration::from_secs(u64::MAX)),
+            "as long as a Duration goes"
+        );
+        assert!(parse_duration("18446744073709551616s").is_err());
+        // What the chart's regular expressions cannot take, the programs refuse too (issue 39).
+        for s in [
+            "1.5s", "5\u{a0}s", "\u{a0}5s", "", " ", "s", "5sec5", "5 years", "5msx", "-1s",
+        ] {
+            assert!(parse_duration(s).is_err(), "{s:?}");
+        }
+        let e = parse_duration("1.5s").unwrap_err().to_string();
+        assert!(e.contains("whole numbers only"), "{e}");
     }
 
     #[test]

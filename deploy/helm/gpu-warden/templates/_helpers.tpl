@@ -43,11 +43,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
+{{/* No default repository: nothing is published under a name the chart could know, and a
+placeholder installed "successfully" left every agent in ImagePullBackOff (issue 39). */}}
 {{- define "gpu-warden.image" -}}
+{{- $repo := required "image.repository is required: the repository scripts/release.sh pushed the image to (e.g. --set image.repository=registry.example.com/platform/gpu-warden; docs/deploy.md, \"Releasing\")" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 
@@ -136,5 +139,21 @@ The scheduler profile's cross-field rules (scheduler.*), refused at render like 
 {{- if ne $prefix $agentPrefix -}}
 {{- fail (printf "scheduler.extender.policy.annotationPrefix (%s) must be the agents' nodeAnnotations.prefix (%s): the extender reads the annotations they write" $prefix $agentPrefix) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The RuntimeClass the agent pods name. "auto" (the default): nvidia when the cluster has a
+RuntimeClass of that name (the GPU Operator creates one), else none (EKS's AL2023 NVIDIA AMIs
+make NVIDIA's runtime containerd's default and ship no RuntimeClass object: naming one that
+does not exist leaves every agent pod unschedulable). `lookup` answers only against a live
+cluster: under `helm template`, `--dry-run=client` or Argo CD it finds nothing, so auto renders
+none there; set the name (or "") explicitly for those.
+*/}}
+{{- define "gpu-warden.runtimeClassName" -}}
+{{- if eq (toString .Values.runtimeClassName) "auto" -}}
+{{- if lookup "node.k8s.io/v1" "RuntimeClass" "" "nvidia" -}}nvidia{{- end -}}
+{{- else -}}
+{{- .Values.runtimeClassName -}}
 {{- end -}}
 {{- end -}}

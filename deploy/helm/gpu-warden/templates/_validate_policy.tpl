@@ -7,13 +7,13 @@ feeds both the same table (deploy/tests/config-agreement.yaml) in CI.
 */}}
 
 {{/*
-A humantime duration ("10s", "1m 30s", "500ms") in milliseconds; the schema has already
-refused every other spelling.
+A duration ("10s", "1m 30s", "500ms", "5000µs") in milliseconds; _validate_spelling.tpl has
+already refused every other spelling.
 */}}
 {{- define "gpu-warden.durationMs" -}}
-{{- $scale := dict "nsec" 0.000001 "ns" 0.000001 "usec" 0.001 "us" 0.001 "msec" 1.0 "ms" 1.0 "seconds" 1000.0 "second" 1000.0 "sec" 1000.0 "s" 1000.0 "minutes" 60000.0 "minute" 60000.0 "min" 60000.0 "m" 60000.0 "hours" 3600000.0 "hour" 3600000.0 "hr" 3600000.0 "h" 3600000.0 "days" 86400000.0 "day" 86400000.0 "d" 86400000.0 -}}
+{{- $scale := dict "nsec" 0.000001 "ns" 0.000001 "usec" 0.001 "us" 0.001 "µs" 0.001 "μs" 0.001 "msec" 1.0 "ms" 1.0 "seconds" 1000.0 "second" 1000.0 "sec" 1000.0 "s" 1000.0 "minutes" 60000.0 "minute" 60000.0 "min" 60000.0 "m" 60000.0 "hours" 3600000.0 "hour" 3600000.0 "hr" 3600000.0 "h" 3600000.0 "days" 86400000.0 "day" 86400000.0 "d" 86400000.0 -}}
 {{- $total := 0.0 -}}
-{{- range regexFindAll "[0-9]+\\s*[a-z]+" (toString . | trim) -1 -}}
+{{- range regexFindAll "[0-9]+\\s*[a-zµμ]+" (toString . | trim) -1 -}}
 {{- $n := regexFind "^[0-9]+" . -}}
 {{- $u := trimPrefix $n . | trim -}}
 {{- $total = addf $total (mulf (float64 $n) (get $scale $u | default 0.0)) -}}
@@ -63,6 +63,19 @@ refused every other spelling.
 {{- fail (printf "scheduler.extender.policy.%s (%v) must be from 1ms to 1h" $k (get $p $k)) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- $l := get $p "learned" | default dict -}}
+{{- /* A query a millisecond would be a load test of the Prometheus it asks. */ -}}
+{{- range $k, $floor := dict "refresh" (list 10000.0 "10s") "maxAge" (list 1.0 "1ms") -}}
+{{- if hasKey $l $k -}}
+{{- $v := float64 (include "gpu-warden.durationMs" (get $l $k)) -}}
+{{- if or (lt $v (index $floor 0)) (gt $v 3600000.0) -}}
+{{- fail (printf "scheduler.extender.policy.learned.%s (%v) must be from %s to 1h" $k (get $l $k) (index $floor 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (hasKey $l "window") (not (regexMatch "[1-9]" (toString $l.window))) -}}
+{{- fail (printf "scheduler.extender.policy.learned.window (%v) must be above zero, like 7d" $l.window) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
