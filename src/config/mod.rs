@@ -99,7 +99,18 @@ pub struct Cli {
     #[arg(long, default_value = "0.0.0.0:9400", env = "GPU_WARDEN_LISTEN")]
     pub listen: SocketAddr,
 
+    /// exporter-toolkit's web configuration file (`tls_server_config`, `basic_auth_users`
+    /// with bcrypt hashes), as every Prometheus exporter takes it; re-read when it or its
+    /// certificates change. Excludes the --web-tls-* and --web-auth-* flags.
+    #[arg(
+        long = "web.config.file",
+        value_name = "FILE",
+        env = "GPU_WARDEN_WEB_CONFIG_FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
+    /// Reloaded when it changes. (--web.config.file's `tls_server_config` does the same.)
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_CERT")]
     pub web_tls_cert: Option<PathBuf>,
 
@@ -112,8 +123,9 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BEARER_FILE")]
     pub web_auth_bearer_file: Option<PathBuf>,
 
-    /// Require HTTP Basic auth on /metrics, /state and /; the file holds
-    /// `user:<sha256 hex of the password>` lines. /healthz and /readyz stay open.
+    /// Deprecated: --web.config.file's `basic_auth_users` (bcrypt) replaces it. Require HTTP
+    /// Basic auth on /metrics, /state and /; the file holds `user:<sha256 hex of the
+    /// password>` lines. /healthz and /readyz stay open.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BASIC_FILE")]
     pub web_auth_basic_file: Option<PathBuf>,
 
@@ -287,6 +299,8 @@ pub enum ConfigError {
     TlsPair,
     #[error("--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one")]
     TwoAuthFiles,
+    #[error("--web.config.file excludes {0}: put TLS and users in the web config file (tls_server_config, basic_auth_users)")]
+    WebConfigAndFlag(&'static str),
     #[error("--node-name / NODE_NAME must be 1..253 characters")]
     NodeName,
     #[error("{origin}: annotationPrefix {policy:?} differs from --annotation-prefix {flag:?}; node and pod annotations share one prefix: set --annotation-prefix (GPU_WARDEN_ANNOTATION_PREFIX) and drop the key")]
@@ -317,6 +331,20 @@ impl Cli {
         }
         self.annotation_config().validate()?;
         self.lease.validate()?;
+        if self.web_config_file.is_some() {
+            let old = [
+                ("--web-tls-cert", self.web_tls_cert.is_some()),
+                ("--web-tls-key", self.web_tls_key.is_some()),
+                (
+                    "--web-auth-bearer-file",
+                    self.web_auth_bearer_file.is_some(),
+                ),
+                ("--web-auth-basic-file", self.web_auth_basic_file.is_some()),
+            ];
+            if let Some((flag, _)) = old.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::WebConfigAndFlag(flag));
+            }
+        }
         if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
             return Err(ConfigError::TlsPair);
         }
@@ -455,6 +483,22 @@ mod tests {
             e.contains("--web-auth-bearer-file") && e.contains("--web-auth-basic-file"),
             "{e}"
         );
+        for old in [
+            "--web-tls-cert",
+            "--web-auth-bearer-file",
+            "--web-auth-basic-file",
+        ] {
+            let c = parse(&["--web.config.file", "web.yml", old, "f"]).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("--web.config.file excludes {old}: put TLS and users in the web config file (tls_server_config, basic_auth_users)")
+            );
+        }
+        parse(&["--web.config.file", "web.yml"])
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

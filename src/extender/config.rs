@@ -99,6 +99,18 @@ pub struct ExtenderCli {
     )]
     pub max_body_bytes: usize,
 
+    /// exporter-toolkit's web configuration file for the verbs' listener: `tls_server_config`
+    /// (with `client_auth_type: RequireAndVerifyClientCert` and `client_ca_file` for
+    /// kube-scheduler's extender `tlsConfig` client certificate); re-read when it or its
+    /// certificates change. `basic_auth_users` are refused: kube-scheduler's extender client
+    /// sends no credentials. Excludes --web-tls-cert/--web-tls-key.
+    #[arg(
+        long = "web.config.file",
+        value_name = "FILE",
+        env = "GPU_WARDEN_EXTENDER_WEB_CONFIG_FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_WEB_TLS_CERT")]
     pub web_tls_cert: Option<PathBuf>,
