@@ -18,6 +18,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod need;
 pub mod nodes;
+pub mod prom_http;
 pub mod prometheus;
 pub mod reply;
 pub mod server;
