@@ -153,6 +153,14 @@ const DEVICE_FAMILIES: &[(&str, Kind, &str, Extract)] = &[
         "Number of remapped rows for correctable errors",
         |g| g.remapped_rows.map(|r| r.correctable as f64),
     ),
+    // dcgm-exporter's default counters (etc/default-counters.csv). DCGM names no unit; the
+    // value is NVML's NVLink payload KiB, sent plus received, over all links (README, "Metrics").
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        Kind::Counter,
+        "Total number of NVLink bandwidth counters for all lanes.",
+        |g| g.nvlink_kib.map(|v| v as f64),
+    ),
     (
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         Kind::Gauge,
