@@ -331,6 +331,7 @@ impl Wiring {
                 hostname_label: self.cli.hostname_label,
                 hostname: self.node.clone(),
                 per_process: self.cli.per_process_metrics,
+                pod_labels: self.cli.dcgm_pod_labels,
             },
             self.metrics.clone(),
             self.clock.clone(),

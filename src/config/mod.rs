@@ -6,6 +6,7 @@ pub mod check;
 
 use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError};
+use crate::publish::dcgm_pod_labels::PodLabels;
 use crate::publish::metrics::HostnameLabel;
 use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
@@ -47,6 +48,24 @@ impl ValueEnum for HostnameLabel {
             HostnameLabel::Lower => PossibleValue::new("hostname")
                 .help("`hostname`, as dcgm-exporter 4.8.3 and later use"),
             HostnameLabel::Off => PossibleValue::new("none").help("No hostname label"),
+        })
+    }
+}
+
+impl ValueEnum for PodLabels {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[PodLabels::Off, PodLabels::On, PodLabels::PerPod]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            PodLabels::Off => PossibleValue::new("off").help("No pod labels"),
+            PodLabels::On => PossibleValue::new("on").help(
+                "container, namespace, pod of the GPU's largest user: one series per GPU, as dcgm-exporter's Kubernetes mode",
+            ),
+            PodLabels::PerPod => PossibleValue::new("per-pod").help(
+                "One series per container with a process on the GPU, each with the GPU's value, as dcgm-exporter's --kubernetes-virtual-gpus",
+            ),
         })
     }
 }
@@ -178,6 +197,17 @@ pub struct Cli {
         env = "GPU_WARDEN_HOSTNAME_LABEL"
     )]
     pub hostname_label: HostnameLabel,
+
+    /// Pod labels (`container`, `namespace`, `pod`) on the DCGM families, as dcgm-exporter's
+    /// Kubernetes mode adds them, for dashboards built on those; see README, "Pod labels on
+    /// DCGM families" for what each means on a time-sliced GPU.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "off",
+        env = "GPU_WARDEN_DCGM_POD_LABELS"
+    )]
+    pub dcgm_pod_labels: PodLabels,
 
     /// This node's name (Downward API `spec.nodeName`); defaults to the host name.
     #[arg(long, env = "NODE_NAME")]
@@ -430,7 +460,21 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
         );
         assert_eq!(c.pod_resources_interval, Duration::from_secs(5));
+        assert_eq!(
+            c.dcgm_pod_labels,
+            PodLabels::Off,
+            "dcgm-exporter without Kubernetes mode"
+        );
         c.validate().unwrap();
+        let c = parse(&["--dcgm-pod-labels", "per-pod"]).unwrap();
+        assert_eq!(c.dcgm_pod_labels, PodLabels::PerPod);
+        let e = parse(&["--dcgm-pod-labels", "all"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--dcgm-pod-labels") && e.contains("per-pod"),
+            "{e}"
+        );
     }
 
     #[test]

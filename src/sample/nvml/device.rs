@@ -51,7 +51,10 @@ fn nvlink_kib(dev: &Device) -> Result<u64, NvmlError> {
     use nvml_scoped::{field_values_u64, ALL_LINKS};
     let mut v = field_values_u64(
         dev,
-        &[(FI_NVLINK_DATA_TX, ALL_LINKS), (FI_NVLINK_DATA_RX, ALL_LINKS)],
+        &[
+            (FI_NVLINK_DATA_TX, ALL_LINKS),
+            (FI_NVLINK_DATA_RX, ALL_LINKS),
+        ],
     )?
     .into_iter();
     match (v.next(), v.next()) {
