@@ -768,6 +768,65 @@ async fn reqwest_like_post(base: &str, path: &str, body: &str) -> Result<String>
     Ok(out)
 }
 
+/// What the job's author reads: GitLab Runner's Kubernetes executor, when a job fails, lists
+/// the pod's Warning Events through the core/v1 API (`CoreV1().Events(ns).List` with
+/// `fieldSelector=involvedObject.name=<pod>,type=Warning`, executors/kubernetes
+/// `logPodWarningEvents`) and prints each as `WARNING: Event retrieved from the cluster:
+/// <message>`. The agent creates its Events through events.k8s.io/v1; the API server (here the
+/// double, converting as kubernetes' pkg/apis/events/v1/conversion.go does) shows them there
+/// with the note as the message. The line opens with what to declare next time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_prints_the_eviction_as_one_actionable_line() -> Result {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    let pods = [
+        ci_job(p("ci", "build-gpu-1", 0, 3000)),
+        p("ml", "train", 1000, 6000),
+    ];
+    let mut w = World::new(Mode::Enforce, &pods, 9600).await?;
+    let d = w.decide(0.0);
+    assert_eq!(w.execute(&d, 0.1).await, vec![evicted("build-gpu-1")]);
+    let client = kube::Client::try_from(kube::Config::new(w.server.url().parse()?))?;
+    let events: kube::Api<CoreEvent> = kube::Api::namespaced(client, "ci");
+    let list = events
+        .list(
+            &kube::api::ListParams::default()
+                .fields("involvedObject.name=build-gpu-1,type=Warning"),
+        )
+        .await?;
+    let log: Vec<String> = list
+        .items
+        .iter()
+        .map(|e| {
+            format!(
+                "WARNING: Event retrieved from the cluster: {}",
+                e.message.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(log.len(), 1, "{log:#?}");
+    assert!(
+        log[0].starts_with(
+            "WARNING: Event retrieved from the cluster: gpu-warden evicted this job to keep GPU 0 \
+             from running out of memory for every job on it: it used 3000 MiB of GPU memory and \
+             declared none. Next time declare what it needs, e.g. the CI/CD variable \
+             KUBERNETES_POD_ANNOTATIONS_VRAM: \"gpu-warden.io/vram-request-mib=3072\""
+        ),
+        "{}",
+        log[0]
+    );
+    assert!(!log[0].contains('\n'));
+    // The high-priority neighbour, not evicted, has no Warning to print.
+    let ml: kube::Api<CoreEvent> = kube::Api::namespaced(
+        kube::Client::try_from(kube::Config::new(w.server.url().parse()?))?,
+        "ml",
+    );
+    let none = ml
+        .list(&kube::api::ListParams::default().fields("involvedObject.name=train,type=Warning"))
+        .await?;
+    assert!(none.items.is_empty());
+    Ok(())
+}
+
 /// (6): one Node Event per decision, through events.k8s.io/v1 only: an API server answering
 /// 404 there gets no core/v1 Event instead (the fallback is gone, issue 39) and the eviction
 /// is not held up; hanging Events neither block nor fail evictions.
