@@ -64,5 +64,13 @@ refused every other spelling.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* The learned-needs source's transport (issue 39), as LearnedFile::transport checks it. */ -}}
+{{- $l := get $p "learned" | default dict -}}
+{{- if and (get $l "caFile") (not (hasPrefix "https://" (toString (get $l "prometheusUrl")))) -}}
+{{- fail "scheduler.extender.policy.learned.caFile is only used with an https:// prometheusUrl" -}}
+{{- end -}}
+{{- if and (get $l "bearerTokenFile") (get $l "basicAuth") -}}
+{{- fail "scheduler.extender.policy.learned.bearerTokenFile and learned.basicAuth exclude each other; set one" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
