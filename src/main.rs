@@ -4,31 +4,51 @@
 //! `gpu-warden check-config` validates configuration files with both parsers and exits.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use gpu_warden::config::check::{check_guard_policy, check_prefix, CheckConfigCli, CheckError};
 use gpu_warden::config::{Cli, LogArgs, LogFormat};
 use gpu_warden::extender::config::ExtenderCli;
 use std::process::ExitCode;
 
+/// gpu-warden: GPU metrics, free-VRAM node annotations and an OOM guard for Kubernetes nodes.
+///
+/// Without a subcommand it runs the per-node agent with the options below.
+// The agent's flags and the two subcommands in one clap command, so `--help` lists the
+// subcommands and each subcommand's `--help` prints its own usage line (issue 39: argv was
+// dispatched by hand and neither was listed). Agent flags and a subcommand exclude each
+// other: `gpu-warden --backend sim extender` is refused rather than half applied.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-warden",
+    version,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
+struct Top {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    agent: Cli,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// kube-scheduler's HTTP extender: places GPU pods by the free VRAM the agents publish.
+    Extender(ExtenderCli),
+    /// Validate guard and extender policy files with the programs' own parsers, then exit.
+    CheckConfig(CheckConfigCli),
+}
+
 fn main() -> ExitCode {
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == "extender") {
-        args.remove(1);
-        let cli = ExtenderCli::parse_from(args);
-        if let Err(e) = init_logging(&cli.logging) {
-            return fail("gpu-warden extender", &e, 2);
-        }
-        let shutdown = gpu_warden::agent::build::shutdown_signal();
-        return match gpu_warden::extender::run(cli, shutdown) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail("gpu-warden extender", &e.into(), 1),
-        };
+    let top = Top::parse();
+    match top.command {
+        Some(Command::Extender(cli)) => extender(cli),
+        Some(Command::CheckConfig(cli)) => check_config(&cli),
+        None => agent(top.agent),
     }
-    if args.get(1).is_some_and(|a| a == "check-config") {
-        args.remove(1);
-        return check_config(&CheckConfigCli::parse_from(args));
-    }
-    let cli = Cli::parse_from(args);
+}
+
+fn agent(cli: Cli) -> ExitCode {
     if let Err(e) = cli.validate() {
         return fail("gpu-warden", &e.into(), 2);
     }
@@ -38,6 +58,17 @@ fn main() -> ExitCode {
     match gpu_warden::agent::build::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("gpu-warden", &e.into(), 1),
+    }
+}
+
+fn extender(cli: ExtenderCli) -> ExitCode {
+    if let Err(e) = init_logging(&cli.logging) {
+        return fail("gpu-warden extender", &e, 2);
+    }
+    let shutdown = gpu_warden::agent::build::shutdown_signal();
+    match gpu_warden::extender::run(cli, shutdown) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail("gpu-warden extender", &e.into(), 1),
     }
 }
 

@@ -59,6 +59,10 @@ ACCEPTED = [
     ({"scheduler": {"enabled": True, "schedulerName": "gpu-ci", "image": {"digest": "sha256:" + "ab" * 32}}},
      "another profile name, the kube-scheduler image by digest"),
     ({"scheduler": {"enabled": False, "schedulerName": "default-scheduler"}}, "the scheduler's rules only apply when it is enabled"),
+    ({"scheduler": {"enabled": True, "extender": {"learnedSecret": "prom-creds", "policy": {"learned": {
+        "prometheusUrl": "https://prometheus.example.com", "caFile": "/etc/gpu-warden-learned/ca.crt",
+        "basicAuth": {"username": "extender", "passwordFile": "/etc/gpu-warden-learned/password"}}}}}},
+     "the learned-needs source over https with a CA and basic auth from a mounted Secret"),
 ]
 
 

@@ -33,6 +33,8 @@ STATEFUL = {
     "gpu_warden_gpu_memory_declared_bytes": "needs the kubelet's pod-resources socket",
     "gpu_warden_gpu_memory_committed_bytes": "needs the kubelet's pod-resources socket",
     "gpu_warden_pod_processes_without_replica": "needs the kubelet's pod-resources socket and a bypassing process",
+    # Only on GPUs with NVLink; the simulated A10G demo the check scrapes has none.
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "only on GPUs with NVLink (SXM parts); a PCIe card such as the A10G has none",
     # Hopper and newer only (NVML GPM); the simulated H100 scenario does not model GPM.
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "Hopper+ GPM profiling family",
     "DCGM_FI_PROF_SM_ACTIVE": "Hopper+ GPM profiling family",

@@ -2,7 +2,7 @@
 """gpu-warden's RBAC must grant exactly DESIGN §3.6 and nothing more.
 
     pods: get, list, watch · pods/eviction: create · nodes: get, patch ·
-    events (core and events.k8s.io): create, patch ·
+    events (events.k8s.io only: the agent sends no core/v1 Event): create, patch ·
     leases (coordination.k8s.io, the agent's namespace only): get, create, update.
 
 `rbac_problems(objects)` takes the rendered objects of one overlay and returns what is
@@ -23,7 +23,7 @@ EXPECTED = frozenset(
     [("", "pods", v) for v in ("get", "list", "watch")]
     + [("", "pods/eviction", "create")]
     + [("", "nodes", v) for v in ("get", "patch")]
-    + [(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")]
+    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
 )
 SERVICE_ACCOUNT = ("gpu-warden", "gpu-warden")  # (namespace, name)
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -256,9 +256,11 @@ def self_test(objects):
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch", "get"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ]), ok=True)
+    expect("core events back", lambda o: role(o)["rules"].append(
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}), ok=False)
     expect("extra verb", lambda o: role(o)["rules"][0]["verbs"].append("delete"), ok=False)
     expect("pods/exec", lambda o: role(o)["rules"].append(
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}), ok=False)

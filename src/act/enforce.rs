@@ -500,7 +500,13 @@ impl Enforcer {
         actions: &Actions,
         pods: &PodMap,
     ) {
-        let mut drafts = notes::drafts(decision, outcomes, pods, &self.node);
+        let mut drafts = notes::drafts(
+            decision,
+            outcomes,
+            pods,
+            &self.node,
+            &self.policy.vram_request_annotation(),
+        );
         stop::annotate(&mut drafts, decision, actions);
         let at = self.clock.wall();
         let sends = drafts.iter().map(|d| self.send_event(decision, d, at));

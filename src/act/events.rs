@@ -1,13 +1,13 @@
-//! The Kubernetes Event objects (events.k8s.io/v1 and core/v1) of a guard decision, built
+//! The Kubernetes Event objects (events.k8s.io/v1, the one API they are sent through) of a guard decision, built
 //! from the drafts `guard::notes` writes. Pure construction; `act::enforce` sends them.
 
 use crate::guard::notes::{
     event_name_prefix, regarding_name, reporting_instance, truncate_note, EventDraft, Regarding,
     NOTE_LIMIT, REPORTING_CONTROLLER,
 };
-use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -65,35 +65,6 @@ pub fn events_v1(draft: &EventDraft, node: &str, at: SystemTime) -> Event {
     }
 }
 
-/// The same Event as a core/v1 Event, for API servers that do not serve `events.k8s.io`.
-/// Written the legacy way (first/last timestamp, count, source) because the core API's
-/// validation wants either that or a full series when `eventTime` is set.
-pub fn core_v1(draft: &EventDraft, node: &str, at: SystemTime) -> CoreEvent {
-    let t = Time(timestamp(at));
-    CoreEvent {
-        metadata: ObjectMeta {
-            generate_name: Some(event_name_prefix(regarding_name(&draft.regarding))),
-            namespace: Some(draft.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: object_reference(&draft.regarding),
-        reason: Some(draft.reason.into()),
-        action: Some(draft.action.into()),
-        message: Some(truncate_note(draft.note.clone(), NOTE_LIMIT)),
-        type_: Some(draft.type_.as_str().into()),
-        first_timestamp: Some(t.clone()),
-        last_timestamp: Some(t),
-        count: Some(1),
-        source: Some(EventSource {
-            component: Some("gpu-warden".into()),
-            host: Some(node.to_string()),
-        }),
-        reporting_component: Some(REPORTING_CONTROLLER.into()),
-        reporting_instance: Some(reporting_instance(node)),
-        ..CoreEvent::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,17 +110,12 @@ mod tests {
             note: "n".into(),
             ..draft
         };
-        let c = serde_json::to_value(core_v1(&node, "gpu-1", at)).unwrap();
-        assert_eq!(c["apiVersion"], "v1");
-        assert_eq!(c["metadata"]["namespace"], "default");
+        let n = serde_json::to_value(events_v1(&node, "gpu-1", at)).unwrap();
+        assert_eq!(n["metadata"]["namespace"], "default");
         assert_eq!(
-            c["involvedObject"],
+            n["regarding"],
             serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "gpu-1", "uid": "gpu-1"})
         );
-        assert_eq!(c["message"], "n");
-        assert_eq!(c["firstTimestamp"], "2023-11-14T22:13:20Z");
-        assert_eq!(c["count"], 1);
-        assert_eq!(c["source"]["host"], "gpu-1");
-        assert!(c.get("eventTime").is_none());
+        assert_eq!(n["note"], "n");
     }
 }

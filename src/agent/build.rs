@@ -25,7 +25,7 @@ use crate::guard::state::Guard;
 use crate::model::clock::{Clock, SystemClock};
 use crate::publish::annotations::{AnnotationConfig, FiguresState};
 use crate::publish::auth::Auth;
-use crate::publish::http::{AuthFile, HttpLimits, HttpSecurity};
+use crate::publish::http::{AuthFile, Authn, HttpLimits, HttpSecurity};
 use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::MetricsConfig;
 use crate::publish::process_metrics::ProcessSource;
@@ -331,6 +331,7 @@ impl Wiring {
                 hostname_label: self.cli.hostname_label,
                 hostname: self.node.clone(),
                 per_process: self.cli.per_process_metrics,
+                pod_labels: self.cli.dcgm_pod_labels,
             },
             self.metrics.clone(),
             self.clock.clone(),
@@ -575,13 +576,17 @@ impl Wiring {
             (None, Some(p)) => Some(AuthFile::Basic(p)),
             (None, None) => None,
         };
-        let security = HttpSecurity::load(tls, auth)?;
+        let security = HttpSecurity::load(cli.web_config_file.as_deref(), tls, auth)?;
+        if cli.web_auth_basic_file.is_some() {
+            tracing::warn!("--web-auth-basic-file (unsalted SHA-256 lines) is deprecated: use --web.config.file with basic_auth_users (bcrypt), exporter-toolkit's format (docs/reliability.md, \"Securing /metrics\")");
+        }
         tracing::info!(
             tls = security.tls.is_some(),
             auth = match &security.auth {
                 None => "none",
-                Some(Auth::Bearer(_)) => "bearer",
-                Some(Auth::Basic(_)) => "basic",
+                Some(Authn::Fixed(Auth::Bearer(_))) => "bearer",
+                Some(Authn::Fixed(Auth::Basic(_))) => "basic (sha256 file)",
+                Some(Authn::Web(..)) => "web config file (basic_auth_users)",
             },
             "HTTP server security"
         );

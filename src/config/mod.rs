@@ -6,6 +6,7 @@ pub mod check;
 
 use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError, FiguresChannel};
+use crate::publish::dcgm_pod_labels::PodLabels;
 use crate::publish::metrics::HostnameLabel;
 use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
@@ -47,6 +48,24 @@ impl ValueEnum for HostnameLabel {
             HostnameLabel::Lower => PossibleValue::new("hostname")
                 .help("`hostname`, as dcgm-exporter 4.8.3 and later use"),
             HostnameLabel::Off => PossibleValue::new("none").help("No hostname label"),
+        })
+    }
+}
+
+impl ValueEnum for PodLabels {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[PodLabels::Off, PodLabels::On, PodLabels::PerPod]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            PodLabels::Off => PossibleValue::new("off").help("No pod labels"),
+            PodLabels::On => PossibleValue::new("on").help(
+                "container, namespace, pod of the GPU's largest user: one series per GPU, as dcgm-exporter's Kubernetes mode",
+            ),
+            PodLabels::PerPod => PossibleValue::new("per-pod").help(
+                "One series per container with a process on the GPU, each with the GPU's value, as dcgm-exporter's --kubernetes-virtual-gpus",
+            ),
         })
     }
 }
@@ -99,7 +118,18 @@ pub struct Cli {
     #[arg(long, default_value = "0.0.0.0:9400", env = "GPU_WARDEN_LISTEN")]
     pub listen: SocketAddr,
 
+    /// exporter-toolkit's web configuration file (`tls_server_config`, `basic_auth_users`
+    /// with bcrypt hashes), as every Prometheus exporter takes it; re-read when it or its
+    /// certificates change. Excludes the --web-tls-* and --web-auth-* flags.
+    #[arg(
+        long = "web.config.file",
+        value_name = "FILE",
+        env = "GPU_WARDEN_WEB_CONFIG_FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
+    /// Reloaded when it changes. (--web.config.file's `tls_server_config` does the same.)
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_CERT")]
     pub web_tls_cert: Option<PathBuf>,
 
@@ -112,8 +142,9 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BEARER_FILE")]
     pub web_auth_bearer_file: Option<PathBuf>,
 
-    /// Require HTTP Basic auth on /metrics, /state and /; the file holds
-    /// `user:<sha256 hex of the password>` lines. /healthz and /readyz stay open.
+    /// Deprecated: --web.config.file's `basic_auth_users` (bcrypt) replaces it. Require HTTP
+    /// Basic auth on /metrics, /state and /; the file holds `user:<sha256 hex of the
+    /// password>` lines. /healthz and /readyz stay open.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_AUTH_BASIC_FILE")]
     pub web_auth_basic_file: Option<PathBuf>,
 
@@ -166,6 +197,17 @@ pub struct Cli {
         env = "GPU_WARDEN_HOSTNAME_LABEL"
     )]
     pub hostname_label: HostnameLabel,
+
+    /// Pod labels (`container`, `namespace`, `pod`) on the DCGM families, as dcgm-exporter's
+    /// Kubernetes mode adds them, for dashboards built on those; see README, "Pod labels on
+    /// DCGM families" for what each means on a time-sliced GPU.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "off",
+        env = "GPU_WARDEN_DCGM_POD_LABELS"
+    )]
+    pub dcgm_pod_labels: PodLabels,
 
     /// This node's name (Downward API `spec.nodeName`); defaults to the host name.
     #[arg(long, env = "NODE_NAME")]
@@ -303,6 +345,8 @@ pub enum ConfigError {
     TlsPair,
     #[error("--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one")]
     TwoAuthFiles,
+    #[error("--web.config.file excludes {0}: put TLS and users in the web config file (tls_server_config, basic_auth_users)")]
+    WebConfigAndFlag(&'static str),
     #[error("--node-name / NODE_NAME must be 1..253 characters")]
     NodeName,
     #[error("{origin}: annotationPrefix {policy:?} differs from --annotation-prefix {flag:?}; node and pod annotations share one prefix: set --annotation-prefix (GPU_WARDEN_ANNOTATION_PREFIX) and drop the key")]
@@ -333,6 +377,20 @@ impl Cli {
         }
         self.annotation_config().validate()?;
         self.lease.validate()?;
+        if self.web_config_file.is_some() {
+            let old = [
+                ("--web-tls-cert", self.web_tls_cert.is_some()),
+                ("--web-tls-key", self.web_tls_key.is_some()),
+                (
+                    "--web-auth-bearer-file",
+                    self.web_auth_bearer_file.is_some(),
+                ),
+                ("--web-auth-basic-file", self.web_auth_basic_file.is_some()),
+            ];
+            if let Some((flag, _)) = old.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::WebConfigAndFlag(flag));
+            }
+        }
         if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
             return Err(ConfigError::TlsPair);
         }
@@ -432,7 +490,21 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
         );
         assert_eq!(c.pod_resources_interval, Duration::from_secs(5));
+        assert_eq!(
+            c.dcgm_pod_labels,
+            PodLabels::Off,
+            "dcgm-exporter without Kubernetes mode"
+        );
         c.validate().unwrap();
+        let c = parse(&["--dcgm-pod-labels", "per-pod"]).unwrap();
+        assert_eq!(c.dcgm_pod_labels, PodLabels::PerPod);
+        let e = parse(&["--dcgm-pod-labels", "all"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--dcgm-pod-labels") && e.contains("per-pod"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -534,6 +606,22 @@ mod tests {
             e.contains("--web-auth-bearer-file") && e.contains("--web-auth-basic-file"),
             "{e}"
         );
+        for old in [
+            "--web-tls-cert",
+            "--web-auth-bearer-file",
+            "--web-auth-basic-file",
+        ] {
+            let c = parse(&["--web.config.file", "web.yml", old, "f"]).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("--web.config.file excludes {old}: put TLS and users in the web config file (tls_server_config, basic_auth_users)")
+            );
+        }
+        parse(&["--web.config.file", "web.yml"])
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

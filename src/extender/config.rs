@@ -19,6 +19,9 @@
 //!   minJobs: 3
 //!   refresh: 5m
 //!   maxAge: 1h
+//!   caFile: /etc/prometheus-ca/ca.crt      # https:// only; the system's roots without it
+//!   bearerTokenFile: /var/run/secrets/prometheus/token   # or:
+//!   # basicAuth: {username: extender, passwordFile: /etc/prometheus-auth/password}
 //! defaults:                 # first match wins; a pod's own annotation and a learned need beat them
 //!   - {namespace: gitlab-ci, selector: "project.runner.gitlab.com/id=42", mib: 12288}
 //!   - {namespace: gitlab-ci, mib: 4096}
@@ -99,6 +102,18 @@ pub struct ExtenderCli {
     )]
     pub max_body_bytes: usize,
 
+    /// exporter-toolkit's web configuration file for the verbs' listener: `tls_server_config`
+    /// (with `client_auth_type: RequireAndVerifyClientCert` and `client_ca_file` for
+    /// kube-scheduler's extender `tlsConfig` client certificate); re-read when it or its
+    /// certificates change. `basic_auth_users` are refused: kube-scheduler's extender client
+    /// sends no credentials. Excludes --web-tls-cert/--web-tls-key.
+    #[arg(
+        long = "web.config.file",
+        value_name = "FILE",
+        env = "GPU_WARDEN_EXTENDER_WEB_CONFIG_FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
     #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_WEB_TLS_CERT")]
     pub web_tls_cert: Option<PathBuf>,
@@ -158,6 +173,55 @@ pub struct LearnedFile {
     /// The pod label naming the project (default GitLab Runner's
     /// `project.runner.gitlab.com/id`).
     pub project_label: Option<String>,
+    /// PEM CA bundle for an `https://` URL (default: the system's roots).
+    pub ca_file: Option<PathBuf>,
+    /// A file holding the bearer token sent with each query.
+    pub bearer_token_file: Option<PathBuf>,
+    /// HTTP Basic credentials sent with each query.
+    pub basic_auth: Option<LearnedBasicAuth>,
+}
+
+/// `learned.basicAuth`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LearnedBasicAuth {
+    /// The user.
+    pub username: String,
+    /// A file holding the password.
+    pub password_file: PathBuf,
+}
+
+impl LearnedFile {
+    /// The transport keys, checked: a CA file only for `https://`, one kind of credentials.
+    fn transport(&self, url: &str) -> Result<super::learned::LearnedTransport, PolicyError> {
+        use super::learned::{LearnedAuth, LearnedTransport};
+        let invalid = |m: &str| Err(PolicyError::Invalid(m.to_string()));
+        if self.ca_file.is_some() && !url.starts_with("https://") {
+            return invalid("learned.caFile is only used with an https:// prometheusUrl");
+        }
+        let auth = match (&self.bearer_token_file, &self.basic_auth) {
+            (Some(_), Some(_)) => {
+                return invalid(
+                    "learned.bearerTokenFile and learned.basicAuth exclude each other; set one",
+                )
+            }
+            (Some(f), None) => Some(LearnedAuth::BearerTokenFile(f.clone())),
+            (None, Some(b)) => {
+                if b.username.is_empty() || b.password_file.as_os_str().is_empty() {
+                    return invalid("learned.basicAuth needs username and passwordFile");
+                }
+                Some(LearnedAuth::Basic {
+                    username: b.username.clone(),
+                    password_file: b.password_file.clone(),
+                })
+            }
+            (None, None) => None,
+        };
+        Ok(LearnedTransport {
+            ca_file: self.ca_file.clone(),
+            auth,
+        })
+    }
 }
 
 pub use super::learned::LearnedSource;
@@ -361,17 +425,19 @@ impl PolicyFile {
         let learned = match l.prometheus_url.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(url) => {
-                if !url.starts_with("http://") {
+                if !url.starts_with("http://") && !url.starts_with("https://") {
                     return Err(PolicyError::Invalid(format!(
-                        "learned.prometheusUrl {url:?}: only http:// URLs are supported"
+                        "learned.prometheusUrl {url:?}: an http:// or https:// URL"
                     )));
                 }
+                let transport = l.transport(url)?;
                 Some(LearnedSource {
                     url: url.trim_end_matches('/').to_string(),
                     window,
                     min_jobs,
                     refresh,
                     max_age,
+                    transport,
                 })
             }
         };
@@ -470,6 +536,34 @@ mod tests {
     }
 
     #[test]
+    fn the_learned_source_over_https_with_credentials() {
+        use crate::extender::learned::LearnedAuth;
+        let p = PolicyFile::parse(
+            "learned:\n  prometheusUrl: https://prom.example.com/\n  caFile: /ca.crt\n  \
+             basicAuth: {username: extender, passwordFile: /pw}\n",
+        )
+        .and_then(|f| f.policy())
+        .unwrap();
+        let l = p.learned.unwrap();
+        assert_eq!(l.url, "https://prom.example.com");
+        assert_eq!(l.transport.ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(
+            l.transport.auth,
+            Some(LearnedAuth::Basic {
+                username: "extender".into(),
+                password_file: PathBuf::from("/pw")
+            })
+        );
+        let p = PolicyFile::parse("learned: {prometheusUrl: \"http://p\", bearerTokenFile: /t}\n")
+            .and_then(|f| f.policy())
+            .unwrap();
+        assert_eq!(
+            p.learned.unwrap().transport.auth,
+            Some(LearnedAuth::BearerTokenFile(PathBuf::from("/t")))
+        );
+    }
+
+    #[test]
     fn the_usage_line_names_the_subcommand() {
         use clap::CommandFactory;
         let help = ExtenderCli::command().render_help().to_string();
@@ -502,8 +596,20 @@ mod tests {
             ("defaults:\n  - {mib: 0}\n", "defaults[0].mib"),
             ("unknownNeed: {rule: reserve, mib: 0}\n", "unknownNeed.mib"),
             (
-                "learned: {prometheusUrl: \"https://p\"}\n",
+                "learned: {prometheusUrl: \"ftp://p\"}\n",
                 "learned.prometheusUrl",
+            ),
+            (
+                "learned: {prometheusUrl: \"http://p\", caFile: /ca.crt}\n",
+                "learned.caFile is only used with an https://",
+            ),
+            (
+                "learned: {prometheusUrl: \"https://p\", bearerTokenFile: /t, basicAuth: {username: u, passwordFile: /p}}\n",
+                "exclude each other",
+            ),
+            (
+                "learned: {prometheusUrl: \"https://p\", basicAuth: {username: u}}\n",
+                "passwordFile",
             ),
             (
                 "learned: {prometheusUrl: \"http://p\", window: \"7d)\"}\n",

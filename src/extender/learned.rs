@@ -215,6 +215,34 @@ pub struct LearnedSource {
     pub refresh: Duration,
     /// Longest use of a table Prometheus no longer confirms.
     pub max_age: Duration,
+    /// How to reach it: the CA for `https://`, and credentials.
+    pub transport: LearnedTransport,
+}
+
+/// `learned.caFile`, `learned.bearerTokenFile`, `learned.basicAuth`: files, read at each query
+/// so a rotated token, password or CA is used from the next query on (as Prometheus's own
+/// `*_file` settings are).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LearnedTransport {
+    /// PEM CA bundle that `https://` answers are verified against; the system's roots
+    /// without it.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Credentials sent with each query.
+    pub auth: Option<LearnedAuth>,
+}
+
+/// Credentials for the learned-needs source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LearnedAuth {
+    /// `Authorization: Bearer <the file's content>`.
+    BearerTokenFile(std::path::PathBuf),
+    /// `Authorization: Basic` with the user and the password file's content.
+    Basic {
+        /// `learned.basicAuth.username`.
+        username: String,
+        /// `learned.basicAuth.passwordFile`.
+        password_file: std::path::PathBuf,
+    },
 }
 
 #[cfg(test)]

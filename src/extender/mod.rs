@@ -18,6 +18,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod need;
 pub mod nodes;
+pub mod prom_http;
 pub mod prometheus;
 pub mod reply;
 pub mod server;
@@ -43,6 +44,12 @@ pub enum ExtenderError {
     /// A certificate without its key, or the other way round.
     #[error("--web-tls-cert and --web-tls-key must be given together")]
     TlsPair,
+    /// The web config file with the old TLS flags.
+    #[error("--web.config.file excludes --web-tls-cert and --web-tls-key: put the certificate in the web config file's tls_server_config")]
+    WebConfigAndFlags,
+    /// Users the verbs' callers cannot present.
+    #[error("--web.config.file: basic_auth_users cannot be used by the extender: kube-scheduler's extender client sends no credentials; verify its client certificate instead (tls_server_config.client_auth_type: RequireAndVerifyClientCert, client_ca_file)")]
+    BasicAuthUsers,
     /// No usable Kubernetes configuration.
     #[error("{0}")]
     Kube(String),
@@ -76,7 +83,15 @@ pub fn run(
         (None, None) => None,
         _ => return Err(ExtenderError::TlsPair),
     };
-    let security = HttpSecurity::load(tls, None)?;
+    if cli.web_config_file.is_some() && tls.is_some() {
+        return Err(ExtenderError::WebConfigAndFlags);
+    }
+    let mut security = HttpSecurity::load(cli.web_config_file.as_deref(), tls, None)?;
+    if security.has_basic_auth_users() {
+        return Err(ExtenderError::BasicAuthUsers);
+    }
+    // The verbs' handler has no credentials check: TLS (and client certificates) only.
+    security.auth = None;
     let metrics = metrics::ExtenderMetrics::new()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,8 +7,6 @@
 use super::config::LearnedSource;
 use super::learned::{learn, query, LearnError, LearnedNeeds};
 use super::watch::LedgerFeed;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,15 +40,9 @@ pub fn query_url(src: &LearnedSource) -> String {
 /// Why one query gave no table (logged once when the learner starts failing).
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    /// `learned.prometheusUrl` does not make a URI.
-    #[error("learned.prometheusUrl: {0}")]
-    Url(#[from] hyper::http::uri::InvalidUri),
-    /// No connection, or no answer head.
-    #[error("{0}")]
-    Request(#[from] hyper_util::client::legacy::Error),
-    /// The body broke off or passed [`MAX_ANSWER_BYTES`].
-    #[error("reading the answer: {0}")]
-    Read(Box<dyn std::error::Error + Send + Sync>),
+    /// No answer: the URL, a `learned.*` file, the connection, TLS, or the body.
+    #[error(transparent)]
+    Http(#[from] super::prom_http::HttpError),
     /// [`QUERY_TIMEOUT`] passed.
     #[error("no answer in {}s", .0.as_secs())]
     Timeout(Duration),
@@ -66,24 +58,14 @@ pub enum FetchError {
 
 /// One query: the learned table, or why not.
 pub async fn fetch(src: &LearnedSource) -> Result<LearnedNeeds, FetchError> {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<Bytes>>();
-    let uri: hyper::Uri = query_url(src).parse()?;
-    let answer = async {
-        let resp = client.get(uri).await?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
-            .collect()
-            .await
-            .map_err(FetchError::Read)?
-            .to_bytes();
-        Ok::<_, FetchError>((status, body))
-    };
+    let url = query_url(src);
+    let answer = super::prom_http::get(&url, &src.transport, MAX_ANSWER_BYTES);
     let (status, body) = tokio::time::timeout(QUERY_TIMEOUT, answer)
         .await
         .map_err(|_| FetchError::Timeout(QUERY_TIMEOUT))??;
     // Prometheus answers errors (400 bad_data, 422, 503) with the same JSON envelope: read
-    // it for the reason whatever the status.
+    // it for the reason whatever the status. A proxy's 401 has another body: its status
+    // tells the operator what is wrong.
     learn(&body, src.min_jobs).map_err(|source| FetchError::Answer {
         status: status.as_u16(),
         source,
@@ -145,6 +127,7 @@ pub fn spawn_learner(src: LearnedSource, feed: Arc<LedgerFeed>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use http_body_util::Full;
     use hyper::{Request, Response, StatusCode};
     use std::convert::Infallible;
@@ -188,6 +171,7 @@ mod tests {
             min_jobs: 20,
             refresh: Duration::from_secs(60),
             max_age: Duration::from_secs(3600),
+            transport: Default::default(),
         }
     }
 
@@ -220,6 +204,143 @@ mod tests {
         assert!(e.contains("HTTP 400") && e.contains("bad_data"), "{e}");
         let e = fetch(&source(1, "7d")).await.unwrap_err().to_string();
         assert!(!e.is_empty());
+    }
+
+    /// A test CA and a certificate for `localhost` it signs: (CA PEM, cert PEM, key PEM).
+    fn test_ca() -> (String, String, String) {
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// The Prometheus double behind TLS and an auth check, as Prometheus with a web config
+    /// (exporter-toolkit's web/handler.go: 401 `Unauthorized`, `WWW-Authenticate: Basic`) or
+    /// a bearer-checking proxy in front of it (kube-rbac-proxy) answers. Serves until dropped.
+    async fn https_prometheus(cert: &str, key: &str, want_auth: &'static str) -> u16 {
+        use rustls_pki_types::pem::PemObject;
+        let certs = rustls_pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |req: Request<hyper::body::Incoming>| async move {
+                            let got = req
+                                .headers()
+                                .get(hyper::header::AUTHORIZATION)
+                                .and_then(|v| v.to_str().ok());
+                            if got != Some(want_auth) {
+                                let mut r = Response::new(Full::new(Bytes::from("Unauthorized\n")));
+                                *r.status_mut() = StatusCode::UNAUTHORIZED;
+                                r.headers_mut().insert(
+                                    "www-authenticate",
+                                    hyper::header::HeaderValue::from_static("Basic"),
+                                );
+                                return Ok::<_, Infallible>(r);
+                            }
+                            prometheus(req).await
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn learns_over_https_with_a_ca_file_and_bearer_or_basic_auth() {
+        use crate::extender::learned::{LearnedAuth, LearnedTransport};
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = test_ca();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, &ca).unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0k3n\n").unwrap();
+        let password = dir.path().join("password");
+        std::fs::write(&password, "s3cret\n").unwrap();
+
+        let https =
+            |port: u16, auth: Option<LearnedAuth>, ca: Option<std::path::PathBuf>| LearnedSource {
+                url: format!("https://localhost:{port}"),
+                transport: LearnedTransport { ca_file: ca, auth },
+                ..source(port, "7d")
+            };
+        let p95 = |t: &LearnedNeeds| t.get("gitlab-runner", "7").map(|n| n.mib);
+
+        // Bearer: the token file's content, line break trimmed.
+        let port = https_prometheus(&cert, &key, "Bearer t0k3n").await;
+        let bearer = Some(LearnedAuth::BearerTokenFile(token.clone()));
+        let t = fetch(&https(port, bearer.clone(), Some(ca_file.clone())))
+            .await
+            .unwrap();
+        assert_eq!(p95(&t), Some(12288));
+        // Without the test CA the system's roots do not trust it.
+        let e = fetch(&https(port, bearer, None))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TLS with localhost"), "{e}");
+        // A wrong token: the 401 is named.
+        std::fs::write(&token, "other").unwrap();
+        let e = fetch(&https(
+            port,
+            Some(LearnedAuth::BearerTokenFile(token.clone())),
+            Some(ca_file.clone()),
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("HTTP 401"), "{e}");
+        assert!(!e.contains("other"), "the token is never in the error: {e}");
+
+        // Basic: user and the password file's content.
+        let want = "Basic ZXh0ZW5kZXI6czNjcmV0"; // base64("extender:s3cret")
+        let port = https_prometheus(&cert, &key, want).await;
+        let basic = Some(LearnedAuth::Basic {
+            username: "extender".into(),
+            password_file: password.clone(),
+        });
+        let t = fetch(&https(port, basic, Some(ca_file.clone())))
+            .await
+            .unwrap();
+        assert_eq!(p95(&t), Some(12288));
+        // A missing password file is named by its key.
+        let gone = Some(LearnedAuth::Basic {
+            username: "extender".into(),
+            password_file: dir.path().join("nope"),
+        });
+        let e = fetch(&https(port, gone, Some(ca_file)))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("learned.basicAuth.passwordFile"), "{e}");
     }
 
     #[test]

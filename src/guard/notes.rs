@@ -52,6 +52,7 @@ pub fn drafts(
     outcomes: &[(String, EvictionOutcome)],
     pods: &PodMap,
     node: &str,
+    request_key: &str,
 ) -> Vec<EventDraft> {
     let (type_, reason, action) = match decision.mode {
         Mode::Off => return Vec::new(),
@@ -84,7 +85,7 @@ pub fn drafts(
             type_,
             reason,
             action,
-            note: victim_note(decision, rank, v, pods, node),
+            note: victim_note(decision, rank, v, pods, node, request_key),
         })
         .collect();
     out.push(EventDraft {
@@ -104,48 +105,78 @@ pub fn drafts(
     out
 }
 
-/// The note on a victim pod. `rank` is its 0-based place among the candidates.
+/// The CI/CD variable a job sets its declared need with: GitLab Runner's Kubernetes executor
+/// turns every `KUBERNETES_POD_ANNOTATIONS_<suffix>: "key=value"` variable into a pod
+/// annotation (when the runner's `pod_annotations_overwrite_allowed` lets that key through).
+pub const JOB_ANNOTATION_VARIABLE: &str = "KUBERNETES_POD_ANNOTATIONS_VRAM";
+
+/// The note on a victim pod. `rank` is its 0-based place among the candidates;
+/// `request_key` is the annotation a pod declares its VRAM with (`<prefix>/vram-request-mib`).
+///
+/// Written for the job log first (docs/guard.md, "What the job's author sees"): GitLab
+/// Runner prints a failed job pod's Warning Events as `WARNING: Event retrieved from the
+/// cluster: <note>`, the note alone, no reason or type. So the note opens with one sentence
+/// a developer can act on: what happened, what the job used against what it declared, and
+/// the exact variable to declare next time; the figures an operator wants follow after
+/// "Details:".
 pub fn victim_note(
     decision: &Decision,
     rank: usize,
     victim: &Victim,
     pods: &PodMap,
     node: &str,
+    request_key: &str,
 ) -> String {
+    let job = ci_job(victim, pods);
+    let who = if job.is_some() { "job" } else { "pod" };
+    let (used, declared) = (mib(victim.use_bytes), mib(victim.request_bytes));
     let mut s = String::new();
-    let what = match decision.mode {
-        Mode::Enforce => "Evicted",
-        _ => "Dry run: would evict",
-    };
     // `write!` into a String cannot fail; the results are ignored for that reason.
+    let _ = match decision.mode {
+        Mode::Enforce => write!(s, "gpu-warden evicted this {who} to keep GPU {} from running out of memory for every job on it", decision.gpu),
+        _ => write!(s, "Dry run, nothing was done: gpu-warden would have evicted this {who} to keep GPU {} from running out of memory for every job on it", decision.gpu),
+    };
+    let _ = match (declared, victim.use_bytes > victim.request_bytes) {
+        (0, _) => write!(s, ": it used {used} MiB of GPU memory and declared none."),
+        (_, true) => write!(
+            s,
+            ": it used {used} MiB of GPU memory, {} MiB more than the {declared} MiB it declared.",
+            used - declared
+        ),
+        (_, false) => write!(
+            s,
+            ": it used {used} MiB of GPU memory, within the {declared} MiB it declared."
+        ),
+    };
+    let key = clean(request_key, FIELD_LIMIT);
+    let _ = if victim.use_bytes > victim.request_bytes {
+        // Its use when stopped, rounded up to a GiB: a lower bound, since it was growing.
+        let next = used.div_ceil(1024).max(1) * 1024;
+        write!(s, " Next time declare what it needs, e.g. the CI/CD variable {JOB_ANNOTATION_VARIABLE}: \"{key}={next}\" (its use when stopped, rounded up to a GiB; it was still growing, so it may need more).")
+    } else {
+        write!(s, " Retry it; if it needs more, declare it with the CI/CD variable {JOB_ANNOTATION_VARIABLE}: \"{key}=<MiB>\".")
+    };
     let _ = write!(
         s,
-        "{what} to prevent GPU out-of-memory on GPU {} ({}): {} of {} MiB used, {} MiB free \
-         (soft {} MiB, hard {} MiB; trigger {}). This pod used {} MiB on the GPU (declared \
-         request {} MiB). Ranked {} of {}: {}.",
+        " Details: GPU {} ({}) on node {}: {} of {} MiB used, {} MiB free (soft {} MiB, hard {} \
+         MiB; trigger {}). Ranked {} of {}: {}.",
         decision.gpu,
         clean(&decision.uuid, CI_VALUE_LIMIT),
+        clean(node, FIELD_LIMIT),
         mib(decision.used),
         mib(decision.total),
         mib(decision.free),
         mib(decision.levels.soft),
         mib(decision.levels.hard),
         decision.trigger.as_str(),
-        mib(victim.use_bytes),
-        mib(victim.request_bytes),
         rank + 1,
         decision.candidates.len(),
         clean(&victim.reason, NOTE_LIMIT),
     );
-    if let Some(job) = ci_job(victim, pods) {
+    if let Some(job) = job {
         let _ = write!(s, " {job}.");
     }
-    let _ = write!(
-        s,
-        " Decision {} by gpu-warden on node {}.",
-        decision.id,
-        clean(node, FIELD_LIMIT)
-    );
+    let _ = write!(s, " Decision {}.", decision.id);
     truncate_note(s, NOTE_LIMIT)
 }
 
@@ -319,6 +350,7 @@ mod tests {
     use crate::testkit::fixtures::*;
 
     const TOTAL: u64 = 10_000;
+    const KEY: &str = "gpu-warden.io/vram-request-mib";
 
     fn decide(
         mode: Mode,
@@ -359,10 +391,13 @@ mod tests {
             vec![proc_in("ci1", 0, 3000), proc_in("train", 0, 6000)],
         );
         let v = &d.candidates[0];
-        let note = victim_note(&d, 0, v, &ps, "gpu-node-1");
+        let note = victim_note(&d, 0, v, &ps, "gpu-node-1", KEY);
         // (fragment, why it must be there)
         let rows = [
-            ("Evicted to prevent GPU out-of-memory", "what happened"),
+            (
+                "gpu-warden evicted this job to keep GPU 0 from running out of memory",
+                "what happened",
+            ),
             ("GPU 0 (GPU-00000000)", "GPU index and UUID"),
             (
                 "9600 of 10000 MiB used, 400 MiB free",
@@ -372,8 +407,14 @@ mod tests {
                 "soft 1000 MiB, hard 500 MiB; trigger hard",
                 "thresholds and trigger",
             ),
-            ("This pod used 3000 MiB", "the pod's own use"),
-            ("declared request 1000 MiB", "its request"),
+            (
+                "it used 3000 MiB of GPU memory, 2000 MiB more than the 1000 MiB it declared.",
+                "the pod's own use against its request",
+            ),
+            (
+                "KUBERNETES_POD_ANNOTATIONS_VRAM: \"gpu-warden.io/vram-request-mib=3072\"",
+                "what to declare next time",
+            ),
             (
                 "Ranked 1 of 2: uses 2.9 GiB, 2.0 GiB over its request of 1000 MiB",
                 "why first",
@@ -382,10 +423,8 @@ mod tests {
                 "GitLab CI job 4242 \"test:gpu\" (https://gitlab.example.com/g/p/-/jobs/4242)",
                 "CI job",
             ),
-            (
-                "Decision 1 by gpu-warden on node gpu-node-1.",
-                "decision and node",
-            ),
+            ("on node gpu-node-1", "the node"),
+            ("Decision 1.", "the decision"),
         ];
         for (frag, why) in rows {
             assert!(note.contains(frag), "{why}: {frag:?} not in {note:?}");
@@ -393,13 +432,65 @@ mod tests {
         assert!(note.len() <= NOTE_LIMIT);
     }
 
+    /// The line a developer reads in the failed job's log: GitLab Runner (Kubernetes
+    /// executor, `print_pod_warning_events`, on by default) lists the pod's Warning Events
+    /// and prints each as `WARNING: Event retrieved from the cluster: <message>`; `message`
+    /// is this note (the API server's core/v1 view of an events.k8s.io/v1 Event). Pinned
+    /// whole: a change to what the job's author reads is a change to this test.
+    #[test]
+    fn the_job_log_line_is_pinned() {
+        let (d, ps) = decide(
+            Mode::Enforce,
+            vec![ci_pod(), pod("train").priority(1000)],
+            vec![proc_in("ci1", 0, 3000), proc_in("train", 0, 6000)],
+        );
+        let note = victim_note(&d, 0, &d.candidates[0], &ps, "gpu-node-1", KEY);
+        let line = format!("WARNING: Event retrieved from the cluster: {note}");
+        assert_eq!(
+            line,
+            "WARNING: Event retrieved from the cluster: gpu-warden evicted this job to keep GPU 0 \
+             from running out of memory for every job on it: it used 3000 MiB of GPU memory, 2000 \
+             MiB more than the 1000 MiB it declared. Next time declare what it needs, e.g. the \
+             CI/CD variable KUBERNETES_POD_ANNOTATIONS_VRAM: \"gpu-warden.io/vram-request-mib=3072\" \
+             (its use when stopped, rounded up to a GiB; it was still growing, so it may need \
+             more). Details: GPU 0 (GPU-00000000) on node gpu-node-1: 9600 of 10000 MiB used, 400 \
+             MiB free (soft 1000 MiB, hard 500 MiB; trigger hard). Ranked 1 of 2: uses 2.9 GiB, \
+             2.0 GiB over its request of 1000 MiB; priority 0 (lowest on GPU 0); lower priority \
+             than the next candidate (1000). GitLab CI job 4242 \"test:gpu\" \
+             (https://gitlab.example.com/g/p/-/jobs/4242). Decision 1."
+        );
+        assert!(!line.contains('\n'), "one line in the job log");
+        // A job that stayed within its declaration is told so, and not told to declare its use.
+        let (d, ps) = decide(
+            Mode::Enforce,
+            vec![ci_pod().request_mib(4000)],
+            vec![proc_in("ci1", 0, 3000)],
+        );
+        let note = victim_note(&d, 0, &d.candidates[0], &ps, "gpu-node-1", KEY);
+        assert!(
+            note.starts_with(
+                "gpu-warden evicted this job to keep GPU 0 from running out of memory for every \
+                 job on it: it used 3000 MiB of GPU memory, within the 4000 MiB it declared. Retry \
+                 it; if it needs more, declare it with the CI/CD variable \
+                 KUBERNETES_POD_ANNOTATIONS_VRAM: \"gpu-warden.io/vram-request-mib=<MiB>\"."
+            ),
+            "{note}"
+        );
+    }
+
     #[test]
     fn victim_note_without_ci_annotations_has_no_job() {
         let (d, ps) = decide(Mode::DryRun, vec![pod("a")], vec![proc_in("a", 0, 3000)]);
-        let note = victim_note(&d, 0, &d.candidates[0], &ps, "n");
-        assert!(note.starts_with("Dry run: would evict"), "{note}");
+        let note = victim_note(&d, 0, &d.candidates[0], &ps, "n", KEY);
+        assert!(
+            note.starts_with("Dry run, nothing was done: gpu-warden would have evicted this pod"),
+            "{note}"
+        );
         assert!(!note.contains("GitLab"), "{note}");
-        assert!(note.contains("declared request 0 MiB"), "{note}");
+        assert!(
+            note.contains("it used 3000 MiB of GPU memory and declared none."),
+            "{note}"
+        );
     }
 
     #[test]
@@ -440,7 +531,7 @@ mod tests {
             .annotation(CI_JOB_ID_ANNOTATION, "1\n2\r\u{1b}[31m3")
             .annotation(CI_JOB_URL_ANNOTATION, &long_url);
         let (d, ps) = decide(Mode::Enforce, vec![p], vec![proc_in("h", 0, 3000)]);
-        let note = victim_note(&d, 0, &d.candidates[0], &ps, &"n".repeat(400));
+        let note = victim_note(&d, 0, &d.candidates[0], &ps, &"n".repeat(400), KEY);
         assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
         assert!(!note.chars().any(char::is_control), "{note:?}");
         assert!(note.contains("GitLab CI job 1 2  [31m3"), "{note}");
@@ -501,7 +592,7 @@ mod tests {
         // Dry-run: a Normal Event on each planned victim and one on the Node.
         let (d, ps) = decide(Mode::DryRun, three(), procs.clone());
         assert_eq!(d.planned, 3);
-        let ds = drafts(&d, &[], &ps, "gpu-1");
+        let ds = drafts(&d, &[], &ps, "gpu-1", KEY);
         let kinds: Vec<_> = ds
             .iter()
             .map(|e| {
@@ -560,7 +651,7 @@ mod tests {
             ("b".to_string(), EvictionOutcome::Evicted),
             ("c".to_string(), EvictionOutcome::AlreadyGone),
         ];
-        let ds = drafts(&d, &outcomes, &ps, "gpu-1");
+        let ds = drafts(&d, &outcomes, &ps, "gpu-1", KEY);
         assert_eq!(ds.len(), 2);
         assert_eq!(ds[0].type_, EventType::Warning);
         assert_eq!(
@@ -594,7 +685,7 @@ mod tests {
         // Mode off never decides, but if handed a decision it says nothing.
         let mut off = d.clone();
         off.mode = Mode::Off;
-        assert!(drafts(&off, &outcomes, &ps, "gpu-1").is_empty());
+        assert!(drafts(&off, &outcomes, &ps, "gpu-1", KEY).is_empty());
     }
 
     #[test]
@@ -605,7 +696,7 @@ mod tests {
             vec![proc_in("sys", 0, 3000), proc_in("ds", 0, 1000)],
         );
         assert!(d.candidates.is_empty());
-        let ds = drafts(&d, &[], &ps, "gpu-1");
+        let ds = drafts(&d, &[], &ps, "gpu-1", KEY);
         assert_eq!(ds.len(), 1, "only the Node Event");
         let note = &ds[0].note;
         assert!(note.contains("Nothing was evicted."), "{note}");

@@ -128,6 +128,10 @@ pub struct GpuSample {
     /// The value of the last XID error seen on this GPU since the agent started.
     pub last_xid: Option<u64>,
     pub prof: Option<ProfSample>,
+    /// NVLink data sent plus received over all of the GPU's links since the driver loaded,
+    /// KiB (NVML's `NVLINK_THROUGHPUT_DATA_TX` + `_RX`, all links); `None` on a GPU without
+    /// NVLink.
+    pub nvlink_kib: Option<u64>,
     /// UUIDs (`MIG-…`) of the MIG devices on this GPU while MIG mode is on; empty otherwise.
     /// The kubelet names a MIG slice by this UUID, and a process on it shows on this GPU.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -155,6 +159,7 @@ impl GpuSample {
             remapped_rows: None,
             last_xid: None,
             prof: None,
+            nvlink_kib: None,
             mig_devices: Vec::new(),
         }
     }

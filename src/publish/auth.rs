@@ -53,8 +53,10 @@ pub enum FlagFileError {
         path: PathBuf,
         problem: String,
     },
-    #[error("--web-tls-cert {} / --web-tls-key {}: {reason}", cert.display(), key.display())]
+    #[error("{cert_flag} {} / {key_flag} {}: {reason}", cert.display(), key.display())]
     Pair {
+        cert_flag: &'static str,
+        key_flag: &'static str,
         cert: PathBuf,
         key: PathBuf,
         reason: String,

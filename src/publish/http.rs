@@ -5,8 +5,10 @@
 //! Prometheus.
 
 use super::auth::{Auth, FlagFileError};
+use super::basic_auth::BasicAuthChecker;
 use super::process_metrics::ScrapeBodies;
 use super::state::Published;
+use super::web_config::WebConfig;
 use crate::model::clock::Clock;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,16 +23,34 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::TlsAcceptor;
 
 /// Optional TLS and authentication of the HTTP server (see docs/reliability.md,
 /// "Securing /metrics").
 #[derive(Clone, Default)]
 pub struct HttpSecurity {
-    /// Wraps every accepted connection in TLS when set.
-    pub tls: Option<TlsAcceptor>,
+    /// Wraps every accepted connection in TLS when set; the certificate is the one the
+    /// files hold at the handshake (`WebConfig` reloads them when they change).
+    pub tls: Option<Arc<WebConfig>>,
     /// Credentials required on everything but `/healthz` and `/readyz` when set.
-    pub auth: Option<Auth>,
+    pub auth: Option<Authn>,
+}
+
+/// Where the credentials come from.
+#[derive(Clone)]
+pub enum Authn {
+    /// The old flags: a bearer token, or `user:<sha256>` lines.
+    Fixed(Auth),
+    /// `basic_auth_users` of the web config file, as it is at each request (none: open).
+    Web(Arc<WebConfig>, Arc<BasicAuthChecker>),
+}
+
+impl std::fmt::Debug for Authn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Authn::Fixed(a) => a.fmt(f),
+            Authn::Web(w, _) => write!(f, "Authn::Web({w:?})"),
+        }
+    }
 }
 
 impl std::fmt::Debug for HttpSecurity {
@@ -43,22 +63,41 @@ impl std::fmt::Debug for HttpSecurity {
 }
 
 impl HttpSecurity {
-    /// Loads the TLS certificate and key (`tls`: certificate, key) and the credentials file.
-    /// Which flags go together is the configuration's rule (`Cli::validate`); this reads the
-    /// files. Errors name the flag and file; no secret is put in them or logged.
+    /// Loads `--web.config.file`, or the old flags' files (TLS certificate and key, the
+    /// credentials file). Which flags go together is the configuration's rule
+    /// (`Cli::validate`); this reads the files. Errors name the flag or key and the file; no
+    /// secret is put in them or logged.
     pub fn load(
+        web_config: Option<&Path>,
         tls: Option<(&Path, &Path)>,
         auth: Option<AuthFile<'_>>,
     ) -> Result<HttpSecurity, FlagFileError> {
+        if let Some(path) = web_config {
+            let web = Arc::new(WebConfig::from_file(path)?);
+            return Ok(HttpSecurity {
+                tls: web.tls().then(|| web.clone()),
+                auth: Some(Authn::Web(web, Arc::default())),
+            });
+        }
         let tls = tls
-            .map(|(cert, key)| super::tls::load_acceptor(cert, key))
+            .map(|(cert, key)| WebConfig::from_tls_flags(cert, key).map(Arc::new))
             .transpose()?;
         let auth = match auth {
-            Some(AuthFile::Bearer(p)) => Some(Auth::bearer_from_file(p)?),
-            Some(AuthFile::Basic(p)) => Some(Auth::basic_from_file(p)?),
+            Some(AuthFile::Bearer(p)) => Some(Authn::Fixed(Auth::bearer_from_file(p)?)),
+            Some(AuthFile::Basic(p)) => Some(Authn::Fixed(Auth::basic_from_file(p)?)),
             None => None,
         };
         Ok(HttpSecurity { tls, auth })
+    }
+
+    /// Whether the web config file has `basic_auth_users` now (the extender refuses them:
+    /// kube-scheduler's extender client sends no credentials).
+    pub fn has_basic_auth_users(&self) -> bool {
+        match &self.auth {
+            Some(Authn::Web(w, _)) => w.current().is_ok_and(|l| !l.users.is_empty()),
+            Some(Authn::Fixed(_)) => true,
+            None => false,
+        }
     }
 }
 
@@ -204,23 +243,55 @@ pub fn needs_auth(path: &str) -> bool {
     !matches!(path, "/healthz" | "/readyz")
 }
 
-/// Answers one request, checking credentials first when `auth` is set. The presented
-/// credentials are never logged.
-pub fn handle_request(
-    state: &HttpState,
-    auth: Option<&Auth>,
-    req: &Request<Incoming>,
-) -> Response<Full<Bytes>> {
-    let path = req.uri().path();
-    if let Some(auth) = auth {
-        if needs_auth(path) && !auth.check(req.headers().get(AUTHORIZATION)) {
-            let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n".into());
-            r.headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(auth.challenge()));
-            return r;
+/// Why a request is not answered.
+enum Refusal {
+    /// 401 with this challenge.
+    Unauthorized(&'static str),
+    /// 500: the web config changed and cannot be used (logged where it was read).
+    Broken,
+}
+
+fn unauthorized(challenge: &'static str) -> Response<Full<Bytes>> {
+    let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n".into());
+    r.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    r
+}
+
+/// Checks the request's credentials when `auth` is set and `path` needs them. A bcrypt
+/// comparison that is not cached runs on the blocking pool, never on a runtime worker. The
+/// presented credentials are never logged.
+async fn authorize(
+    auth: Option<&Authn>,
+    path: &str,
+    header: Option<&HeaderValue>,
+) -> Result<(), Refusal> {
+    let Some(auth) = auth.filter(|_| needs_auth(path)) else {
+        return Ok(());
+    };
+    match auth {
+        Authn::Fixed(a) => match a.check(header) {
+            true => Ok(()),
+            false => Err(Refusal::Unauthorized(a.challenge())),
+        },
+        Authn::Web(web, checker) => {
+            let loaded = web.current().map_err(|_| Refusal::Broken)?;
+            if loaded.users.is_empty() {
+                return Ok(());
+            }
+            let header = header.and_then(|h| h.to_str().ok());
+            let ok = if checker.is_cached(&loaded.users, header) {
+                checker.check(&loaded.users, header)
+            } else {
+                let (checker, header) = (checker.clone(), header.map(str::to_string));
+                tokio::task::spawn_blocking(move || checker.check(&loaded.users, header.as_deref()))
+                    .await
+                    .unwrap_or(false)
+            };
+            // exporter-toolkit's challenge: `Basic`, no realm.
+            ok.then_some(()).ok_or(Refusal::Unauthorized("Basic"))
         }
     }
-    handle(state, req.method(), path)
 }
 
 /// Serves until `shutdown` resolves, then lets open requests finish for up to 5 s.
@@ -232,14 +303,25 @@ pub async fn serve(
 ) {
     let auth = limits.security.auth.clone();
     let handler = move |req: Request<Incoming>| {
-        let resp = handle_request(&state, auth.as_ref(), &req);
-        let resp = if req.method() == Method::HEAD {
-            let (parts, _) = resp.into_parts();
-            Response::from_parts(parts, Full::new(Bytes::new()))
-        } else {
-            resp
-        };
-        std::future::ready(resp)
+        let (state, auth) = (state.clone(), auth.clone());
+        async move {
+            let path = req.uri().path();
+            let resp = match authorize(auth.as_ref(), path, req.headers().get(AUTHORIZATION)).await
+            {
+                Ok(()) => handle(&state, req.method(), path),
+                Err(Refusal::Unauthorized(challenge)) => unauthorized(challenge),
+                Err(Refusal::Broken) => plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the web config file cannot be used; see the agent's log\n".into(),
+                ),
+            };
+            if req.method() == Method::HEAD {
+                let (parts, _) = resp.into_parts();
+                Response::from_parts(parts, Full::new(Bytes::new()))
+            } else {
+                resp
+            }
+        }
     };
     serve_with(listener, &limits, shutdown, handler).await
 }
@@ -307,6 +389,10 @@ pub async fn serve_with<H, F>(
         let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
             let _permit = permit;
+            // The certificate as its files are now (a rotated one from the next handshake).
+            let Ok(tls) = tls.acceptor() else {
+                return; // logged once where the change was read
+            };
             let stream = match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {

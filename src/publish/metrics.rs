@@ -4,6 +4,7 @@
 //! objects in between; the label order is dcgm-exporter's (`gpu, UUID, pci_bus_id, device,
 //! modelName, Hostname, DCGM_FI_DRIVER_VERSION`), part of the drop-in promise.
 
+use super::dcgm_pod_labels::{pods_on, PodLabels};
 use super::text::{self, Family, Kind};
 use crate::model::snapshot::{GpuSample, Owner, ProcessSample, ProfSample, Snapshot, MIB};
 use std::ops::Range;
@@ -40,6 +41,9 @@ pub struct MetricsConfig {
     pub hostname: String,
     /// Also export `gpu_warden_process_gpu_memory_used_bytes{…,pid}`.
     pub per_process: bool,
+    /// `--dcgm-pod-labels`: pod labels on the DCGM families, as dcgm-exporter's Kubernetes
+    /// mode writes them.
+    pub pod_labels: PodLabels,
 }
 
 /// How a family reads its value off a GPU sample.
@@ -153,6 +157,14 @@ const DEVICE_FAMILIES: &[(&str, Kind, &str, Extract)] = &[
         "Number of remapped rows for correctable errors",
         |g| g.remapped_rows.map(|r| r.correctable as f64),
     ),
+    // dcgm-exporter's default counters (etc/default-counters.csv). DCGM names no unit; the
+    // value is NVML's NVLink payload KiB, sent plus received, over all links (README, "Metrics").
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        Kind::Counter,
+        "Total number of NVLink bandwidth counters for all lanes.",
+        |g| g.nvlink_kib.map(|v| v as f64),
+    ),
     (
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         Kind::Gauge,
@@ -197,6 +209,8 @@ pub fn write_device_labels(out: &mut Vec<u8>, g: &GpuSample, driver: &str, cfg: 
 pub struct Scratch {
     labels: Vec<u8>,
     spans: Vec<Range<usize>>,
+    /// The GPU (its place in the snapshot) each span's series reads its value from.
+    gpu_of: Vec<usize>,
     order: Vec<usize>,
     line: Vec<u8>,
 }
@@ -211,15 +225,36 @@ pub fn write_device_families(
 ) {
     scratch.labels.clear();
     scratch.spans.clear();
-    for g in &snap.gpus {
-        let start = scratch.labels.len();
-        write_device_labels(&mut scratch.labels, g, &snap.driver_version, cfg);
-        scratch.spans.push(start..scratch.labels.len());
+    scratch.gpu_of.clear();
+    // Stays empty (no allocation) with pod labels off.
+    let mut pods = Vec::new();
+    for (i, g) in snap.gpus.iter().enumerate() {
+        pods.clear();
+        pods_on(snap, g.id.index, cfg.pod_labels, &mut pods);
+        // One label set per pod named on the GPU, or one without pod labels.
+        for pod in pods.iter().map(Some).chain(pods.is_empty().then_some(None)) {
+            let start = scratch.labels.len();
+            write_device_labels(&mut scratch.labels, g, &snap.driver_version, cfg);
+            if let Some(p) = pod {
+                text::label(&mut scratch.labels, false, "container", &p.container);
+                text::label(&mut scratch.labels, false, "namespace", &p.namespace);
+                text::label(&mut scratch.labels, false, "pod", &p.pod);
+            }
+            scratch.spans.push(start..scratch.labels.len());
+            scratch.gpu_of.push(i);
+        }
     }
     let labels = &scratch.labels;
+    let series = || {
+        scratch
+            .spans
+            .iter()
+            .zip(&scratch.gpu_of)
+            .map(|(span, &i)| (&snap.gpus[i], span))
+    };
     for (name, kind, help, extract) in DEVICE_FAMILIES {
         let mut f = Family::open(out, name, help, *kind);
-        for (g, span) in snap.gpus.iter().zip(&scratch.spans) {
+        for (g, span) in series() {
             if let Some(v) = extract(g) {
                 f.sample(&labels[span.clone()], v);
             }
@@ -228,7 +263,7 @@ pub fn write_device_families(
     }
     for (name, help, extract) in PROF_FAMILIES {
         let mut f = Family::open(out, name, help, Kind::Gauge);
-        for (g, span) in snap.gpus.iter().zip(&scratch.spans) {
+        for (g, span) in series() {
             if let Some(v) = g.prof.as_ref().and_then(extract) {
                 f.sample(&labels[span.clone()], v);
             }
@@ -918,6 +953,9 @@ pub(crate) mod tests {
                 hostname_label: if lower { HostnameLabel::Lower } else { HostnameLabel::Hostname },
                 hostname: host,
                 per_process,
+                // The encoder oracle has no pod labels; dcgm_pod_labels and the e2e golden
+                // test cover them.
+                pod_labels: Default::default(),
             };
             let mut scratch = Scratch::default();
             prop_assert_eq!(

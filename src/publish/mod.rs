@@ -4,6 +4,8 @@
 
 pub mod annotations;
 pub mod auth;
+pub mod basic_auth;
+pub mod dcgm_pod_labels;
 pub mod http;
 pub mod job_peaks;
 pub mod metrics;
@@ -14,4 +16,4 @@ pub mod replica_state;
 pub mod self_metrics;
 pub mod state;
 pub mod text;
-pub mod tls;
+pub mod web_config;

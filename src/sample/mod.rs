@@ -31,11 +31,12 @@ pub enum Field {
     Processes,
     ProcessUtilization,
     Prof,
+    NvLink,
 }
 
 impl Field {
     /// Every field, in a stable order.
-    pub const ALL: [Field; 15] = [
+    pub const ALL: [Field; 16] = [
         Field::Memory,
         Field::Utilization,
         Field::EncoderUtilization,
@@ -51,6 +52,7 @@ impl Field {
         Field::Processes,
         Field::ProcessUtilization,
         Field::Prof,
+        Field::NvLink,
     ];
 
     /// The snake_case name used in scenario files and in the `call` label.
@@ -71,6 +73,7 @@ impl Field {
             Field::Processes => "processes",
             Field::ProcessUtilization => "process_utilization",
             Field::Prof => "prof",
+            Field::NvLink => "nvlink",
         }
     }
 

@@ -85,6 +85,10 @@ pub struct GpuSpec {
     pub remapped_rows: Option<RemappedRows>,
     /// Profiling figures as NVML GPM gives them on Hopper and newer (`DCGM_FI_PROF_*`).
     pub prof: Option<ProfSample>,
+    /// NVLink data sent plus received over all links, KiB per second: the
+    /// `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` counter grows by it. Left out: the GPU has no
+    /// NVLink (no series), as on a PCIe card.
+    pub nvlink_kib_per_second: Option<u64>,
     /// UUIDs of MIG devices on this GPU (MIG mode on), as NVML names them: `MIG-<uuid>`.
     /// Only with `count: 1`.
     #[serde(default)]

@@ -421,6 +421,11 @@ impl SimSource {
         // The GPM figures, as NVML's GPM gives them on Hopper and newer (already in DCGM's
         // units: ratios 0..1, bytes per second).
         let prof = read(Field::Prof, s.prof.map(|_| 0)).and(s.prof);
+        let nvlink = read(
+            Field::NvLink,
+            s.nvlink_kib_per_second
+                .map(|r| (r as f64 * now.as_secs_f64()) as u64),
+        );
         let procs_ok = read(Field::Processes, Some(0)).is_some();
         let util_ok = req.process_utilization && read(Field::ProcessUtilization, Some(0)).is_some();
         if procs_ok {
@@ -461,6 +466,7 @@ impl SimSource {
             remapped_rows: remapped,
             last_xid: self.latest_xid(idx, now),
             prof,
+            nvlink_kib: nvlink,
             mig_devices: gpu.spec.mig_devices.clone(),
         }
     }

@@ -52,6 +52,8 @@ pub struct RigOptions {
     pub job_peaks: bool,
     /// The hostname label's name (`--hostname-label`); default `Hostname`.
     pub hostname_label: HostnameLabel,
+    /// Pod labels on the DCGM families (`--dcgm-pod-labels`); default off.
+    pub pod_labels: crate::publish::dcgm_pod_labels::PodLabels,
     /// Who attributes processes; default: the real attributor over the simulated `/proc`.
     pub attributor: Option<Box<dyn Attributor>>,
 }
@@ -70,6 +72,7 @@ impl Default for RigOptions {
             proc_parent: None,
             job_peaks: false,
             hostname_label: HostnameLabel::default(),
+            pod_labels: Default::default(),
             attributor: None,
         }
     }
@@ -155,6 +158,7 @@ impl Rig {
                 hostname_label: options.hostname_label,
                 hostname: options.node.clone(),
                 per_process: options.per_process,
+                pod_labels: options.pod_labels,
             },
             metrics.clone(),
             clock.clone(),

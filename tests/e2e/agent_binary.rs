@@ -252,3 +252,46 @@ fn listen_conflict_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `--help` prints on stdout; this runs the binary and returns (exit code, stdout).
+fn help_of(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
+        .args(args)
+        .output()
+        .expect("run gpu-warden");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
+#[test]
+fn help_lists_the_subcommands_with_their_own_usage_lines() {
+    let (code, top) = help_of(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        top.contains("Usage: gpu-warden [OPTIONS]\n       gpu-warden <COMMAND>"),
+        "{top}"
+    );
+    for sub in ["extender", "check-config"] {
+        assert!(
+            top.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+            "{sub} is not listed under Commands: {top}"
+        );
+        let (code, own) = help_of(&[sub, "--help"]);
+        assert_eq!(code, Some(0));
+        assert!(
+            own.contains(&format!("Usage: gpu-warden {sub} [OPTIONS]")),
+            "{sub} --help: {own}"
+        );
+        assert!(
+            !own.contains("--backend"),
+            "{sub} --help shows the agent's flags: {own}"
+        );
+    }
+    // An agent flag before a subcommand is refused, not half applied.
+    let (code, err) = run_to_exit(&["--backend", "sim", "extender"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("cannot be used with"), "{err}");
+}

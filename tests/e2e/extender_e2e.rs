@@ -519,17 +519,38 @@ fn tls_request(
     port: u16,
     raw: &str,
 ) -> std::io::Result<Reply> {
+    tls_request_as(ca, None, port, raw)
+}
+
+/// A client certificate chain and its key, as kube-scheduler's extender `tlsConfig`
+/// (`certFile`, `keyFile`) presents them.
+type ClientCert = (
+    Vec<tokio_rustls::rustls::pki_types::CertificateDer<'static>>,
+    tokio_rustls::rustls::pki_types::PrivateKeyDer<'static>,
+);
+
+fn tls_request_as(
+    ca: &tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+    client: Option<ClientCert>,
+    port: u16,
+    raw: &str,
+) -> std::io::Result<Reply> {
     use std::io::{Read, Write};
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).map_err(std::io::Error::other)?;
-    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(std::io::Error::other)?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let cfg = match client {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(std::io::Error::other)?,
+        None => builder.with_no_client_auth(),
+    };
     let name = "localhost".try_into().map_err(std::io::Error::other)?;
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)
         .map_err(std::io::Error::other)?;
@@ -623,6 +644,83 @@ fn extender_over_https_verified_against_the_ca() {
     assert!(tls_request(&other, port, &get_raw("/healthz")).is_err());
     let r = tls_request(&ca, port, &get_raw("/healthz")).unwrap();
     assert_eq!(r.status, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A client CA (PEM) and a client certificate it signs for kube-scheduler.
+fn client_ca_and_cert() -> (String, ClientCert) {
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let mut leaf = rcgen::CertificateParams::new(vec!["kube-scheduler".to_string()]).unwrap();
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
+    let der = tokio_rustls::rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+    (ca_cert.pem(), (vec![cert.der().clone()], der.into()))
+}
+
+/// `gpu-warden extender` with exporter-toolkit's web config file from its environment
+/// variable: HTTPS, and only a client certificate signed by the configured CA (as
+/// kube-scheduler's extender `tlsConfig` presents one) gets to `/filter`.
+#[test]
+fn the_extender_verifies_the_schedulers_client_certificate_from_its_web_config_file() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(ApiServer::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    server
+        .add_node(
+            json!({"metadata": {"name": "gpu-roomy", "annotations": written(
+            vec![fig(0, 20480, 2048, 1, 0)], Some(Some("GPU-c-0".into())), SystemTime::now())}}),
+        )
+        .unwrap();
+    let (_cert, _key, ca) = ca_signed_cert(dir.path());
+    let (client_ca, scheduler) = client_ca_and_cert();
+    std::fs::write(dir.path().join("client-ca.crt"), client_ca).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: client-ca.crt\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-warden"))
+        .args(["extender", "--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(root())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("GPU_WARDEN_EXTENDER_WEB_CONFIG_FILE", &web)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start gpu-warden extender");
+    let get = "GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let as_scheduler = || (scheduler.0.clone(), scheduler.1.clone_key());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while tls_request_as(&ca, Some(as_scheduler()), port, get)
+        .map(|r| r.status)
+        .ok()
+        != Some(200)
+    {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the extender did not become ready over HTTPS with a client certificate");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = args(ci_pod("job-mtls", Some(8192)), &["gpu-roomy"]);
+    let r = tls_request_as(&ca, Some(as_scheduler()), port, &post_raw("/filter", &body)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(json_of(&r)["NodeNames"], json!(["gpu-roomy"]));
+    // No client certificate, or one another CA signed: refused at the handshake.
+    assert!(tls_request(&ca, port, &post_raw("/filter", &body)).is_err());
+    let (_, stranger) = client_ca_and_cert();
+    assert!(tls_request_as(&ca, Some(stranger), port, get).is_err());
     let _ = child.kill();
     let _ = child.wait();
 }

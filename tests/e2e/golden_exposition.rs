@@ -7,6 +7,7 @@
 
 use gpu_warden::attribute::ports::Attributor;
 use gpu_warden::model::snapshot::{Owner, PodRef, Snapshot};
+use gpu_warden::publish::dcgm_pod_labels::PodLabels;
 use gpu_warden::publish::metrics::HostnameLabel;
 use gpu_warden::publish::process_metrics::{self, ProcessSource, FAMILIES};
 use gpu_warden::publish::process_reader::SelfProcess;
@@ -43,6 +44,15 @@ impl Attributor for FromScenario {
 }
 
 fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
+    render_with(scenario_file, at, per_process, PodLabels::Off)
+}
+
+fn render_with(
+    scenario_file: &str,
+    at: Duration,
+    per_process: bool,
+    pod_labels: PodLabels,
+) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let scenario = Scenario::load(&root.join(scenario_file)).unwrap();
     let mut rig = Rig::from_scenario(
@@ -51,6 +61,7 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
             node: "ip-10-0-12-34.ec2.internal".into(),
             hostname_label: HostnameLabel::Hostname,
             per_process,
+            pod_labels,
             metrics: Some(SelfMetrics::new("golden").unwrap()),
             wall_origin: UNIX_EPOCH + Duration::from_secs(1_780_000_000),
             attributor: Some(Box::new(FromScenario(scenario))),
@@ -69,6 +80,10 @@ fn render(scenario_file: &str, at: Duration, per_process: bool) -> String {
 /// process families masked.
 fn scrape(scenario_file: &str, at: Duration, per_process: bool) -> String {
     let rendered = render(scenario_file, at, per_process);
+    with_process_families(rendered)
+}
+
+fn with_process_families(rendered: String) -> String {
     let reader = SelfProcess::new().expect("this platform reports the current process");
     let body = process_metrics::metrics_body(
         &bytes::Bytes::from(rendered),
@@ -144,6 +159,77 @@ fn h100x8_at_60s() {
     );
 }
 
+/// `--dcgm-pod-labels per-pod` on the time-sliced A10G demo: one series per container with a
+/// process on a GPU, as dcgm-exporter's `--kubernetes-virtual-gpus` writes them.
+#[test]
+fn a10g_timesliced_with_pod_labels_per_pod_at_30s() {
+    let rendered = render_with(
+        "examples/a10g-timesliced.yaml",
+        Duration::from_secs(30),
+        false,
+        PodLabels::PerPod,
+    );
+    check(
+        "a10g-timesliced-30s-pod-labels.prom",
+        &with_process_families(rendered),
+    );
+}
+
+/// What each `--dcgm-pod-labels` mode writes, against dcgm-exporter's Kubernetes mode
+/// (internal/pkg/transformation/kubernetes.go): `container`, `namespace`, `pod` after the
+/// device labels; `on` keeps one series per GPU (so sums over GPUs stay right), `per-pod`
+/// one per container on the GPU; a GPU without a pod keeps its series without them; NVLink
+/// only where the GPU has it (the A10G has none).
+#[test]
+fn dcgm_pod_labels_follow_dcgm_exporter() {
+    let at = Duration::from_secs(30);
+    let a10g = "examples/a10g-timesliced.yaml";
+    let series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_FB_USED{"))
+            .map(str::to_string)
+            .collect()
+    };
+    let off = series(&render_with(a10g, at, false, PodLabels::Off));
+    let on = series(&render_with(a10g, at, false, PodLabels::On));
+    let per_pod = series(&render_with(a10g, at, false, PodLabels::PerPod));
+    assert_eq!(on.len(), off.len(), "on: one series per GPU");
+    assert!(
+        per_pod.len() > on.len(),
+        "the demo shares a GPU: {per_pod:#?}"
+    );
+    let value = |l: &str| l.rsplit(' ').next().unwrap().to_string();
+    // Same values, labels added after DCGM_FI_DRIVER_VERSION in dcgm-exporter's order.
+    for (o, l) in off.iter().zip(&on) {
+        assert_eq!(value(o), value(l));
+        let head = &o[..o.rfind('}').unwrap()];
+        assert!(l.starts_with(head), "{l}");
+        let rest = &l[head.len()..];
+        assert!(
+            rest.starts_with(",container=\"")
+                && rest.contains("\",namespace=\"")
+                && rest.contains("\",pod=\""),
+            "{l}"
+        );
+    }
+    let per_gpu = |lines: &[String], gpu: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("{{gpu=\"{gpu}\",")))
+            .count()
+    };
+    assert_eq!(
+        per_gpu(&per_pod, "0"),
+        4,
+        "the demo's GPU 0 runs four CI jobs: {per_pod:#?}"
+    );
+    let text = render_with(a10g, at, false, PodLabels::PerPod);
+    assert!(
+        !text.contains("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{"),
+        "an A10G has no NVLink"
+    );
+}
+
 #[test]
 fn exposition_has_every_dcgm_family_of_the_contract() {
     let text = render("examples/h100x8.yaml", Duration::from_secs(60), false);
@@ -166,6 +252,7 @@ fn exposition_has_every_dcgm_family_of_the_contract() {
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     ] {
         let series = text
             .lines()
@@ -179,6 +266,7 @@ fn exposition_has_every_dcgm_family_of_the_contract() {
                 | "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
                 | "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
                 | "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+                | "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
         );
         assert_eq!(counter, expect_counter, "{family} type");
     }

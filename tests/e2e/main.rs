@@ -44,3 +44,4 @@ mod process_metrics;
 mod proptest_parsers;
 mod reliability_faults;
 mod soak;
+mod web_config_file;

@@ -1,4 +1,5 @@
-//! Events through core/v1 and events.k8s.io/v1: create, patch, get, list.
+//! Events through core/v1 and events.k8s.io/v1: create, patch, get, list. A list shows the
+//! Events created through either API in the listed API's shape, with its field selector.
 
 use hyper::{Method, Response};
 use serde_json::{json, Map, Value};
@@ -6,6 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::http::{error, json_response, ok, Ctx, RespBody};
 use crate::patch_request::apply_patch;
 use crate::record::{EventApi, StoredEvent};
+use crate::selector::FieldSelector;
 use crate::state::Shared;
 use crate::{status, util};
 
@@ -24,11 +26,23 @@ pub(crate) fn events_collection(
 ) -> Response<RespBody> {
     match ctx.method {
         Method::GET => shared.read(|s| {
-            let items: Vec<&Value> = s
+            let fields = match FieldSelector::parse(ctx.param("fieldSelector").unwrap_or("")) {
+                Ok(f) => f,
+                Err(e) => return error(400, &format!("invalid fieldSelector: {e}")),
+            };
+            // One Event resource behind both APIs, as in the API server: an Event created
+            // through one is listed through the other in that API's shape (GitLab Runner
+            // lists the core/v1 view of the agent's events.k8s.io/v1 Events).
+            let items: Vec<Value> = s
                 .events
                 .iter()
-                .filter(|e| e.api == api && e.namespace == ns)
-                .map(|e| &e.object)
+                .filter(|e| e.namespace == ns)
+                .map(|e| match (e.api, api) {
+                    (a, b) if a == b => e.object.clone(),
+                    (EventApi::EventsV1, EventApi::CoreV1) => core_view(&e.object),
+                    _ => events_view(&e.object),
+                })
+                .filter(|o| fields.matches(o))
                 .collect();
             ok(&json!({
                 "kind": "EventList",
@@ -138,6 +152,49 @@ fn create_event(shared: &Shared, ctx: &Ctx, api: EventApi, ns: &str) -> Response
         }
         json_response(201, &obj)
     })
+}
+
+/// (events.k8s.io/v1 field, core/v1 field) of one Event resource, as kubernetes converts
+/// between the two (pkg/apis/events/v1/conversion.go, `Convert_v1_Event_To_core_Event` and
+/// back).
+const RENAMES: [(&str, &str); 15] = [
+    ("metadata", "metadata"),
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("related", "related"),
+    ("series", "series"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+    ("reportingController", "reportingComponent"),
+    ("reportingInstance", "reportingInstance"),
+    ("eventTime", "eventTime"),
+    ("action", "action"),
+    ("reason", "reason"),
+    ("type", "type"),
+];
+
+/// The core/v1 view of an events.k8s.io/v1 Event.
+fn core_view(e: &Value) -> Value {
+    let mut out = json!({"kind": "Event", "apiVersion": "v1"});
+    for (from, to) in RENAMES {
+        if let Some(v) = e.get(from) {
+            out[to] = v.clone();
+        }
+    }
+    out
+}
+
+/// The events.k8s.io/v1 view of a core/v1 Event.
+fn events_view(e: &Value) -> Value {
+    let mut out = json!({"kind": "Event", "apiVersion": "events.k8s.io/v1"});
+    for (to, from) in RENAMES {
+        if let Some(v) = e.get(from) {
+            out[to] = v.clone();
+        }
+    }
+    out
 }
 
 fn dotted(group: &str) -> String {

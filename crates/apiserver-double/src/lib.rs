@@ -2,7 +2,8 @@
 //!
 //! It serves the small part of the Kubernetes API that gpu-warden uses (DESIGN §3.6): pods
 //! (get, list, watch, eviction), nodes (get, list, watch, patch) and events (core/v1 and
-//! events.k8s.io/v1: create, patch), plus the discovery endpoints a client may touch. The real
+//! events.k8s.io/v1: create, patch, and list through either API, one resource behind both as in
+//! the API server), plus the discovery endpoints a client may touch. The real
 //! `kube` client, its `watcher` and its `reflector` work against it.
 //!
 //! Objects are stored as [`serde_json::Value`], exactly as clients and tests send them. Every

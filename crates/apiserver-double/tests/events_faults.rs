@@ -146,9 +146,40 @@ async fn events_through_core_v1_and_events_k8s_io_v1_are_stored() {
         |(m, p)| m == "PATCH" && p.starts_with("/apis/events.k8s.io/v1/namespaces/ci/events/")
     ));
 
-    // and they list back
+    // and they list back: one Event resource behind both APIs, as in the API server, so the
+    // core/v1 list shows the events.k8s.io/v1 one too, converted (note → message, regarding →
+    // involvedObject), and a field selector picks by the core names.
     let listed = core.list(&ListParams::default()).await.unwrap();
-    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items.len(), 3);
+    let converted = &listed.items[1];
+    assert_eq!(converted.message.as_deref(), Some("would evict"));
+    assert_eq!(converted.involved_object.kind.as_deref(), Some("Pod"));
+    assert_eq!(
+        converted.reporting_component.as_deref(),
+        Some("gpu-warden.io/guard")
+    );
+    // By the core names, as GitLab Runner lists a pod's warnings: the core/v1 one and the
+    // recorder's, not the Normal dry-run one.
+    let warnings = core
+        .list(&ListParams::default().fields("involvedObject.name=job-1,type=Warning"))
+        .await
+        .unwrap();
+    let messages: Vec<_> = warnings
+        .items
+        .iter()
+        .map(|e| e.message.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        messages,
+        ["GPU 0 (GPU-1234): 23000/24000 MiB used", "evicting"]
+    );
+    // And the other way: events.k8s.io/v1 lists the core/v1 one with its note.
+    let all_v1 = ev1.list(&ListParams::default()).await.unwrap();
+    assert_eq!(all_v1.items.len(), 3);
+    assert_eq!(
+        all_v1.items[0].note.as_deref(),
+        Some("GPU 0 (GPU-1234): 23000/24000 MiB used")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

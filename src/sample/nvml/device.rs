@@ -38,6 +38,32 @@ impl Reader<'_> {
     }
 }
 
+/// NVML's NVLink data throughput counters (nvml.h `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` /
+/// `_RX`): payload KiB, what `nvidia-smi nvlink -gt d` lists per link as "Data Tx/Rx".
+const FI_NVLINK_DATA_TX: u32 = 138;
+const FI_NVLINK_DATA_RX: u32 = 139;
+
+/// `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`: KiB sent plus received over every link, read with
+/// `scopeId = UINT_MAX` (NVML's sum over all links; nvml-wrapper's own call would read link 0
+/// only, hence `nvml_scoped`). A GPU without NVLink answers NotSupported, which the reader
+/// caches: no series, never a 0. hw/nvlink_h200.py checks the sum against `nvidia-smi nvlink`.
+fn nvlink_kib(dev: &Device) -> Result<u64, NvmlError> {
+    use nvml_scoped::{field_values_u64, ALL_LINKS};
+    let mut v = field_values_u64(
+        dev,
+        &[
+            (FI_NVLINK_DATA_TX, ALL_LINKS),
+            (FI_NVLINK_DATA_RX, ALL_LINKS),
+        ],
+    )?
+    .into_iter();
+    match (v.next(), v.next()) {
+        (Some(tx), Some(rx)) => Ok(tx?.saturating_add(rx?)),
+        // NVML fills the array it was given; a short one would be a broken library.
+        _ => Err(NvmlError::Unknown),
+    }
+}
+
 fn field_u64(samples: &[Result<FieldValueSample, NvmlError>], id: u32) -> Result<u64, NvmlError> {
     use nvml_wrapper::enums::device::SampleValue;
     let s = samples
@@ -244,6 +270,7 @@ impl NvmlSource {
             })
         };
         let prof = read_gpm(nvml, dev, &mut d.gpm, &mut r, d.id.index, at, gpm_interval);
+        let nvlink = r.read(Field::NvLink, || nvlink_kib(dev));
         let mut procs = std::mem::take(&mut d.procs);
         procs.clear();
         d.slot.clear();
@@ -349,6 +376,7 @@ impl NvmlSource {
             remapped_rows: remapped,
             last_xid: xid,
             prof,
+            nvlink_kib: nvlink,
             mig_devices: d.mig.clone(),
         }
     }

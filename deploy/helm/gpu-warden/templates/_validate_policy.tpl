@@ -77,5 +77,12 @@ already refused every other spelling.
 {{- if and (hasKey $l "window") (not (regexMatch "[1-9]" (toString $l.window))) -}}
 {{- fail (printf "scheduler.extender.policy.learned.window (%v) must be above zero, like 7d" $l.window) -}}
 {{- end -}}
+{{- /* The learned-needs source's transport (issue 39), as LearnedFile::transport checks it. */ -}}
+{{- if and (get $l "caFile") (not (hasPrefix "https://" (toString (get $l "prometheusUrl")))) -}}
+{{- fail "scheduler.extender.policy.learned.caFile is only used with an https:// prometheusUrl" -}}
+{{- end -}}
+{{- if and (get $l "bearerTokenFile") (get $l "basicAuth") -}}
+{{- fail "scheduler.extender.policy.learned.bearerTokenFile and learned.basicAuth exclude each other; set one" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
