@@ -50,7 +50,7 @@ pub struct Outcome {
     pub oom_undeclared: usize,
     /// Evictions (each retried: the job is queued again).
     pub evictions: usize,
-    /// Of those, victims that were not growing (`kubelet::GROWING_WINDOW_S`): bystanders.
+    /// Of those, victims that were not growing (`GROWING_WINDOW_S` in crates/cluster-sim/src/kubelet.rs): bystanders.
     pub evicted_not_growing: usize,
     /// Of those, the ones within their declared `vram-request-mib`.
     pub evicted_not_growing_within_declared: usize,
