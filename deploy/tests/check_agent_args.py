@@ -61,6 +61,21 @@ def make_secrets(env, tmp, p):
         if r.returncode != 0:
             p.append(f"openssl could not make a test certificate: {r.stderr.strip()[-300:]}")
         out["GPU_WARDEN_WEB_TLS_CERT"], out["GPU_WARDEN_WEB_TLS_KEY"] = cert, key
+    if "GPU_WARDEN_WEB_CONFIG_FILE" in env:
+        # The Secret as the chart mounts it: the web config file and the certificate it names
+        # beside it (relative paths resolve against the file's folder, as exporter-toolkit's
+        # do). Users (bcrypt) are the e2e's (tests/e2e/web_config_file.rs): TLS here.
+        folder = os.path.join(tmp, "web")
+        os.makedirs(folder)
+        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=localhost", "-keyout", os.path.join(folder, "tls.key"),
+                            "-out", os.path.join(folder, "tls.crt")], capture_output=True, text=True)
+        if r.returncode != 0:
+            p.append(f"openssl could not make a test certificate: {r.stderr.strip()[-300:]}")
+        path = os.path.join(folder, os.path.basename(env["GPU_WARDEN_WEB_CONFIG_FILE"]))
+        with open(path, "w") as f:
+            f.write("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
+        out["GPU_WARDEN_WEB_CONFIG_FILE"] = path
     if "GPU_WARDEN_WEB_AUTH_BEARER_FILE" in env:
         path = os.path.join(tmp, "token")
         with open(path, "w") as f:
@@ -93,7 +108,7 @@ def check(binary, scenario, spec, overlay, help_text):
         p.append(f"command overrides the image entrypoint: {spec['command']}")
     with tempfile.TemporaryDirectory(prefix="gpu-warden-args-") as tmp:
         env, auth_header = make_secrets(env, tmp, p)
-        scheme = "https" if "GPU_WARDEN_WEB_TLS_CERT" in env else "http"
+        scheme = "https" if {"GPU_WARDEN_WEB_TLS_CERT", "GPU_WARDEN_WEB_CONFIG_FILE"} & set(env) else "http"
         args = list(spec["args"])
         for i, (path, text) in enumerate(sorted(spec["files"].items())):
             local = os.path.join(tmp, f"{i}-{os.path.basename(path)}")

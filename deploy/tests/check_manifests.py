@@ -65,7 +65,7 @@ OVERLAYS = {
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Optional expectation keys and their defaults (an overlay states only what differs).
 DEFAULTS = dict(image=IMAGE, node_selector={"nvidia.com/gpu.present": "true"}, policy=None,
-                namespace_object=True, tls=False, auth=None, drop_dcgm=False)
+                namespace_object=True, tls=False, auth=None, drop_dcgm=False, web_config=False)
 # Families a drop rule for dcgm-exporter's duplicates must drop, and must keep.
 DCGM_NAMES = ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
 OWN_NAMES = ["gpu_warden_container_gpu_memory_used_bytes", "gpu_warden_gpu_memory_pressure", "up"]
@@ -93,6 +93,9 @@ HELM = {
                      tls=True, auth="bearer"),
     "basic-auth": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
                        auth="basic"),
+    # exporter-toolkit's web config file from a Secret; it holds a tls_server_config (https: true).
+    "web-config": dict(mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
+                       tls=True, web_config=True),
     "dcgm-exporter-style": dict(
         mode="dry-run", runtime_class=True, prom="servicemonitor", port=9400, namespace_object=False,
         image="123456789012.dkr.ecr.eu-west-1.amazonaws.com/platform/gpu-warden@sha256:"
@@ -274,7 +277,20 @@ def check_daemonset(overlay, objects, out_dir):
     listen = env.get("GPU_WARDEN_LISTEN", {}).get("value", "0.0.0.0:9400")
     if not listen.endswith(f":{exp['port']}"):
         p.append(f"GPU_WARDEN_LISTEN {listen} disagrees with the metrics port {exp['port']}")
-    tls = "GPU_WARDEN_WEB_TLS_CERT" in env
+    web_config = env.get("GPU_WARDEN_WEB_CONFIG_FILE", {}).get("value")
+    if bool(web_config) != exp["web_config"]:
+        p.append(f"GPU_WARDEN_WEB_CONFIG_FILE {'expected' if exp['web_config'] else 'not expected'}: {web_config}")
+    if web_config:
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        vols = {v["name"]: v for v in pod.get("volumes", [])}
+        folder = os.path.dirname(web_config)
+        if "secret" not in vols.get(mounts.get(folder, ""), {}):
+            p.append(f"the web config file's folder {folder} must be a Secret mounted whole (no subPath: it is re-read)")
+        old_flags = [n for n in env if n.startswith(("GPU_WARDEN_WEB_TLS_", "GPU_WARDEN_WEB_AUTH_"))]
+        if old_flags:
+            p.append(f"the agent refuses --web.config.file beside {old_flags}")
+    # With a web config file the chart cannot read whether it serves TLS: its `https` value says so.
+    tls = "GPU_WARDEN_WEB_TLS_CERT" in env or bool(web_config and exp["tls"])
     if tls != exp["tls"]:
         p.append(f"HTTPS (GPU_WARDEN_WEB_TLS_CERT) {'expected' if exp['tls'] else 'not expected'}")
     if ("GPU_WARDEN_WEB_TLS_CERT" in env) != ("GPU_WARDEN_WEB_TLS_KEY" in env):

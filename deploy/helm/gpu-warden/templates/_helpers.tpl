@@ -101,6 +101,9 @@ GPU by its total), and a percentage soft plus reclaimMargin must stay below 100%
 {{- fail (printf "guard.policy.soft (%v) plus guard.policy.reclaimMargin (%v) must stay below 100%%" (get $p "soft" | default "10%") (get $p "reclaimMargin")) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.web.configSecret.name (or .Values.web.tls.secretName .Values.web.auth.bearerTokenSecret.name .Values.web.auth.basicAuthSecret.name) -}}
+{{- fail "web.configSecret excludes web.tls and web.auth (the agent refuses --web.config.file beside the old flags): put TLS and users in the web config file" -}}
+{{- end -}}
 {{- if and .Values.web.auth.bearerTokenSecret.name .Values.web.auth.basicAuthSecret.name -}}
 {{- fail "web.auth.bearerTokenSecret and web.auth.basicAuthSecret: set one of them, not both (the agent takes one kind of authentication)" -}}
 {{- end -}}
