@@ -6,6 +6,8 @@ pub mod annotations;
 pub mod auth;
 pub mod http;
 pub mod job_peaks;
+pub mod job_usage;
+pub mod job_usage_metrics;
 pub mod metrics;
 pub mod process_metrics;
 pub mod process_reader;
