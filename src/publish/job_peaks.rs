@@ -458,7 +458,8 @@ mod tests {
                     5000,
                     vec![proc_pid(7, "job", 0, 3000), proc_pid(8, "job", 0, 1000)]
                 ),
-                &view, None
+                &view,
+                None
             )
             .is_empty());
         assert!(jp
@@ -528,7 +529,11 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert!(out[0].pod_exists);
         let terminating = pods([pod("job2").terminating()]);
-        jp.observe(&at(2, 2000, vec![proc_in("job2", 0, 2000)]), &terminating, None);
+        jp.observe(
+            &at(2, 2000, vec![proc_in("job2", 0, 2000)]),
+            &terminating,
+            None,
+        );
         assert_eq!(jp.observe(&at(3, 0, vec![]), &terminating, None).len(), 1);
     }
 

@@ -96,8 +96,9 @@ impl UsageAcc {
             // first process to its last; with it, at least that long.
             held: self.held.max(span),
             with_process: self.with_process,
-            busy: self
-                .util_known
+            // No process at all used no GPU time; processes without a utilisation reading
+            // used an unknown amount.
+            busy: (self.util_known || self.first_process.is_none())
                 .then(|| Duration::from_secs_f64(self.busy_secs.max(0.0))),
         }
     }
@@ -110,8 +111,9 @@ pub struct JobUsage {
     pub held: Duration,
     /// Time with at least one of its processes on the GPU.
     pub with_process: Duration,
-    /// GPU time its processes used (integrated SM utilisation); None when NVML gave no
-    /// per-process utilisation for it (absent, not zero).
+    /// GPU time its processes used (integrated SM utilisation); zero for a job that never
+    /// ran a process there; None when NVML gave no per-process utilisation for its
+    /// processes (absent, not zero).
     pub busy: Option<Duration>,
 }
 
@@ -162,7 +164,8 @@ pub fn parse_share(s: &str) -> Result<f64, ShareError> {
 impl UnderusePolicy {
     /// The Normal Event on the pod when `peak` (a closed record) held its GPU at least
     /// `min_held` and used less than `max_share` of it; None otherwise, or when the pod is
-    /// gone or its utilisation unknown.
+    /// gone or its utilisation unknown. A job that held a replica and never ran a process
+    /// on it used none of it.
     pub fn notice(&self, peak: &JobPeak) -> Option<EventDraft> {
         let u = &peak.usage;
         let share = u.share()?;
@@ -259,7 +262,7 @@ mod tests {
                 state: |_| held(false, 0.0),
                 held: 600,
                 with_process: 0,
-                busy: None,
+                busy: Some(0),
                 idle: 600,
             },
             Case {
@@ -332,7 +335,12 @@ mod tests {
         for c in cases {
             let (u, idle) = run(c.end, c.state);
             assert_eq!(u.held, secs(c.held), "{}: held", c.name);
-            assert_eq!(u.with_process, secs(c.with_process), "{}: with process", c.name);
+            assert_eq!(
+                u.with_process,
+                secs(c.with_process),
+                "{}: with process",
+                c.name
+            );
             assert_eq!(
                 u.busy.map(|b| b.as_secs_f64().round() as u64),
                 c.busy,

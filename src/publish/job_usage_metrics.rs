@@ -66,7 +66,10 @@ impl UsageSeries {
 
     /// Counts a closed record.
     pub fn record(&mut self, job: &JobPeak) {
-        let mut key = (job.namespace.clone(), job.project.clone().unwrap_or_default());
+        let mut key = (
+            job.namespace.clone(),
+            job.project.clone().unwrap_or_default(),
+        );
         if !self.series.contains_key(&key) && self.series.len() >= self.max_series {
             key = (OTHER.to_string(), OTHER.to_string());
         }
@@ -130,5 +133,211 @@ impl UsageSeries {
             f.sample(b"", idle);
             f.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::pod::PodMap;
+    use crate::model::replicas::ReplicaView;
+    use crate::publish::job_peaks::{JobPeaks, PROJECT_LABEL};
+    use crate::publish::job_usage::{UnderusePolicy, UNDERUSED_REASON};
+    use crate::testkit::fixtures::*;
+
+    const ANN: &str = "gpu-warden.io/vram-request-mib";
+
+    /// A view in which each (pod, GPU index) holds one replica.
+    fn view(holds: &[(&str, u32)]) -> ReplicaView {
+        let mut v = ReplicaView::default();
+        for (pod, gpu) in holds {
+            v.allocations
+                .pod_gpus
+                .entry(("ci".to_string(), pod.to_string()))
+                .or_default()
+                .insert(format!("GPU-{gpu:08}"));
+        }
+        v
+    }
+
+    fn util(
+        mut p: crate::model::snapshot::ProcessSample,
+        u: f64,
+    ) -> crate::model::snapshot::ProcessSample {
+        p.sm_util = Some(u);
+        p
+    }
+
+    fn text(jp: &JobPeaks) -> String {
+        let mut out = Vec::new();
+        jp.render(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Four jobs on a two-GPU node, polled every second for 20 minutes: `idle` holds a
+    /// replica of GPU 0 and never runs a process; `half` computes at 50 % all along; `mid`
+    /// holds GPU 1, computes at full speed for 100 s and leaves at 300 s (gone from both
+    /// views); `two` holds both GPUs and computes on GPU 1 only, from 600 s to 660 s.
+    #[test]
+    fn jobs_of_known_shapes_on_two_gpus() {
+        let all = [
+            pod("idle").label(PROJECT_LABEL, "1"),
+            pod("half").label(PROJECT_LABEL, "1"),
+            pod("mid").label(PROJECT_LABEL, "2"),
+            pod("two").label(PROJECT_LABEL, "2"),
+        ];
+        let mut jp = JobPeaks::new(ANN, 100).with_underuse(UnderusePolicy::default());
+        let mut closed = Vec::new();
+        let mut notices = Vec::new();
+        for t in 0..=1200u64 {
+            let mut holds = vec![("idle", 0), ("half", 0), ("two", 0), ("two", 1)];
+            let mut procs = vec![util(proc_in("half", 0, 2000), 0.5)];
+            let mut present: Vec<_> = all.iter().filter(|p| p.0.uid != "mid").cloned().collect();
+            if t <= 300 {
+                holds.push(("mid", 1));
+                present.push(all[2].clone());
+                if (100..200).contains(&t) {
+                    procs.push(util(proc_in("mid", 1, 4000), 1.0));
+                }
+            }
+            if (600..660).contains(&t) {
+                procs.push(util(proc_in("two", 1, 1000), 0.8));
+            }
+            if t == 1200 {
+                // The jobs end: finished pods hold nothing and run nothing.
+                holds.clear();
+                procs.clear();
+                for p in &mut present {
+                    p.0.phase = Some("Succeeded".into());
+                }
+            }
+            let view_now = view(&holds);
+            let pods_now: PodMap = pods(present);
+            let mut s = snap(vec![gpu(0, 24576, 0), gpu(1, 24576, 0)], procs);
+            s.at = secs(t as f64);
+            for p in jp.observe(&s, &pods_now, Some(&view_now)) {
+                notices.extend(jp.notices(&p));
+                closed.push(p);
+            }
+        }
+        let find = |pod: &str, gpu: u32| {
+            closed
+                .iter()
+                .find(|p| p.pod == pod && p.gpu == gpu)
+                .unwrap_or_else(|| panic!("{pod} on GPU {gpu} not closed: {closed:?}"))
+        };
+        let idle = find("idle", 0);
+        assert_eq!(idle.usage.held, secs(1199.0));
+        assert_eq!(idle.usage.with_process, secs(0.0));
+        assert_eq!(idle.usage.busy, Some(secs(0.0)), "no process: no GPU time");
+        assert!(!idle.peak_known);
+        let half = find("half", 0);
+        assert_eq!(half.usage.held, secs(1199.0));
+        assert_eq!(half.usage.busy.map(|b| b.as_secs()), Some(599));
+        assert!(half.peak_known);
+        let mid = find("mid", 1);
+        // Live at polls 0..=300, closed at 301 once the pod is gone from the pod view.
+        assert_eq!(mid.usage.held, secs(300.0));
+        assert_eq!(mid.usage.with_process, secs(100.0));
+        assert_eq!(mid.usage.busy, Some(secs(100.0)));
+        assert!(!mid.pod_exists);
+        let two0 = find("two", 0);
+        assert_eq!(two0.usage.held, secs(1199.0));
+        assert_eq!(two0.usage.busy, Some(secs(0.0)));
+        let two1 = find("two", 1);
+        assert_eq!(two1.usage.held, secs(1199.0));
+        assert_eq!(two1.usage.with_process, secs(60.0));
+        assert!((two1.usage.busy.unwrap().as_secs_f64() - 48.0).abs() < 1e-6);
+        // The jobs that held a replica 20 minutes and used under 10 % of it: the idle
+        // holder, and "two" on both GPUs; "half" used half, "mid" is gone.
+        let underused: Vec<_> = notices
+            .iter()
+            .filter(|n| n.reason == UNDERUSED_REASON)
+            .map(|n| match &n.regarding {
+                crate::model::event::Regarding::Pod { name, .. } => name.as_str(),
+                crate::model::event::Regarding::Node { name } => name.as_str(),
+            })
+            .collect();
+        assert_eq!(underused, ["idle", "two", "two"], "{notices:?}");
+        let n = notices
+            .iter()
+            .rfind(|n| n.reason == UNDERUSED_REASON)
+            .unwrap();
+        assert_eq!(
+            n.note,
+            "Held GPU 1 (NVIDIA A10G) 19m 59s, used 48s (4.0 %), processes on it 1m 0s, VRAM peak 1 GiB: move the steps that need no GPU (setup, lint, uploads) into a CPU job"
+        );
+        let t = text(&jp);
+        let held1 = 1199.0 * 2.0;
+        let held2 = 300.0 + 1199.0 * 2.0;
+        assert!(t.contains(&format!("gpu_warden_ci_job_gpu_replica_seconds_total{{namespace=\"ci\",project=\"1\"}} {held1}\n")), "{t}");
+        assert!(t.contains(&format!("gpu_warden_ci_job_gpu_replica_seconds_total{{namespace=\"ci\",project=\"2\"}} {held2}\n")), "{t}");
+        assert!(t.contains("gpu_warden_ci_job_gpu_busy_share_bucket{namespace=\"ci\",project=\"1\",le=\"0.5\"} 2\n"), "{t}");
+        assert!(t.contains("gpu_warden_ci_job_gpu_busy_share_bucket{namespace=\"ci\",project=\"2\",le=\"0.05\"} 2\n"), "{t}");
+        assert!(
+            t.contains(
+                "gpu_warden_ci_job_gpu_busy_share_count{namespace=\"ci\",project=\"2\"} 3\n"
+            ),
+            "{t}"
+        );
+        // Idle replica time: idle 1199 + two on GPU 0 1199 + two on GPU 1 (1199 - 60)
+        // + mid (300 - 100).
+        let idle_total = 1199.0 * 2.0 + 1139.0 + 200.0;
+        assert!(
+            t.contains(&format!(
+                "gpu_warden_gpu_replica_idle_seconds_total {idle_total}\n"
+            )),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_rendered_before_a_record_closes_nor_the_idle_counter_without_a_view() {
+        let mut jp = JobPeaks::new(ANN, 100);
+        let view_pods = pods([pod("a")]);
+        let mut s = snap(vec![gpu(0, 24576, 0)], vec![proc_in("a", 0, 10)]);
+        jp.observe(&s, &view_pods, None);
+        assert_eq!(text(&jp), "");
+        s.at = secs(1.0);
+        s.processes.clear();
+        let done = jp.observe(&s, &PodMap::new(), None);
+        assert_eq!(done.len(), 1);
+        let t = text(&jp);
+        assert!(
+            t.contains(
+                "gpu_warden_ci_job_gpu_replica_seconds_total{namespace=\"ci\",project=\"\"} 0\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            !t.contains("busy_seconds_total"),
+            "no utilisation read: {t}"
+        );
+        assert!(!t.contains("replica_idle_seconds_total"), "{t}");
+    }
+
+    #[test]
+    fn series_are_capped_like_the_peaks() {
+        let mut jp = JobPeaks::new(ANN, 2);
+        for (i, project) in ["a", "b", "c"].iter().enumerate() {
+            let name = format!("job{i}");
+            let view_pods = pods([pod(&name).label(PROJECT_LABEL, project)]);
+            let mut s = snap(vec![gpu(0, 24576, 0)], vec![proc_in(&name, 0, 10)]);
+            s.at = secs(2.0 * i as f64);
+            jp.observe(&s, &view_pods, None);
+            s.at = secs(2.0 * i as f64 + 1.0);
+            s.processes.clear();
+            assert_eq!(jp.observe(&s, &PodMap::new(), None).len(), 1);
+        }
+        let t = text(&jp);
+        let held: Vec<_> = t
+            .lines()
+            .filter(|l| l.starts_with("gpu_warden_ci_job_gpu_replica_seconds_total{"))
+            .collect();
+        assert_eq!(held.len(), 3, "{t}");
+        assert!(
+            t.contains("replica_seconds_total{namespace=\"_other\",project=\"_other\"} 0\n"),
+            "{t}"
+        );
     }
 }
