@@ -138,7 +138,6 @@ impl UsageSeries {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::model::pod::PodMap;
     use crate::model::replicas::ReplicaView;
     use crate::publish::job_peaks::{JobPeaks, PROJECT_LABEL};
