@@ -538,6 +538,43 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_holding_a_replica_keeps_its_record_until_it_lets_go_or_stops_running() {
+        let mut view = ReplicaView::default();
+        view.allocations
+            .pod_gpus
+            .entry(("ci".to_string(), "job".to_string()))
+            .or_default()
+            .insert("GPU-00000000".to_string());
+        let running = pods([pod("job")]);
+        let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
+        jp.observe(
+            &at(0, 2000, vec![proc_in("job", 0, 2000)]),
+            &running,
+            Some(&view),
+        );
+        // Its process is gone for longer than LINGER, but it still holds the replica.
+        assert!(jp
+            .observe(&at(30, 0, vec![]), &running, Some(&view))
+            .is_empty());
+        let done = jp.observe(&at(31, 0, vec![]), &running, Some(&ReplicaView::default()));
+        assert!(
+            done.is_empty(),
+            "let go: LINGER counts from the last poll it held"
+        );
+        assert_eq!(jp.observe(&at(41, 0, vec![]), &running, None).len(), 1);
+        // A finished pod the kubelet's view still names (it lags) is closed at once.
+        let mut finished = pods([pod("job")]);
+        if let Some(p) = finished.get_mut("job") {
+            p.phase = Some("Succeeded".into());
+        }
+        jp.observe(&at(50, 0, vec![]), &running, Some(&view));
+        let out = jp.observe(&at(51, 0, vec![]), &finished, Some(&view));
+        assert_eq!(out.len(), 1);
+        assert!(!out[0].peak_known, "it never ran a process: no peak");
+        assert_eq!(out[0].usage.held, Duration::from_secs(0));
+    }
+
+    #[test]
     fn a_gpu_without_a_process_list_keeps_its_pods_open() {
         let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
         let view = PodMap::new();
