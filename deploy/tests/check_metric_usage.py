@@ -27,6 +27,9 @@ STATEFUL = {
     "gpu_warden_node_annotation_patches_total": "appears after the first Node patch (needs Kubernetes)",
     "gpu_warden_nvml_errors_total": "appears after the first failed NVML call",
     "gpu_warden_ci_job_gpu_memory_peak_bytes_bucket": "a histogram's series appear after the first pod's GPU processes end",
+    "gpu_warden_ci_job_gpu_replica_seconds_total": "added when a CI job's record closes (its pod's GPU processes end)",
+    "gpu_warden_ci_job_gpu_busy_seconds_total": "added when a CI job's record closes (its pod's GPU processes end)",
+    "gpu_warden_gpu_replica_idle_seconds_total": "needs the kubelet's pod-resources socket",
     # The kubelet's pod-resources families: only with a kubelet socket (docs/attribution.md).
     "gpu_warden_gpu_replicas": "needs the kubelet's pod-resources socket",
     "gpu_warden_gpu_replicas_idle": "needs the kubelet's pod-resources socket",
@@ -51,7 +54,10 @@ EXTERNAL = {
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
             "unless", "offset", "atan2", "inf", "nan", "start", "end"}
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
-                "${__rate_interval}": "1m", "${__range}": "1h"}
+                "${__rate_interval}": "1m", "${__range}": "1h",
+                # The dashboard's numeric textbox variables, at their defaults (a number in
+                # arithmetic, not a label regex).
+                "$gpu_price": "1", "$replicas_per_gpu": "4"}
 
 
 def metric_names(expr):

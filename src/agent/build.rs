@@ -27,6 +27,7 @@ use crate::publish::annotations::{AnnotationConfig, FiguresState};
 use crate::publish::auth::Auth;
 use crate::publish::http::{AuthFile, Authn, HttpLimits, HttpSecurity};
 use crate::publish::job_peaks::JobPeaks;
+use crate::publish::job_usage::UnderusePolicy;
 use crate::publish::metrics::MetricsConfig;
 use crate::publish::process_metrics::ProcessSource;
 use crate::publish::process_reader::SelfProcess;
@@ -343,10 +344,14 @@ impl Wiring {
             core = core.with_figures(FiguresState::new(channel, &self.annotation_cfg));
         }
         if self.cli.job_peaks == Switch::On {
-            core = core.with_job_peaks(JobPeaks::new(
-                request_key.clone(),
-                self.cli.job_peaks_max_series,
-            ));
+            core = core.with_job_peaks(
+                JobPeaks::new(request_key.clone(), self.cli.job_peaks_max_series).with_underuse(
+                    UnderusePolicy {
+                        min_held: self.cli.job_underused_min_held,
+                        max_share: self.cli.job_underused_max_share,
+                    },
+                ),
+            );
         }
         if let Some(mut rx) = self.replicas(pods.clone(), request_key).await {
             // The feed's latest answer matched with the poll's GPUs: an Arc clone while

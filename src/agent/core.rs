@@ -293,13 +293,12 @@ impl Core {
                 .as_ref()
                 .map(|g| g.parts.pods.pods())
                 .unwrap_or_default();
-            let ended = jp.observe(&snap, &pods);
-            self.notices.extend(
-                ended
-                    .iter()
-                    .filter(|p| p.pod_exists)
-                    .map(|p| p.notice(jp.request_annotation())),
-            );
+            // The feed's latest view (an Arc clone while it has not changed): pods holding a
+            // replica keep their records open, idle or not.
+            let replicas = self.replicas.as_mut().and_then(|latest| latest(&snap));
+            let ended = jp.observe(&snap, &pods, replicas.as_deref());
+            self.notices
+                .extend(ended.iter().flat_map(|p| jp.notices(p)));
         }
         self.note_carry();
         (self.publish(snap, pressure, guard_view), out)

@@ -189,6 +189,15 @@ pub struct Cli {
     #[arg(long, default_value_t = crate::publish::job_peaks::DEFAULT_MAX_SERIES, value_parser = clap::value_parser!(usize), value_name = "N", env = "GPU_WARDEN_JOB_PEAKS_MAX_SERIES")]
     pub job_peaks_max_series: usize,
 
+    /// A finished job that held a GPU replica at least this long and used less than
+    /// --job-underused-max-share of it gets a Normal Event GPUUnderused (docs/sizing.md).
+    #[arg(long, default_value = "10m", value_parser = crate::model::units::parse_duration, value_name = "DURATION", env = "GPU_WARDEN_JOB_UNDERUSED_MIN_HELD")]
+    pub job_underused_min_held: Duration,
+
+    /// The busy share (GPU time used over time held, 0..1) below which such a job is told.
+    #[arg(long, default_value = "0.1", value_parser = crate::publish::job_usage::parse_share, value_name = "RATIO", env = "GPU_WARDEN_JOB_UNDERUSED_MAX_SHARE")]
+    pub job_underused_max_share: f64,
+
     /// Name of the hostname label on DCGM families.
     #[arg(
         long,

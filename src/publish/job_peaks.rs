@@ -2,15 +2,21 @@
 //! at one full poll over the pod's life, recorded once the processes are gone. Operators
 //! size `replicas` and `vram-request-mib` from these (docs/sizing.md).
 //!
-//! Pure: the agent hands it every attributed full poll and the pod view; it returns the
-//! peaks that ended, keeps the histogram `gpu_warden_ci_job_gpu_memory_peak_bytes` and
-//! renders it.
+//! Pure: the agent hands it every attributed full poll, the pod view and the kubelet's
+//! replica view; it returns the peaks that ended, keeps the histogram
+//! `gpu_warden_ci_job_gpu_memory_peak_bytes` and renders it. The same records carry what
+//! each job did with its GPU (`publish::job_usage`): a pod holding a replica of a GPU has a
+//! record there before its first process and keeps it until it stops holding, so the held
+//! and used times close with the peak.
 
+use super::job_usage::{JobUsage, UnderusePolicy, UsageAcc, UsageStep};
+use super::job_usage_metrics::UsageSeries;
 use super::text::{Family, Kind, LabelTail};
 use crate::model::event::{EventDraft, EventType, Regarding};
 use crate::model::pod::PodMap;
+use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{Owner, Snapshot, MIB};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 /// The pod label GitLab Runner's Kubernetes executor sets to the CI project's ID.
@@ -54,6 +60,11 @@ pub struct JobPeak {
     /// finished but not yet deleted, as a CI job's pod is until its runner cleans up): only
     /// then does an Event on it make sense.
     pub pod_exists: bool,
+    /// Whether a process of the pod with a memory reading was seen on the GPU: a pod that
+    /// only held a replica has no peak to record.
+    pub peak_known: bool,
+    /// What the job did with the GPU.
+    pub usage: JobUsage,
 }
 
 /// The Event reason of a pod's recorded VRAM peak.
@@ -94,7 +105,7 @@ impl JobPeak {
 }
 
 /// Bytes as GiB with one decimal, whole GiB without one ("24 GiB", "9.3 GiB").
-fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     let g = bytes as f64 / (1024.0 * MIB as f64);
     if (g - g.round()).abs() < 0.05 {
         format!("{} GiB", g.round())
@@ -112,7 +123,9 @@ struct Live {
     project: Option<String>,
     declared: Option<u64>,
     peak: u64,
+    peak_known: bool,
     last_seen: Duration,
+    usage: UsageAcc,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,6 +143,10 @@ pub struct JobPeaks {
     max_series: usize,
     live: HashMap<(String, u32), Live>,
     series: BTreeMap<(String, String), Series>,
+    usage: UsageSeries,
+    underuse: UnderusePolicy,
+    /// The previous full poll's instant: the interval each record's usage is credited for.
+    last_poll: Option<Duration>,
 }
 
 impl JobPeaks {
@@ -141,7 +158,27 @@ impl JobPeaks {
             max_series: max_series.max(1),
             live: HashMap::new(),
             series: BTreeMap::new(),
+            usage: UsageSeries::new(max_series),
+            underuse: UnderusePolicy::default(),
+            last_poll: None,
         }
+    }
+
+    /// Tells finished jobs they held a GPU they hardly used as `policy` says.
+    pub fn with_underuse(mut self, policy: UnderusePolicy) -> Self {
+        self.underuse = policy;
+        self
+    }
+
+    /// The Events a closed record asks for on its pod (when it still exists): its peak,
+    /// and that it held the GPU long and used little of it.
+    pub fn notices(&self, peak: &JobPeak) -> Vec<EventDraft> {
+        let mut out = Vec::new();
+        if peak.pod_exists && peak.peak_known {
+            out.push(peak.notice(&self.request_annotation));
+        }
+        out.extend(self.underuse.notice(peak));
+        out
     }
 
     /// The annotation declared needs are read from.
@@ -150,36 +187,43 @@ impl JobPeaks {
     }
 
     /// Folds in a full poll and returns the peaks that ended with it: a pod whose
-    /// processes left a GPU is recorded at once when the pod is gone from the view,
+    /// processes left a GPU, and that holds no replica of it in `replicas` (the kubelet's
+    /// view, when there is one), is recorded at once when the pod is gone from the view,
     /// terminating or finished, and after [`LINGER`] otherwise. GPUs the poll could not
     /// list processes for (lost, or no memory reading) keep their pods open.
-    pub fn observe(&mut self, snap: &Snapshot, pods: &PodMap) -> Vec<JobPeak> {
-        let mut now_used: HashMap<(&str, u32), (u64, &str, &str)> = HashMap::new();
-        for p in &snap.processes {
-            if let (Owner::Pod(r), Some(b)) = (&p.owner, p.used_bytes) {
-                let e = now_used.entry((r.uid.as_str(), p.gpu)).or_insert((
-                    0,
-                    r.namespace.as_str(),
-                    r.pod.as_str(),
-                ));
-                e.0 = e.0.saturating_add(b);
-            }
-        }
-        for ((uid, gpu), (used, ns, pod)) in &now_used {
+    pub fn observe(
+        &mut self,
+        snap: &Snapshot,
+        pods: &PodMap,
+        replicas: Option<&ReplicaView>,
+    ) -> Vec<JobPeak> {
+        let now_used = pod_use(snap);
+        let holding = holders(snap, pods, replicas);
+        for (uid, gpu) in now_used.keys().chain(holding.iter()) {
+            let info = pods.get(*uid);
             let live = self
                 .live
                 .entry(((*uid).to_string(), *gpu))
                 .or_insert_with(|| Live {
-                    namespace: (*ns).to_string(),
-                    pod: (*pod).to_string(),
+                    namespace: info.map(|i| i.namespace.clone()).unwrap_or_default(),
+                    pod: info.map(|i| i.name.clone()).unwrap_or_default(),
                     project: None,
                     declared: None,
                     peak: 0,
+                    peak_known: false,
                     last_seen: snap.at,
+                    usage: UsageAcc::default(),
                 });
-            live.peak = live.peak.max(*used);
+            if let Some(u) = now_used.get(&(*uid, *gpu)) {
+                live.namespace = u.namespace.to_string();
+                live.pod = u.pod.to_string();
+                if u.memory_known {
+                    live.peak = live.peak.max(u.used);
+                    live.peak_known = true;
+                }
+            }
             live.last_seen = snap.at;
-            if let Some(info) = pods.get(*uid) {
+            if let Some(info) = info {
                 live.project = info.labels.get(PROJECT_LABEL).cloned();
                 live.declared = info
                     .vram_request_mib(&self.request_annotation)
@@ -191,11 +235,33 @@ impl JobPeaks {
                 .iter()
                 .any(|g| g.id.index == gpu && g.memory.is_some())
         };
+        let mut idle = std::time::Duration::ZERO;
+        for ((uid, gpu), live) in &mut self.live {
+            if !listed(*gpu) {
+                live.usage.unknown();
+                continue;
+            }
+            let u = now_used.get(&(uid.as_str(), *gpu));
+            idle += live.usage.step(
+                snap.at,
+                self.last_poll,
+                UsageStep {
+                    held: holding.contains(&(uid.as_str(), *gpu)),
+                    with_process: u.is_some(),
+                    sm_util: u.and_then(|u| u.sm_util),
+                },
+            );
+        }
+        if replicas.is_some() {
+            self.usage.add_idle(idle);
+        }
+        self.last_poll = Some(snap.at);
         let ended: Vec<(String, u32)> = self
             .live
             .iter()
             .filter(|((uid, gpu), live)| {
-                if now_used.contains_key(&(uid.as_str(), *gpu)) || !listed(*gpu) {
+                let key = (uid.as_str(), *gpu);
+                if now_used.contains_key(&key) || holding.contains(&key) || !listed(*gpu) {
                     return false;
                 }
                 let running = pods.get(uid).is_some_and(is_running);
@@ -227,6 +293,8 @@ impl JobPeaks {
                 gpu_model: model,
                 gpu_total: total,
                 peak: live.peak,
+                peak_known: live.peak_known,
+                usage: live.usage.close(),
             };
             self.record(&peak);
             out.push(peak);
@@ -236,6 +304,10 @@ impl JobPeaks {
     }
 
     fn record(&mut self, peak: &JobPeak) {
+        self.usage.record(peak);
+        if !peak.peak_known {
+            return;
+        }
         let mut key = (
             peak.namespace.clone(),
             peak.project.clone().unwrap_or_default(),
@@ -286,7 +358,70 @@ impl JobPeaks {
             family.sample_with(Some("_count"), b"", labels, s.count as f64);
         }
         family.close();
+        self.usage.render(out);
     }
+}
+
+/// A pod's processes on one GPU at one poll.
+struct PodUse<'a> {
+    namespace: &'a str,
+    pod: &'a str,
+    /// Σ of the memory readings, and whether there was any.
+    used: u64,
+    memory_known: bool,
+    /// Σ of the SM utilisation readings, when there was any.
+    sm_util: Option<f64>,
+}
+
+/// The poll's pod processes by (pod UID, GPU).
+fn pod_use(snap: &Snapshot) -> HashMap<(&str, u32), PodUse<'_>> {
+    let mut out: HashMap<(&str, u32), PodUse<'_>> = HashMap::new();
+    for p in &snap.processes {
+        let Owner::Pod(r) = &p.owner else { continue };
+        let e = out.entry((r.uid.as_str(), p.gpu)).or_insert(PodUse {
+            namespace: r.namespace.as_str(),
+            pod: r.pod.as_str(),
+            used: 0,
+            memory_known: false,
+            sm_util: None,
+        });
+        if let Some(b) = p.used_bytes {
+            e.used = e.used.saturating_add(b);
+            e.memory_known = true;
+        }
+        if let Some(u) = p.sm_util {
+            e.sm_util = Some(e.sm_util.unwrap_or(0.0) + u);
+        }
+    }
+    out
+}
+
+/// The running pods the kubelet's view names as holding a replica of one of the poll's
+/// GPUs, by (pod UID, GPU index). A pod that is finished or terminating does not hold on:
+/// the kubelet's view lags behind the pod view.
+fn holders<'a>(
+    snap: &Snapshot,
+    pods: &'a PodMap,
+    replicas: Option<&ReplicaView>,
+) -> HashSet<(&'a str, u32)> {
+    let mut out = HashSet::new();
+    let Some(view) = replicas else {
+        return out;
+    };
+    let by_name: HashMap<(&str, &str), &crate::model::pod::PodInfo> = pods
+        .values()
+        .filter(|p| is_running(p))
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+        .collect();
+    for ((ns, name), gpus) in &view.allocations.pod_gpus {
+        let Some(info) = by_name.get(&(ns.as_str(), name.as_str())) else {
+            continue;
+        };
+        for g in snap.gpus.iter().filter(|g| gpus.contains(&g.id.uuid)) {
+            out.insert((info.uid.as_str(), g.id.index));
+        }
+    }
+    out
 }
 
 fn is_running(p: &crate::model::pod::PodInfo) -> bool {
@@ -323,18 +458,19 @@ mod tests {
                     5000,
                     vec![proc_pid(7, "job", 0, 3000), proc_pid(8, "job", 0, 1000)]
                 ),
-                &view
+                &view,
+                None
             )
             .is_empty());
         assert!(jp
-            .observe(&at(1, 9000, vec![proc_in("job", 0, 9523)]), &view)
+            .observe(&at(1, 9000, vec![proc_in("job", 0, 9523)]), &view, None)
             .is_empty());
         assert!(jp
-            .observe(&at(2, 4000, vec![proc_in("job", 0, 4000)]), &view)
+            .observe(&at(2, 4000, vec![proc_in("job", 0, 4000)]), &view, None)
             .is_empty());
         // Gone, but the pod still runs: not before LINGER.
-        assert!(jp.observe(&at(3, 0, vec![]), &view).is_empty());
-        let done = jp.observe(&at(12, 0, vec![]), &view);
+        assert!(jp.observe(&at(3, 0, vec![]), &view, None).is_empty());
+        let done = jp.observe(&at(12, 0, vec![]), &view, None);
         assert_eq!(done.len(), 1, "{done:?}");
         let p = &done[0];
         assert_eq!(p.peak, 9523 * MIB);
@@ -346,7 +482,7 @@ mod tests {
             "GPU peak 9.3 GiB on GPU 0 (NVIDIA A10G, 24 GiB); declared 8 GiB"
         );
         // Once only.
-        assert!(jp.observe(&at(30, 0, vec![]), &view).is_empty());
+        assert!(jp.observe(&at(30, 0, vec![]), &view, None).is_empty());
         let mut text = Vec::new();
         jp.render(&mut text);
         let text = String::from_utf8(text).unwrap();
@@ -369,8 +505,8 @@ mod tests {
     fn a_deleted_pod_is_recorded_at_once_and_gets_no_event() {
         let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
         let view = pods([pod("job").label(PROJECT_LABEL, "42")]);
-        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &view);
-        let done = jp.observe(&at(1, 0, vec![]), &PodMap::new());
+        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &view, None);
+        let done = jp.observe(&at(1, 0, vec![]), &PodMap::new(), None);
         assert_eq!(done.len(), 1);
         assert!(!done[0].pod_exists);
         assert_eq!(done[0].project.as_deref(), Some("42"), "kept from the view");
@@ -384,28 +520,69 @@ mod tests {
     fn a_finished_pod_is_recorded_at_once_and_still_exists() {
         let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
         let running = pods([pod("job")]);
-        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &running);
+        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &running, None);
         let mut done = pods([pod("job")]);
         if let Some(p) = done.get_mut("job") {
             p.phase = Some("Succeeded".into());
         }
-        let out = jp.observe(&at(1, 0, vec![]), &done);
+        let out = jp.observe(&at(1, 0, vec![]), &done, None);
         assert_eq!(out.len(), 1);
         assert!(out[0].pod_exists);
         let terminating = pods([pod("job2").terminating()]);
-        jp.observe(&at(2, 2000, vec![proc_in("job2", 0, 2000)]), &terminating);
-        assert_eq!(jp.observe(&at(3, 0, vec![]), &terminating).len(), 1);
+        jp.observe(
+            &at(2, 2000, vec![proc_in("job2", 0, 2000)]),
+            &terminating,
+            None,
+        );
+        assert_eq!(jp.observe(&at(3, 0, vec![]), &terminating, None).len(), 1);
+    }
+
+    #[test]
+    fn a_pod_holding_a_replica_keeps_its_record_until_it_lets_go_or_stops_running() {
+        let mut view = ReplicaView::default();
+        view.allocations
+            .pod_gpus
+            .entry(("ci".to_string(), "job".to_string()))
+            .or_default()
+            .insert("GPU-00000000".to_string());
+        let running = pods([pod("job")]);
+        let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
+        jp.observe(
+            &at(0, 2000, vec![proc_in("job", 0, 2000)]),
+            &running,
+            Some(&view),
+        );
+        // Its process is gone for longer than LINGER, but it still holds the replica.
+        assert!(jp
+            .observe(&at(30, 0, vec![]), &running, Some(&view))
+            .is_empty());
+        let done = jp.observe(&at(31, 0, vec![]), &running, Some(&ReplicaView::default()));
+        assert!(
+            done.is_empty(),
+            "let go: LINGER counts from the last poll it held"
+        );
+        assert_eq!(jp.observe(&at(41, 0, vec![]), &running, None).len(), 1);
+        // A finished pod the kubelet's view still names (it lags) is closed at once.
+        let mut finished = pods([pod("job")]);
+        if let Some(p) = finished.get_mut("job") {
+            p.phase = Some("Succeeded".into());
+        }
+        jp.observe(&at(50, 0, vec![]), &running, Some(&view));
+        let out = jp.observe(&at(51, 0, vec![]), &finished, Some(&view));
+        assert_eq!(out.len(), 1);
+        assert!(!out[0].peak_known, "it never ran a process: no peak");
+        assert_eq!(out[0].usage.held, Duration::from_secs(0));
     }
 
     #[test]
     fn a_gpu_without_a_process_list_keeps_its_pods_open() {
         let mut jp = JobPeaks::new(ANN, DEFAULT_MAX_SERIES);
         let view = PodMap::new();
-        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &view);
+        jp.observe(&at(0, 2000, vec![proc_in("job", 0, 2000)]), &view, None);
         let mut lost = at(1, 0, vec![]);
         lost.gpus[0].memory = None;
-        assert!(jp.observe(&lost, &view).is_empty());
-        assert_eq!(jp.observe(&at(2, 0, vec![]), &view).len(), 1);
+        assert!(jp.observe(&lost, &view, None).is_empty());
+        assert_eq!(jp.observe(&at(2, 0, vec![]), &view, None).len(), 1);
     }
 
     #[test]
@@ -414,8 +591,8 @@ mod tests {
         for (i, project) in ["a\"b", "c", "d", "e"].iter().enumerate() {
             let name = format!("job{i}");
             let view = pods([pod(&name).label(PROJECT_LABEL, project)]);
-            jp.observe(&at(0, 100, vec![proc_in(&name, 0, 100)]), &view);
-            assert_eq!(jp.observe(&at(1, 0, vec![]), &PodMap::new()).len(), 1);
+            jp.observe(&at(0, 100, vec![proc_in(&name, 0, 100)]), &view, None);
+            assert_eq!(jp.observe(&at(1, 0, vec![]), &PodMap::new(), None).len(), 1);
         }
         let mut text = Vec::new();
         jp.render(&mut text);

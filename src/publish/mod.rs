@@ -8,6 +8,8 @@ pub mod basic_auth;
 pub mod dcgm_pod_labels;
 pub mod http;
 pub mod job_peaks;
+pub mod job_usage;
+pub mod job_usage_metrics;
 pub mod metrics;
 pub mod process_metrics;
 pub mod process_reader;

@@ -5,6 +5,7 @@ pub mod gpm;
 pub mod nvml;
 pub mod sampler;
 pub mod scenario;
+pub mod scenario_util;
 pub mod sim;
 pub mod sim_world;
 

@@ -111,6 +111,10 @@ pub struct ProcessSpec {
     pub memory: Trajectory,
     /// Share of SM time, 0..1.
     pub sm_util: Option<f64>,
+    /// Share of SM time over time since the start (`[{at: 5m, util: 0.9}, …]`, 0 before the
+    /// first step); replaces `sm_util` (`sample::scenario_util`).
+    #[serde(default)]
+    pub sm_util_steps: Vec<super::scenario_util::UtilStep>,
     #[serde(default, deserialize_with = "de_duration")]
     pub start: Duration,
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -344,7 +348,7 @@ impl FaultSpec {
     }
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     parse_duration(&s).map_err(serde::de::Error::custom)
 }
@@ -539,6 +543,15 @@ impl Scenario {
             }
             if p.sm_util.is_some_and(|u| !(0.0..=1.0).contains(&u)) {
                 return Err(bad(f("sm_util"), "must be a ratio 0..1".into()));
+            }
+            if p.sm_util_steps
+                .iter()
+                .any(|s| !(0.0..=1.0).contains(&s.util))
+            {
+                return Err(bad(
+                    f("sm_util_steps"),
+                    "each util must be a ratio 0..1".into(),
+                ));
             }
             if p.stop.is_some_and(|s| s <= p.start) {
                 return Err(bad(f("stop"), "must be after start".into()));

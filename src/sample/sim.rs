@@ -391,7 +391,7 @@ impl SimSource {
         let allocs = self.allocations(gpu, now, true);
         let derived_util = (allocs
             .iter()
-            .map(|(p, _)| p.sm_util.unwrap_or(0.0))
+            .map(|(p, _)| p.sm_util_at(now.saturating_sub(p.start)).unwrap_or(0.0))
             .sum::<f64>()
             * 100.0)
             .round()
@@ -434,7 +434,11 @@ impl SimSource {
                     pid: p.pid,
                     gpu: idx,
                     used_bytes: Some(mib * MIB),
-                    sm_util: if util_ok { p.sm_util } else { None },
+                    sm_util: if util_ok {
+                        p.sm_util_at(now.saturating_sub(p.start))
+                    } else {
+                        None
+                    },
                     name: p.name.clone(),
                     owner: Owner::Unknown,
                 });

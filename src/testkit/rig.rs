@@ -3,6 +3,7 @@
 //! clock. Tests, the soak and the benches drive it poll by poll instead of wiring the agent
 //! by hand; what they measure and assert is the core the binary runs.
 
+use crate::agent::core::LatestReplicas;
 use crate::agent::{Core, Dispatch, GuardParts};
 use crate::attribute::attributor::ProcAttributor;
 use crate::attribute::pods::{index_json, StaticPods};
@@ -56,6 +57,8 @@ pub struct RigOptions {
     pub pod_labels: crate::publish::dcgm_pod_labels::PodLabels,
     /// Who attributes processes; default: the real attributor over the simulated `/proc`.
     pub attributor: Option<Box<dyn Attributor>>,
+    /// The kubelet's pod-resources view at each poll (`Core::with_replicas`); default none.
+    pub replicas: Option<LatestReplicas>,
 }
 
 impl Default for RigOptions {
@@ -74,6 +77,7 @@ impl Default for RigOptions {
             hostname_label: HostnameLabel::default(),
             pod_labels: Default::default(),
             attributor: None,
+            replicas: None,
         }
     }
 }
@@ -173,6 +177,10 @@ impl Rig {
             core.with_job_peaks(JobPeaks::new(key, DEFAULT_MAX_SERIES))
         } else {
             core
+        };
+        let core = match options.replicas {
+            Some(latest) => core.with_replicas(latest),
+            None => core,
         };
         let core = match options.policy {
             Some(policy) => core.with_guard(GuardParts {

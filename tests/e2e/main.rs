@@ -32,6 +32,7 @@ mod guard_stop;
 mod http_abuse;
 mod http_tls_auth;
 mod job_peaks_e2e;
+mod job_usage_e2e;
 mod lease_e2e;
 mod node_freshness_e2e;
 mod outage_budget;

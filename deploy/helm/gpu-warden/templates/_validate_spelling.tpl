@@ -60,6 +60,7 @@ is misspelt (or, with aboveZero, a duration is zero). */}}
 {{- range $k := list "heartbeat" "minInterval" "overPromiseInterval" -}}
 {{- with get $.Values.nodeAnnotations $k }}{{ include "gpu-warden.checkSpelling" (list (printf "nodeAnnotations.%s" $k) . "duration" true) }}{{ end -}}
 {{- end -}}
+{{- with .Values.jobPeaks.underusedMinHeld }}{{ include "gpu-warden.checkSpelling" (list "jobPeaks.underusedMinHeld" . "duration") }}{{ end -}}
 {{- range $k := list "renewInterval" "duration" -}}
 {{- with get $.Values.lease $k }}{{ include "gpu-warden.checkSpelling" (list (printf "lease.%s" $k) . "duration" true) }}{{ end -}}
 {{- end -}}
