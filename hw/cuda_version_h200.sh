@@ -3,7 +3,7 @@
 #  1. NVML's nvmlSystemGetCudaDriverVersion_v2 (what the agent calls through nvml-wrapper's
 #     sys_cuda_driver_version; 12080 = 12.8) and the v1 call, through ctypes;
 #  2. nvidia-smi's header ("CUDA Version: 13.0") and its driver version;
-#  3. when a built agent is given, its gpu_warden_cuda_driver_version gauge, scraped once.
+#  3. when a built agent is given, its DCGM_FI_CUDA_DRIVER_VERSION gauge, scraped once.
 # Prints one Markdown table; exits 1 when the readings disagree.
 #
 #   hw/cuda_version_h200.sh [target/debug/gpu-warden]
@@ -33,7 +33,7 @@ if [ -n "$BIN" ]; then
   "$BIN" --backend nvml --kube off --listen 127.0.0.1:19643 --poll-interval 1s --guard-mode off > /tmp/cuda-agent.log 2>&1 &
   A=$!
   for _ in $(seq 60); do curl -sf 127.0.0.1:19643/readyz >/dev/null && break; sleep 0.5; done
-  agent=$(curl -s 127.0.0.1:19643/metrics | awk '/^gpu_warden_cuda_driver_version /{print $2}')
+  agent=$(curl -s 127.0.0.1:19643/metrics | awk '/^DCGM_FI_CUDA_DRIVER_VERSION\{/{print $NF; exit}')
   kill "$A"; wait "$A" 2>/dev/null
 fi
 echo "| reading | value |"
@@ -43,7 +43,7 @@ echo "| nvmlSystemGetCudaDriverVersion (v1) | $v1 ($(dec "$v1")) |"
 echo "| nvmlSystemGetDriverVersion | $drv |"
 echo "| nvidia-smi \"CUDA Version\" | $smi_cuda |"
 echo "| nvidia-smi driver_version | $smi_drv |"
-echo "| agent gpu_warden_cuda_driver_version | $agent |"
+echo "| agent DCGM_FI_CUDA_DRIVER_VERSION (GPU 0) | $agent |"
 ok=1
 [ "$(dec "$v2")" = "$smi_cuda" ] || ok=0
 [ "$v1" = "$v2" ] || ok=0

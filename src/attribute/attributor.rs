@@ -181,6 +181,7 @@ mod tests {
             at: Duration::ZERO,
             wall: SystemTime::UNIX_EPOCH,
             driver_version: String::new(),
+            cuda_driver_version: None,
             gpus: vec![],
             processes: pids
                 .iter()

@@ -462,6 +462,7 @@ pub(crate) mod tests {
             max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
             gpus,
             next_gpu: next,
+            cuda_driver_version: None,
         };
         read_node(&v.to_annotations("gpu-warden.io"), "gpu-warden.io")
     }

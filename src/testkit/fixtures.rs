@@ -95,6 +95,7 @@ pub fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
         at: Duration::ZERO,
         wall: SystemTime::UNIX_EPOCH,
         driver_version: "580.159.04".into(),
+        cuda_driver_version: None,
         gpus,
         processes,
         errors: vec![],
