@@ -16,6 +16,7 @@ use crate::model::pod::PodMap;
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{MemoryInfo, Snapshot};
+use crate::publish::cuda_mismatch::CudaMismatches;
 use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
@@ -71,6 +72,8 @@ pub struct Core {
     scratch: Scratch,
     /// Each CI job's VRAM peak (`--job-peaks`), and the Events on pods it asks for.
     job_peaks: Option<JobPeaks>,
+    /// GPU pods whose CUDA need the driver cannot meet, and the Events on them.
+    cuda: Option<CudaMismatches>,
     notices: Vec<EventDraft>,
     /// Where the carried state goes, and the entries last sent there.
     carry: Option<(CarrySink, Vec<String>)>,
@@ -93,6 +96,7 @@ impl Core {
             buf: Vec::new(),
             scratch: Scratch::default(),
             job_peaks: None,
+            cuda: None,
             notices: Vec::new(),
             carry: None,
         }
@@ -101,6 +105,12 @@ impl Core {
     /// Records each pod's VRAM peak per GPU from now on (docs/sizing.md).
     pub fn with_job_peaks(mut self, peaks: JobPeaks) -> Self {
         self.job_peaks = Some(peaks);
+        self
+    }
+
+    /// Tells GPU pods whose CUDA need is newer than the driver supports (docs/cuda.md).
+    pub fn with_cuda_check(mut self, check: CudaMismatches) -> Self {
+        self.cuda = Some(check);
         self
     }
 
@@ -225,6 +235,9 @@ impl Core {
         if let Some(jp) = &self.job_peaks {
             jp.render(out);
         }
+        if let Some(c) = &self.cuda {
+            c.render(out);
+        }
         self.self_metrics.write(out);
         Published {
             snapshot: snap,
@@ -282,6 +295,10 @@ impl Core {
                     .filter(|p| p.pod_exists)
                     .map(|p| p.notice(jp.request_annotation())),
             );
+        }
+        if let (Some(c), Some(g)) = (&mut self.cuda, &self.guard) {
+            let pods = g.parts.pods.pods();
+            self.notices.extend(c.observe(&snap, &pods));
         }
         self.note_carry();
         (self.publish(snap, pressure, guard_view), out)

@@ -168,6 +168,8 @@ mod tests {
             containers: vec![ContainerInfo {
                 name: "build".into(),
                 container_id: Some(CID.into()),
+                image: None,
+                gpu: false,
             }],
         };
         Arc::new(StaticPods(Arc::new(

@@ -43,7 +43,8 @@ pub struct MetricsConfig {
 }
 
 const CUDA_FAMILY: &str = "DCGM_FI_CUDA_DRIVER_VERSION";
-const CUDA_HELP: &str = "CUDA version the driver supports (1000 x major + 10 x minor: 12080 is 12.8).";
+const CUDA_HELP: &str =
+    "CUDA version the driver supports (1000 x major + 10 x minor: 12080 is 12.8).";
 
 /// How a family reads its value off a GPU sample.
 type Extract = fn(&GpuSample) -> Option<f64>;
@@ -707,9 +708,15 @@ pub(crate) mod tests {
     fn the_cuda_driver_version_is_dcgms_field_5_per_gpu_and_absent_when_unknown() {
         let mut s = snap(vec![gpu(0), gpu(1)], vec![]);
         assert!(!device_text(&s, &cfg()).contains("DCGM_FI_CUDA_DRIVER_VERSION"));
-        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion { major: 12, minor: 8 });
+        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion {
+            major: 12,
+            minor: 8,
+        });
         let t = device_text(&s, &cfg());
-        assert!(t.contains("# TYPE DCGM_FI_CUDA_DRIVER_VERSION gauge\n"), "{t}");
+        assert!(
+            t.contains("# TYPE DCGM_FI_CUDA_DRIVER_VERSION gauge\n"),
+            "{t}"
+        );
         assert!(t.contains("DCGM_FI_CUDA_DRIVER_VERSION{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:00:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H200\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"580.1\"} 12080\n"), "{t}");
         assert_eq!(t.matches("DCGM_FI_CUDA_DRIVER_VERSION{").count(), 2, "{t}");
     }

@@ -4,6 +4,7 @@
 
 pub mod annotations;
 pub mod auth;
+pub mod cuda_mismatch;
 pub mod http;
 pub mod job_peaks;
 pub mod metrics;

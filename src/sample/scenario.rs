@@ -685,17 +685,38 @@ mod tests {
         assert_eq!(sc.gpus[0].count, 1);
         assert!(sc.processes.is_empty());
         assert_eq!(sc.driver_version, "580.95.05");
-        assert_eq!(sc.cuda_version(), Some(CudaVersion { major: 13, minor: 0 }));
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 13,
+                minor: 0
+            })
+        );
     }
 
     #[test]
     fn the_cuda_driver_version_is_given_or_follows_the_driver() {
         let with = |extra: &str| Scenario::parse(&format!("{extra}{MINIMAL}"), "t.yaml");
         let sc = with("cuda_driver_version: \"12.4\"\n").unwrap();
-        assert_eq!(sc.cuda_version(), Some(CudaVersion { major: 12, minor: 4 }));
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 12,
+                minor: 4
+            })
+        );
         let sc = with("driver_version: 570.124.06\n").unwrap();
-        assert_eq!(sc.cuda_version(), Some(CudaVersion { major: 12, minor: 8 }));
-        assert_eq!(with("driver_version: \"999.1\"\n").unwrap().cuda_version(), None);
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 12,
+                minor: 8
+            })
+        );
+        assert_eq!(
+            with("driver_version: \"999.1\"\n").unwrap().cuda_version(),
+            None
+        );
         let e = err(&format!("cuda_driver_version: \"12\"\n{MINIMAL}"));
         assert_eq!(
             e,

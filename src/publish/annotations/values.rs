@@ -495,7 +495,10 @@ mod tests {
         let key = "gpu-warden.io/cuda-driver-version";
         let a = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
         assert!(!a.contains_key(key), "{a:?}");
-        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion { major: 12, minor: 8 });
+        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion {
+            major: 12,
+            minor: 8,
+        });
         let a = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
         assert_eq!(a.get(key).map(String::as_str), Some("12.8"));
         assert_eq!(a.len(), 5);

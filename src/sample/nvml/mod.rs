@@ -353,7 +353,10 @@ fn cuda_driver_version(nvml: &Nvml) -> Option<crate::model::cuda::CudaVersion> {
         Ok(v) => {
             let version = crate::model::cuda::CudaVersion::from_nvml(v);
             if version.is_none() {
-                tracing::warn!(value = v, "NVML's CUDA driver version is not a version; CUDA checks are off");
+                tracing::warn!(
+                    value = v,
+                    "NVML's CUDA driver version is not a version; CUDA checks are off"
+                );
             }
             version
         }
