@@ -97,6 +97,8 @@ pub enum Reason {
     Malformed,
     /// The pod's declaration cannot be read.
     BadDeclaration,
+    /// The node's driver supports an older CUDA than the pod's known need (docs/cuda.md).
+    CudaTooOld,
 }
 
 impl Reason {
@@ -113,6 +115,7 @@ impl Reason {
             Reason::Missing => "missing",
             Reason::Malformed => "malformed",
             Reason::BadDeclaration => "bad_declaration",
+            Reason::CudaTooOld => "cuda_too_old",
         }
     }
 }
