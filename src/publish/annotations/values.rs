@@ -95,6 +95,9 @@ pub(super) struct Reading {
     pub(super) free_mib: u64,
     pub(super) pressure: Pressure,
     pub(super) replicas: Option<ReplicaFigures>,
+    /// The node's driver's CUDA version (the same on every GPU): carried here so every
+    /// path from readings to values publishes it.
+    pub(super) cuda: Option<CudaVersion>,
 }
 
 pub(super) fn readings(
@@ -125,6 +128,7 @@ pub(super) fn readings(
                         declared_mib,
                     }
                 }),
+                cuda: snap.cuda_driver_version,
             })
         })
         .collect();
@@ -174,7 +178,7 @@ pub(super) fn quantize(
         max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
         gpus,
         next_gpu,
-        cuda_driver_version: None,
+        cuda_driver_version: readings.first().and_then(|r| r.cuda),
     }
 }
 
@@ -206,14 +210,12 @@ pub fn annotation_values_with(
     replicas: Option<&ReplicaView>,
     quantum_mib: u64,
 ) -> AnnotationValues {
-    let mut values = quantize(
+    quantize(
         &readings(snap, pressure, replicas),
         quantum_mib,
         snap.wall,
         next_gpu(snap, replicas),
-    );
-    values.cuda_driver_version = snap.cuda_driver_version;
-    values
+    )
 }
 
 /// A JSON merge patch that sets (or, with `null`, removes) exactly these annotations and
