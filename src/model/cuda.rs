@@ -3,7 +3,7 @@
 //! tag, `model::cuda_images`), and whether the one can run the other (docs/cuda.md).
 //!
 //! The rule is the one NVIDIA's container toolkit applies to an image's
-//! `NVIDIA_REQUIRE_CUDA=cuda>=X.Y`: libnvidia-container (`src/cli/dsl.c`, `src/driver.c`)
+//! `NVIDIA_REQUIRE_CUDA=cuda>=X.Y`: libnvidia-container (its `dsl_evaluate` and `driver_get_cuda_version`)
 //! compares the driver's CUDA major.minor with the image's, number by number, and refuses a
 //! container whose need is higher ("unsatisfied condition: cuda>=12.8, please update your
 //! driver to a newer version, or use an earlier cuda container"). CUDA's minor-version
