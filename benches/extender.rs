@@ -147,6 +147,7 @@ fn annotations(n: usize) -> Vec<(String, std::collections::BTreeMap<String, Stri
             free_mib: gpus.iter().map(|g| g.free_mib).sum(),
             max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
             next_gpu: Some(Some(gpus[0].uuid.clone())),
+            cuda_driver_version: None,
             gpus,
         };
         nodes.push((name(i), v.to_annotations("gpu-warden.io")));

@@ -25,6 +25,7 @@ use crate::guard::state::Guard;
 use crate::model::clock::{Clock, SystemClock};
 use crate::publish::annotations::{AnnotationConfig, FiguresState};
 use crate::publish::auth::Auth;
+use crate::publish::cuda_mismatch::CudaMismatches;
 use crate::publish::http::{AuthFile, Authn, HttpLimits, HttpSecurity};
 use crate::publish::job_peaks::JobPeaks;
 use crate::publish::job_usage::UnderusePolicy;
@@ -353,6 +354,11 @@ impl Wiring {
                 ),
             );
         }
+        // Always on: it speaks only of a need known and newer than the driver (docs/cuda.md).
+        core = core.with_cuda_check(CudaMismatches::new(
+            self.policy.annotation_prefix(),
+            crate::publish::job_peaks::DEFAULT_MAX_SERIES,
+        ));
         if let Some(mut rx) = self.replicas(pods.clone(), request_key).await {
             // The feed's latest answer matched with the poll's GPUs: an Arc clone while
             // neither changed.

@@ -17,6 +17,7 @@ use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{MemoryInfo, Snapshot};
 use crate::publish::annotations::{FiguresChannel, FiguresState};
+use crate::publish::cuda_mismatch::CudaMismatches;
 use crate::publish::job_peaks::JobPeaks;
 use crate::publish::metrics::{self, MetricsConfig, Scratch};
 use crate::publish::replica_metrics;
@@ -72,6 +73,8 @@ pub struct Core {
     scratch: Scratch,
     /// Each CI job's VRAM peak (`--job-peaks`), and the Events on pods it asks for.
     job_peaks: Option<JobPeaks>,
+    /// GPU pods whose CUDA need the driver cannot meet, and the Events on them.
+    cuda: Option<CudaMismatches>,
     notices: Vec<EventDraft>,
     /// Where the carried state goes, and the entries last sent there.
     carry: Option<(CarrySink, Vec<String>)>,
@@ -96,6 +99,7 @@ impl Core {
             buf: Vec::new(),
             scratch: Scratch::default(),
             job_peaks: None,
+            cuda: None,
             notices: Vec::new(),
             carry: None,
             figures: None,
@@ -118,6 +122,12 @@ impl Core {
     /// Records each pod's VRAM peak per GPU from now on (docs/sizing.md).
     pub fn with_job_peaks(mut self, peaks: JobPeaks) -> Self {
         self.job_peaks = Some(peaks);
+        self
+    }
+
+    /// Tells GPU pods whose CUDA need is newer than the driver supports (docs/cuda.md).
+    pub fn with_cuda_check(mut self, check: CudaMismatches) -> Self {
+        self.cuda = Some(check);
         self
     }
 
@@ -242,6 +252,9 @@ impl Core {
         if let Some(jp) = &self.job_peaks {
             jp.render(out);
         }
+        if let Some(c) = &self.cuda {
+            c.render(out);
+        }
         self.self_metrics.write(out);
         Published {
             snapshot: snap,
@@ -299,6 +312,10 @@ impl Core {
             let ended = jp.observe(&snap, &pods, replicas.as_deref());
             self.notices
                 .extend(ended.iter().flat_map(|p| jp.notices(p)));
+        }
+        if let (Some(c), Some(g)) = (&mut self.cuda, &self.guard) {
+            let pods = g.parts.pods.pods();
+            self.notices.extend(c.observe(&snap, &pods));
         }
         self.note_carry();
         (self.publish(snap, pressure, guard_view), out)

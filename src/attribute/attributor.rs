@@ -168,6 +168,8 @@ mod tests {
             containers: vec![ContainerInfo {
                 name: "build".into(),
                 container_id: Some(CID.into()),
+                image: None,
+                gpu: false,
             }],
         };
         Arc::new(StaticPods(Arc::new(
@@ -181,6 +183,7 @@ mod tests {
             at: Duration::ZERO,
             wall: SystemTime::UNIX_EPOCH,
             driver_version: String::new(),
+            cuda_driver_version: None,
             gpus: vec![],
             processes: pids
                 .iter()

@@ -56,6 +56,8 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
             containers.push(ContainerInfo {
                 name: c.name.clone(),
                 container_id: ids(status.and_then(|s| s.container_statuses.as_ref()), &c.name),
+                image: c.image.clone(),
+                gpu: asks_nvidia(c.resources.as_ref()),
             });
         }
         for c in spec.init_containers.iter().flatten() {
@@ -65,6 +67,8 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
                     status.and_then(|s| s.init_container_statuses.as_ref()),
                     &c.name,
                 ),
+                image: c.image.clone(),
+                gpu: asks_nvidia(c.resources.as_ref()),
             });
         }
         for c in spec.ephemeral_containers.iter().flatten() {
@@ -74,6 +78,9 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
                     status.and_then(|s| s.ephemeral_container_statuses.as_ref()),
                     &c.name,
                 ),
+                image: c.image.clone(),
+                // Ephemeral containers cannot ask for resources.
+                gpu: false,
             });
         }
     }
@@ -99,6 +106,16 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         phase: status.and_then(|s| s.phase.clone()),
         containers,
     })
+}
+
+/// Whether a container's requests or limits name an NVIDIA device resource (the device
+/// plugin's `nvidia.com/gpu`, its time-slicing and MIG names).
+fn asks_nvidia(r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>) -> bool {
+    let Some(r) = r else { return false };
+    [r.requests.as_ref(), r.limits.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|m| m.keys().any(|k| k.starts_with("nvidia.com/")))
 }
 
 /// Builds the map from a list of pods; later entries with the same UID win.

@@ -85,6 +85,8 @@ mod tests {
             containers: vec![ContainerInfo {
                 name: "build".into(),
                 container_id: Some("c1".into()),
+                image: None,
+                gpu: false,
             }],
         };
         let mut mirror = p.clone();

@@ -12,6 +12,7 @@
 //! promisedPercent: 75       # of memory promised on a GPU but not allocated yet, kept free
 //! ledgerTtl: 180s           # how long a bound pod's reservation lives at most
 //! resource: nvidia.com/gpu
+//! cudaCheck: strict         # driver older than a pod's known CUDA need: strict | minorCompatible | off
 //! unknownNeed: {rule: wholeGpu} # the default: a GPU to itself; or {rule: reserve, mib: N} | {rule: pass}
 //! learned:                  # needs learned per GitLab project (off without a url)
 //!   prometheusUrl: http://prometheus-operated.monitoring:9090
@@ -147,6 +148,8 @@ pub struct PolicyFile {
     pub ledger_ttl: Option<String>,
     /// The GPU resource name.
     pub resource: Option<String>,
+    /// The CUDA check's rule (docs/cuda.md).
+    pub cuda_check: Option<crate::model::cuda::CudaPolicy>,
     /// Rule for pods without a need.
     pub unknown_need: Option<UnknownNeed>,
     /// Needs learned from Prometheus.
@@ -466,6 +469,7 @@ impl PolicyFile {
                 .resource
                 .clone()
                 .unwrap_or_else(|| "nvidia.com/gpu".to_string()),
+            cuda: self.cuda_check.unwrap_or_default(),
         })
     }
 }

@@ -7,6 +7,7 @@ use super::ledger::{Ledger, Reservation};
 use super::need::{Need, NeedRules};
 use super::nodes::{read_node, NodeState};
 use super::wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeList, PodView};
+use crate::model::cuda::{self, CudaPolicy, CudaVerdict};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,6 +27,9 @@ pub struct ExtenderPolicy {
     pub ledger_ttl: Duration,
     /// The extended resource a GPU pod asks for; other pods pass unchecked.
     pub resource: String,
+    /// Which rule refuses a node whose driver's CUDA is older than a pod's known need
+    /// (`cudaCheck`, default the container toolkit's: docs/cuda.md).
+    pub cuda: CudaPolicy,
 }
 
 /// Why a request cannot be answered at all (a 400).
@@ -139,6 +143,13 @@ pub fn evaluate(
             floor_mib: None,
         })
     };
+    let cuda_need = if gpus > 0 {
+        cuda_need(pod, policy)
+    } else {
+        cuda::Need::Unknown { bad: None }
+    };
+    // One text for every node of the call, written only when some node is refused.
+    let mut cuda_how: Option<Arc<str>> = None;
     let count = gpus.clamp(1, u32::MAX as u64) as u32;
     // One text for every node of the call.
     let bad: Option<Arc<str>> = need.as_ref().err().map(|b| b.to_string().into());
@@ -154,6 +165,32 @@ pub fn evaluate(
             Ok(need) => {
                 let state: &NodeState = state.as_deref().unwrap_or(&NodeState::Missing);
                 ledger.settle(name, state, now);
+                let node_cuda = match state {
+                    NodeState::Known(v) => v.cuda,
+                    _ => None,
+                };
+                if let CudaVerdict::TooOld {
+                    need,
+                    node,
+                    minor_compatible,
+                } = cuda::judge(node_cuda, &cuda_need, policy.cuda)
+                {
+                    let prefix = &policy.prefix;
+                    let how = cuda_how
+                        .get_or_insert_with(|| cuda_need.how(&cuda::key(prefix)).into())
+                        .clone();
+                    return Verdict {
+                        pass: false,
+                        reason: Reason::CudaTooOld,
+                        why: Why::CudaTooOld {
+                            need,
+                            node,
+                            minor_compatible,
+                            how,
+                        },
+                        gpu: None,
+                    };
+                }
                 judge(
                     state,
                     ledger.pending(name),
@@ -170,6 +207,23 @@ pub fn evaluate(
         gpus,
         verdicts,
     }
+}
+
+/// The pod's CUDA need: its `<prefix>/cuda-min`, else the images of the containers that ask
+/// for the GPU resource (an unreadable declaration leaves it unknown: such a pod passes).
+fn cuda_need(pod: &PodView, policy: &ExtenderPolicy) -> cuda::Need {
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .and_then(|s| s.containers.as_ref())
+        .into_iter()
+        .chain(spec.and_then(|s| s.init_containers.as_ref()))
+        .flatten();
+    let images = containers
+        .filter(|c| c.units(&policy.resource) > 0)
+        .filter_map(|c| c.image.as_deref());
+    let none = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&none);
+    cuda::pod_need(annotations, &cuda::key(&policy.prefix), images)
 }
 
 /// The filter reply, owned (the simulation reads it; the server writes the same bytes
@@ -377,6 +431,87 @@ mod tests {
             Some(crate::extender::need::NeedSource::UnknownWholeGpu)
         );
         assert!(!e.verdicts[0].pass, "{}", e.verdicts[0].message());
+    }
+
+    #[test]
+    fn a_node_whose_driver_is_older_than_a_known_cuda_need_is_refused_with_the_reason() {
+        let with_cuda = |cuda: Option<(u32, u32)>| {
+            let NodeState::Known(mut v) = node(vec![gpu(0, 20000, 0, None)], None) else {
+                panic!("a readable node");
+            };
+            v.cuda = cuda.map(|(major, minor)| cuda::CudaVersion { major, minor });
+            NodeState::Known(v)
+        };
+        let states = || {
+            vec![
+                with_cuda(Some((12, 4))),
+                with_cuda(Some((13, 0))),
+                with_cuda(None),
+            ]
+        };
+        let gpu_pod = |image: &str, ann: serde_json::Value| {
+            pod(
+                serde_json::json!({"containers": [
+                    {"image": "gitlab/gitlab-runner-helper:x86_64-v17.0.0"},
+                    {"image": image, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+                ann,
+            )
+        };
+        let vram = || serde_json::json!({"gpu-warden.io/vram-request-mib": "1024"});
+        let e = verdicts(
+            &gpu_pod("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04", vram()),
+            states(),
+        );
+        let got: Vec<(bool, Reason)> = e.verdicts.iter().map(|v| (v.pass, v.reason)).collect();
+        assert_eq!(
+            got,
+            [
+                (false, Reason::CudaTooOld),
+                (true, Reason::Fits),
+                (true, Reason::Fits)
+            ],
+            "a node that publishes no CUDA version (an older agent) passes"
+        );
+        assert_eq!(
+            e.verdicts[0].message(),
+            "the pod needs CUDA 12.8 (read from the image nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04 (the nvidia/cuda tag X.Y.Z-<flavor>)) but the node's driver supports CUDA 12.4 (CUDA minor-version compatibility may run some 12.x code on it, not PTX JIT or newer APIs, and the NVIDIA container toolkit's cuda>=12.8 check refuses it): use an image built for CUDA <= 12.4, or a node group with a newer driver"
+        );
+        // Unknown needs pass; a declaration wins over the image.
+        let e = verdicts(&gpu_pod("myorg/cuda-tools:12.8", vram()), states());
+        assert!(e.verdicts.iter().all(|v| v.pass));
+        let declared = serde_json::json!({"gpu-warden.io/vram-request-mib": "1024",
+            "gpu-warden.io/cuda-min": "13.0"});
+        let e = verdicts(
+            &gpu_pod("nvidia/cuda:12.8.1-base-ubuntu22.04", declared),
+            states(),
+        );
+        let got: Vec<bool> = e.verdicts.iter().map(|v| v.pass).collect();
+        assert_eq!(got, [false, true, true]);
+        assert!(e.verdicts[0]
+            .message()
+            .contains("(declared in gpu-warden.io/cuda-min)"));
+        // The CUDA image of a container that asks for no GPU is not the pod's need.
+        let sidecar = pod(
+            serde_json::json!({"containers": [
+                {"image": "nvidia/cuda:13.0.0-base-ubuntu24.04"},
+                {"image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+            vram(),
+        );
+        assert!(verdicts(&sidecar, states()).verdicts.iter().all(|v| v.pass));
+    }
+
+    #[test]
+    fn the_cuda_rule_is_a_policy_switch() {
+        let p = PolicyFile::parse("cudaCheck: minorCompatible\n")
+            .unwrap()
+            .policy()
+            .unwrap();
+        assert_eq!(p.cuda, CudaPolicy::MinorCompatible);
+        assert_eq!(
+            PolicyFile::default().policy().unwrap().cuda,
+            CudaPolicy::Strict
+        );
+        assert!(PolicyFile::parse("cudaCheck: lenient\n").is_err());
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub enum Reason {
     Malformed,
     /// The pod's declaration cannot be read.
     BadDeclaration,
+    /// The node's driver supports an older CUDA than the pod's known need (docs/cuda.md).
+    CudaTooOld,
 }
 
 impl Reason {
@@ -113,6 +115,7 @@ impl Reason {
             Reason::Missing => "missing",
             Reason::Malformed => "malformed",
             Reason::BadDeclaration => "bad_declaration",
+            Reason::CudaTooOld => "cuda_too_old",
         }
     }
 }
@@ -462,6 +465,7 @@ pub(crate) mod tests {
             max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
             gpus,
             next_gpu: next,
+            cuda_driver_version: None,
         };
         read_node(&v.to_annotations("gpu-warden.io"), "gpu-warden.io")
     }

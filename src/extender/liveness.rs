@@ -250,6 +250,7 @@ mod tests {
                 at: Duration::from_secs(t),
                 wall: at(t),
                 driver_version: "570".into(),
+                cuda_driver_version: None,
                 gpus: vec![g.clone()],
                 processes: vec![],
                 errors: vec![],

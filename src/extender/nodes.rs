@@ -1,7 +1,10 @@
 //! What a node's gpu-warden annotations say, read with the agent's own types
 //! ([`crate::publish::annotations`]), so the writer and this reader cannot drift apart.
 
-use crate::publish::annotations::{parse_vram_json, GpuFigures, KEY_OBSERVED_AT, KEY_VRAM};
+use crate::model::cuda::CudaVersion;
+use crate::publish::annotations::{
+    parse_vram_json, GpuFigures, KEY_CUDA, KEY_OBSERVED_AT, KEY_VRAM,
+};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -15,6 +18,10 @@ pub struct NodeVram {
     /// `None`: no pod-resources data; `Some(None)`: every replica is out;
     /// `Some(Some(uuid))`: the GPU NVIDIA's device plugin hands out next.
     pub next_gpu: Option<Option<String>>,
+    /// The CUDA version the node's driver supports (`<prefix>/cuda-driver-version`); `None`
+    /// when not published (an older agent, or NVML could not tell) or unreadable: such a
+    /// node is not judged on CUDA.
+    pub cuda: Option<CudaVersion>,
 }
 
 impl NodeVram {
@@ -79,5 +86,8 @@ pub fn read_node(annotations: &BTreeMap<String, String>, prefix: &str) -> NodeSt
         observed_at,
         gpus: doc.gpus,
         next_gpu: doc.next_gpu,
+        cuda: annotations
+            .get(&format!("{prefix}/{KEY_CUDA}"))
+            .and_then(|v| CudaVersion::parse(v).ok()),
     })
 }

@@ -3,6 +3,7 @@
 //! it. Most nodes of a call pass and their prose is never read: formatting it for every node
 //! was an eighth of a call's time (docs/performance.md, "The extender").
 
+use crate::model::cuda::{too_old_line, CudaVersion};
 use crate::model::pressure::Pressure;
 use std::fmt;
 use std::sync::Arc;
@@ -140,6 +141,17 @@ pub enum Why {
     },
     /// The pod's declaration is unreadable (one text per call, shared by every node).
     BadDeclaration(Arc<str>),
+    /// The node's driver supports an older CUDA than the pod needs.
+    CudaTooOld {
+        /// The pod's need.
+        need: CudaVersion,
+        /// What the node's driver supports.
+        node: CudaVersion,
+        /// Same major release, CUDA 11 or later (minor-version compatibility may apply).
+        minor_compatible: bool,
+        /// How the need is known (one text per call, shared by every node).
+        how: Arc<str>,
+    },
 }
 
 impl fmt::Display for Untrusted {
@@ -224,6 +236,16 @@ impl fmt::Display for Why {
                 write!(f, " ({short_mib} MiB short)")
             }
             Why::BadDeclaration(text) => f.write_str(text),
+            Why::CudaTooOld {
+                need,
+                node,
+                minor_compatible,
+                how,
+            } => write!(
+                f,
+                "the pod {}",
+                too_old_line(*need, *node, *minor_compatible, how)
+            ),
         }
     }
 }

@@ -89,6 +89,9 @@ pub struct PodSpecView {
 /// A container's resources.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ContainerView {
+    /// `image`: the CUDA check reads a need from a documented tag (docs/cuda.md).
+    #[serde(default)]
+    pub image: Option<String>,
     /// `resources`.
     #[serde(default)]
     pub resources: Option<Resources>,

@@ -4,6 +4,8 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod cuda;
+pub mod cuda_images;
 pub mod event;
 pub mod ids;
 pub mod pod;

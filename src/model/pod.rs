@@ -13,6 +13,11 @@ pub struct ContainerInfo {
     /// Runtime container ID without its `containerd://`, `cri-o://` or `docker://` scheme;
     /// `None` until the container has started.
     pub container_id: Option<String>,
+    /// `image` from the pod spec, as written (the reference the CUDA check reads).
+    pub image: Option<String>,
+    /// The container asks for an NVIDIA device resource (`nvidia.com/gpu`, `…/gpu.shared`,
+    /// `…/mig-<profile>`) in its requests or limits.
+    pub gpu: bool,
 }
 
 /// A pod scheduled on this node, reduced to what gpu-warden uses.

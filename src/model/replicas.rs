@@ -558,6 +558,7 @@ mod tests {
             at: Duration::ZERO,
             wall: SystemTime::UNIX_EPOCH,
             driver_version: "580".into(),
+            cuda_driver_version: None,
             gpus,
             processes,
             errors: vec![],

@@ -221,6 +221,10 @@ pub struct Snapshot {
     pub wall: SystemTime,
     /// Driver version string, the `DCGM_FI_DRIVER_VERSION` label.
     pub driver_version: String,
+    /// The CUDA version the driver supports (NVML's `cuDriverGetVersion` figure), read once at
+    /// start; None when NVML could not tell (no `libcuda.so.1`) or the source has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<super::cuda::CudaVersion>,
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<ProcessSample>,
     /// Calls that failed during this poll (for the self metric).
@@ -267,6 +271,7 @@ mod tests {
             at: Duration::ZERO,
             wall: SystemTime::UNIX_EPOCH,
             driver_version: "1".into(),
+            cuda_driver_version: None,
             gpus: vec![],
             processes: vec![p(1, 0), p(2, 1), p(3, 0)],
             errors: vec![],

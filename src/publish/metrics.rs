@@ -46,6 +46,10 @@ pub struct MetricsConfig {
     pub pod_labels: PodLabels,
 }
 
+const CUDA_FAMILY: &str = "DCGM_FI_CUDA_DRIVER_VERSION";
+const CUDA_HELP: &str =
+    "CUDA version the driver supports (1000 x major + 10 x minor: 12080 is 12.8).";
+
 /// How a family reads its value off a GPU sample.
 type Extract = fn(&GpuSample) -> Option<f64>;
 
@@ -258,6 +262,17 @@ pub fn write_device_families(
             if let Some(v) = extract(g) {
                 f.sample(&labels[span.clone()], v);
             }
+        }
+        f.close();
+    }
+    // The driver's CUDA version as DCGM encodes its field 5 (`DCGM_FI_CUDA_DRIVER_VERSION`,
+    // 12.8 = 12080): dcgm-exporter exports it under this name when a counters CSV lists it as
+    // a gauge. Repeated per GPU with the device labels, like every device family, so one
+    // alert rule (`< 12080`) reads either exporter. Absent when the driver's figure is unknown.
+    if let Some(cuda) = snap.cuda_driver_version {
+        let mut f = Family::open(out, CUDA_FAMILY, CUDA_HELP, Kind::Gauge);
+        for span in &scratch.spans {
+            f.sample(&labels[span.clone()], cuda.as_nvml() as f64);
         }
         f.close();
     }
@@ -684,6 +699,7 @@ pub(crate) mod tests {
             at: Duration::ZERO,
             wall: SystemTime::UNIX_EPOCH,
             driver_version: "580.1".into(),
+            cuda_driver_version: None,
             gpus,
             processes,
             errors: vec![],
@@ -721,6 +737,23 @@ pub(crate) mod tests {
             "{t}"
         );
         assert!(t.contains("# TYPE DCGM_FI_DEV_FB_FREE gauge"));
+    }
+
+    #[test]
+    fn the_cuda_driver_version_is_dcgms_field_5_per_gpu_and_absent_when_unknown() {
+        let mut s = snap(vec![gpu(0), gpu(1)], vec![]);
+        assert!(!device_text(&s, &cfg()).contains("DCGM_FI_CUDA_DRIVER_VERSION"));
+        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion {
+            major: 12,
+            minor: 8,
+        });
+        let t = device_text(&s, &cfg());
+        assert!(
+            t.contains("# TYPE DCGM_FI_CUDA_DRIVER_VERSION gauge\n"),
+            "{t}"
+        );
+        assert!(t.contains("DCGM_FI_CUDA_DRIVER_VERSION{gpu=\"0\",UUID=\"GPU-0\",pci_bus_id=\"00000000:00:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H200\",Hostname=\"node-1\",DCGM_FI_DRIVER_VERSION=\"580.1\"} 12080\n"), "{t}");
+        assert_eq!(t.matches("DCGM_FI_CUDA_DRIVER_VERSION{").count(), 2, "{t}");
     }
 
     #[test]

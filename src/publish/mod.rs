@@ -5,6 +5,7 @@
 pub mod annotations;
 pub mod auth;
 pub mod basic_auth;
+pub mod cuda_mismatch;
 pub mod dcgm_pod_labels;
 pub mod http;
 pub mod job_peaks;

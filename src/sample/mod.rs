@@ -99,6 +99,8 @@ pub struct PollRequest {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RawPoll {
     pub driver_version: String,
+    /// The CUDA version the driver supports, read once at start (None: not read).
+    pub cuda_driver_version: Option<crate::model::cuda::CudaVersion>,
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<ProcessSample>,
     pub errors: CallErrors,

@@ -87,6 +87,7 @@ impl Stamper {
             at,
             wall,
             driver_version: raw.driver_version,
+            cuda_driver_version: raw.cuda_driver_version,
             gpus: raw.gpus,
             processes: raw.processes,
             errors: raw.errors,

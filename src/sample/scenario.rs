@@ -3,6 +3,7 @@
 //! The format is documented for users in `docs/scenarios.md`.
 
 use super::Field;
+use crate::model::cuda::CudaVersion;
 use crate::model::snapshot::{ProfSample, RemappedRows};
 use serde::{Deserialize, Deserializer};
 use std::collections::HashSet;
@@ -33,6 +34,10 @@ pub struct Scenario {
     /// Reported as the `DCGM_FI_DRIVER_VERSION` label.
     #[serde(default = "default_driver_version")]
     pub driver_version: String,
+    /// The CUDA version the driver supports (`"12.8"`); by default the newest CUDA toolkit
+    /// of `driver_version`'s branch ([`Scenario::cuda_version`]).
+    #[serde(default)]
+    pub cuda_driver_version: Option<String>,
     /// When set, process trajectories and lifetimes repeat with this period, so a demo
     /// keeps showing its story; counters (energy) keep growing.
     #[serde(default, deserialize_with = "de_opt_duration")]
@@ -435,12 +440,50 @@ impl Scenario {
             .fold(0u32, |n, g| n.saturating_add(g.count))
     }
 
+    /// The CUDA version the simulated driver supports: `cuda_driver_version` when given, else
+    /// the newest toolkit of the driver's branch (CUDA Toolkit Release Notes, Table 3: R570
+    /// ships 12.8, R580 13.0); None for a branch not listed.
+    pub fn cuda_version(&self) -> Option<CudaVersion> {
+        if let Some(text) = &self.cuda_driver_version {
+            return CudaVersion::parse(text).ok();
+        }
+        let branch: u32 = self.driver_version.split('.').next()?.parse().ok()?;
+        let (major, minor) = match branch {
+            450 => (11, 0),
+            455 => (11, 1),
+            460 => (11, 2),
+            465 => (11, 3),
+            470 => (11, 4),
+            495 => (11, 5),
+            510 => (11, 6),
+            515 => (11, 7),
+            520 => (11, 8),
+            525 => (12, 0),
+            530 => (12, 1),
+            535 => (12, 2),
+            545 => (12, 3),
+            550 => (12, 4),
+            555 => (12, 5),
+            560 => (12, 6),
+            570 => (12, 8),
+            575 => (12, 9),
+            580 => (13, 0),
+            590 => (13, 1),
+            595 => (13, 2),
+            _ => return None,
+        };
+        Some(CudaVersion { major, minor })
+    }
+
     fn validate(&self, path: &str) -> Result<(), ScenarioError> {
         let bad = |field: String, message: String| ScenarioError::Invalid {
             path: path.to_string(),
             field,
             message,
         };
+        if let Some(Err(e)) = self.cuda_driver_version.as_deref().map(CudaVersion::parse) {
+            return Err(bad("cuda_driver_version".into(), e.to_string()));
+        }
         if self.gpus.is_empty() {
             return Err(bad("gpus".into(), "at least one GPU is required".into()));
         }
@@ -659,6 +702,43 @@ mod tests {
         assert_eq!(sc.gpus[0].count, 1);
         assert!(sc.processes.is_empty());
         assert_eq!(sc.driver_version, "580.95.05");
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 13,
+                minor: 0
+            })
+        );
+    }
+
+    #[test]
+    fn the_cuda_driver_version_is_given_or_follows_the_driver() {
+        let with = |extra: &str| Scenario::parse(&format!("{extra}{MINIMAL}"), "t.yaml");
+        let sc = with("cuda_driver_version: \"12.4\"\n").unwrap();
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 12,
+                minor: 4
+            })
+        );
+        let sc = with("driver_version: 570.124.06\n").unwrap();
+        assert_eq!(
+            sc.cuda_version(),
+            Some(CudaVersion {
+                major: 12,
+                minor: 8
+            })
+        );
+        assert_eq!(
+            with("driver_version: \"999.1\"\n").unwrap().cuda_version(),
+            None
+        );
+        let e = err(&format!("cuda_driver_version: \"12\"\n{MINIMAL}"));
+        assert_eq!(
+            e,
+            r#"t.yaml: cuda_driver_version: "12" is not a CUDA version major.minor such as "12.8""#
+        );
     }
 
     #[test]

@@ -485,6 +485,7 @@ impl GpuSource for SimSource {
         self.entered = std::time::Instant::now();
         let mut out = RawPoll {
             driver_version: self.scenario.driver_version.clone(),
+            cuda_driver_version: self.scenario.cuda_version(),
             ..RawPoll::default()
         };
         let gpus = self.gpus.clone();

@@ -95,6 +95,7 @@ pub fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
         at: Duration::ZERO,
         wall: SystemTime::UNIX_EPOCH,
         driver_version: "580.159.04".into(),
+        cuda_driver_version: None,
         gpus,
         processes,
         errors: vec![],
@@ -139,13 +140,40 @@ impl PodBuilder {
     /// The pod as the API server would serve it, bound to `node` (for the API double).
     pub fn api_object(&self, node: &str) -> serde_json::Value {
         let p = &self.0;
-        serde_json::json!({
+        let mut o = serde_json::json!({
             "metadata": {
                 "name": p.name, "namespace": p.namespace, "uid": p.uid,
                 "labels": p.labels, "annotations": p.annotations,
             },
             "spec": {"nodeName": node, "priority": p.priority},
-        })
+        });
+        if !p.containers.is_empty() {
+            let containers: Vec<serde_json::Value> = p
+                .containers
+                .iter()
+                .map(|c| {
+                    let limits = if c.gpu {
+                        serde_json::json!({"nvidia.com/gpu": "1"})
+                    } else {
+                        serde_json::json!({})
+                    };
+                    serde_json::json!({"name": c.name, "image": c.image, "resources": {"limits": limits}})
+                })
+                .collect();
+            o["spec"]["containers"] = containers.into();
+        }
+        o
+    }
+
+    /// Adds a container `name` running `image`; `gpu`: it asks for `nvidia.com/gpu: 1`.
+    pub fn container(mut self, name: &str, image: &str, gpu: bool) -> Self {
+        self.0.containers.push(crate::model::pod::ContainerInfo {
+            name: name.into(),
+            container_id: None,
+            image: Some(image.into()),
+            gpu,
+        });
+        self
     }
 
     /// Sets the namespace.

@@ -27,11 +27,13 @@ use tokio::sync::watch;
 
 const NODE: &str = "gpu-node-1";
 const NODE_PATH: &str = "/api/v1/nodes/gpu-node-1";
-const OURS: [&str; 4] = [
+/// The scenarios' driver (R580) tells its CUDA version, so it is published too.
+const OURS: [&str; 5] = [
     "gpu-warden.io/vram-free-mib",
     "gpu-warden.io/vram-max-free-mib",
     "gpu-warden.io/vram",
     "gpu-warden.io/vram-observed-at",
+    "gpu-warden.io/cuda-driver-version",
 ];
 
 /// Two A10Gs; one steady process on each.
@@ -237,7 +239,7 @@ fn summary(reqs: &[RecordedRequest]) -> Vec<(u64, Option<u16>)> {
     reqs.iter().map(|r| (r.id, r.status)).collect()
 }
 
-/// Every patch is a JSON merge patch of exactly our four annotations, nothing else.
+/// Every patch is a JSON merge patch of exactly our annotations, nothing else.
 fn assert_only_our_keys(reqs: &[RecordedRequest]) {
     let ours: BTreeSet<String> = OURS.iter().map(|s| s.to_string()).collect();
     for r in reqs {
@@ -324,7 +326,7 @@ async fn shutdown_removes_exactly_our_keys() {
     );
     let last = rig.patches().pop().unwrap();
     let nulls = last.body.json().unwrap()["metadata"]["annotations"].clone();
-    assert_eq!(nulls.as_object().unwrap().len(), 4);
+    assert_eq!(nulls.as_object().unwrap().len(), OURS.len());
     assert!(nulls.as_object().unwrap().values().all(Value::is_null));
     assert_only_our_keys(&rig.patches());
     assert_eq!(rig.count("success"), 2);

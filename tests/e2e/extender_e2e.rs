@@ -92,6 +92,7 @@ fn written(gpus: Vec<GpuFigures>, next: Option<Option<String>>, observed_at: Sys
         max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
         gpus,
         next_gpu: next,
+        cuda_driver_version: None,
     };
     json!(v.to_annotations("gpu-warden.io"))
 }

@@ -85,6 +85,7 @@ fn annotations(i: usize) -> BTreeMap<String, String> {
         free_mib: gpus.iter().map(|g| g.free_mib).sum(),
         max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
         next_gpu: Some(Some(gpus[0].uuid.clone())),
+        cuda_driver_version: None,
         gpus,
     };
     v.to_annotations("gpu-warden.io")

@@ -21,6 +21,7 @@ mod alloc_budget;
 mod annotations_e2e;
 mod architecture;
 mod attribution_e2e;
+mod cuda_e2e;
 mod enforce_e2e;
 mod extender_e2e;
 mod extender_wire;

@@ -67,6 +67,7 @@ fn snapshot(seq: u64, clock: &dyn Clock, used_mib: u64) -> Snapshot {
         at: clock.mono(),
         wall: clock.wall(),
         driver_version: "580.95.05".into(),
+        cuda_driver_version: None,
         gpus: vec![g],
         processes: vec![],
         errors: vec![],

@@ -541,6 +541,8 @@ fn a_pod_inflating_its_own_vram_ranks_itself_first() {
         containers: vec![ContainerInfo {
             name: "main".into(),
             container_id: Some(format!("cid-{name}")),
+            image: None,
+            gpu: false,
         }],
     };
     let process = |pid: u32, name: &str, mib: u64| ProcessSample {

@@ -193,6 +193,8 @@ fn soak() {
             info.containers = vec![ContainerInfo {
                 name: pl.container.clone(),
                 container_id: Some(placement_container_id(pl)),
+                image: None,
+                gpu: false,
             }];
             let from = p.start.saturating_sub(Duration::from_secs(1));
             let until = p.stop.unwrap() + Duration::from_secs(3);

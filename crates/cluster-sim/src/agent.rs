@@ -69,6 +69,7 @@ impl Engine<'_> {
             at: Duration::from_secs(t),
             wall: wall(t),
             driver_version: "570.172.08".into(),
+            cuda_driver_version: None,
             gpus,
             processes,
             errors: vec![],

@@ -224,6 +224,8 @@ impl Engine<'_> {
                 containers: vec![ContainerInfo {
                     name: "build".into(),
                     container_id: Some(format!("{:064x}", self.next_run)),
+                    image: None,
+                    gpu: false,
                 }],
             };
             let id = self.next_run;

@@ -357,6 +357,7 @@ pub fn plan_node(m: &Model, tr: &Traces, node: usize, d: &Discipline) -> Writes 
         at: Duration::ZERO,
         wall: wall(0),
         driver_version: "570.172.08".into(),
+        cuda_driver_version: None,
         gpus: (0..trace.gpus).map(|i| gpu_sample(i, total)).collect(),
         processes: vec![],
         errors: vec![],

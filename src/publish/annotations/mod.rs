@@ -87,6 +87,7 @@ pub(crate) mod fixtures {
             at,
             wall: UNIX_EPOCH + Duration::from_secs(1_780_000_000) + at,
             driver_version: "580.95.05".into(),
+            cuda_driver_version: None,
             gpus,
             processes: vec![],
             errors: vec![],

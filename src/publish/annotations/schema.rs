@@ -16,6 +16,9 @@ pub const KEY_MAX_FREE: &str = "vram-max-free-mib";
 pub const KEY_VRAM: &str = "vram";
 /// Key name of the RFC 3339 time of the observation the values come from.
 pub const KEY_OBSERVED_AT: &str = "vram-observed-at";
+/// Key name of the CUDA version the node's driver supports (`"12.8"`), written with the
+/// other figures when the driver tells it; read by the extender's CUDA check (docs/cuda.md).
+pub const KEY_CUDA: &str = "cuda-driver-version";
 /// The `v` field of the `vram` JSON; bumped only on an incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 

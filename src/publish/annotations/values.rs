@@ -2,9 +2,10 @@
 //! serialised; and the JSON merge patches that set or remove them.
 
 use super::schema::{
-    annotation_key, owned_keys, GpuFigures, ReplicaFigures, KEY_FREE, KEY_MAX_FREE,
+    annotation_key, owned_keys, GpuFigures, ReplicaFigures, KEY_CUDA, KEY_FREE, KEY_MAX_FREE,
     KEY_OBSERVED_AT, KEY_VRAM, SCHEMA_VERSION,
 };
+use crate::model::cuda::CudaVersion;
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
 use crate::model::snapshot::{GpuHealth, Snapshot, MIB};
@@ -27,6 +28,8 @@ pub struct AnnotationValues {
     /// With pod-resources data: the UUID of the GPU NVIDIA's device plugin hands the next
     /// replica out on (`Some(None)`: no GPU has a replica left). `None` without the data.
     pub next_gpu: Option<Option<String>>,
+    /// The CUDA version the driver supports, when known (`<prefix>/cuda-driver-version`).
+    pub cuda_driver_version: Option<CudaVersion>,
 }
 
 #[derive(Serialize)]
@@ -61,9 +64,9 @@ impl AnnotationValues {
         })
     }
 
-    /// The four annotations, keyed by full name.
+    /// The four annotations (five with the CUDA version), keyed by full name.
     pub fn to_annotations(&self, prefix: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([
+        let mut out = BTreeMap::from([
             (annotation_key(prefix, KEY_FREE), self.free_mib.to_string()),
             (
                 annotation_key(prefix, KEY_MAX_FREE),
@@ -74,7 +77,11 @@ impl AnnotationValues {
                 annotation_key(prefix, KEY_OBSERVED_AT),
                 self.observed_at_rfc3339(),
             ),
-        ])
+        ]);
+        if let Some(cuda) = self.cuda_driver_version {
+            out.insert(annotation_key(prefix, KEY_CUDA), cuda.to_string());
+        }
+        out
     }
 }
 
@@ -88,6 +95,9 @@ pub(super) struct Reading {
     pub(super) free_mib: u64,
     pub(super) pressure: Pressure,
     pub(super) replicas: Option<ReplicaFigures>,
+    /// The node's driver's CUDA version (the same on every GPU): carried here so every
+    /// path from readings to values publishes it.
+    pub(super) cuda: Option<CudaVersion>,
 }
 
 pub(super) fn readings(
@@ -118,6 +128,7 @@ pub(super) fn readings(
                         declared_mib,
                     }
                 }),
+                cuda: snap.cuda_driver_version,
             })
         })
         .collect();
@@ -167,6 +178,7 @@ pub(super) fn quantize(
         max_free_mib: gpus.iter().map(|g| g.free_mib).max().unwrap_or(0),
         gpus,
         next_gpu,
+        cuda_driver_version: readings.first().and_then(|r| r.cuda),
     }
 }
 
@@ -220,9 +232,16 @@ pub fn merge_patch<V: Into<Value>>(annotations: impl IntoIterator<Item = (String
     Value::Object(root)
 }
 
-/// The merge patch that deletes our four keys (and leaves every other annotation).
+/// The merge patch that deletes our keys, the CUDA version's too (and leaves every other
+/// annotation).
 pub fn removal_patch(prefix: &str) -> Value {
-    merge_patch(owned_keys(prefix).map(|k| (k, Value::Null)))
+    let cuda = annotation_key(prefix, KEY_CUDA);
+    merge_patch(
+        owned_keys(prefix)
+            .into_iter()
+            .chain([cuda])
+            .map(|k| (k, Value::Null)),
+    )
 }
 
 #[cfg(test)]
@@ -467,7 +486,23 @@ mod tests {
                 "gpu-warden.io/vram-max-free-mib": null,
                 "gpu-warden.io/vram": null,
                 "gpu-warden.io/vram-observed-at": null,
+                "gpu-warden.io/cuda-driver-version": null,
             }}})
         );
+    }
+
+    #[test]
+    fn the_cuda_version_is_written_when_the_driver_tells_it() {
+        let mut s = snap_at(0.0, vec![gpu(0, 10_340, 0)]);
+        let key = "gpu-warden.io/cuda-driver-version";
+        let a = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
+        assert!(!a.contains_key(key), "{a:?}");
+        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion {
+            major: 12,
+            minor: 8,
+        });
+        let a = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
+        assert_eq!(a.get(key).map(String::as_str), Some("12.8"));
+        assert_eq!(a.len(), 5);
     }
 }

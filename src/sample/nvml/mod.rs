@@ -112,6 +112,7 @@ pub struct NvmlSource {
     nvml: &'static Nvml,
     devices: Vec<DeviceState>,
     driver_version: String,
+    cuda_driver_version: Option<crate::model::cuda::CudaVersion>,
     xids: Arc<Mutex<HashMap<u32, u64>>>,
     stop: Arc<AtomicBool>,
     xid_thread: Option<JoinHandle<()>>,
@@ -140,6 +141,7 @@ impl NvmlSource {
                 call: "sys_driver_version",
                 message: e.to_string(),
             })?;
+        let cuda_driver_version = cuda_driver_version(nvml);
         let mut devices = Vec::new();
         for index in 0..count {
             match Self::open_device(nvml, index) {
@@ -166,6 +168,7 @@ impl NvmlSource {
             nvml,
             devices,
             driver_version,
+            cuda_driver_version,
             xids,
             stop,
             xid_thread,
@@ -340,6 +343,30 @@ impl Drop for NvmlSource {
     }
 }
 
+/// The CUDA version the driver supports, read once: it changes only with the driver, and a
+/// driver upgrade restarts the node's pods. `sys_cuda_driver_version` is NVML's
+/// `nvmlSystemGetCudaDriverVersion_v2`, which loads `libcuda.so.1` (`cuDriverGetVersion`):
+/// the agent's image must carry no CUDA compat libraries, or it would read theirs
+/// (docs/cuda.md). Without `libcuda.so.1` the figure is absent, not guessed.
+fn cuda_driver_version(nvml: &Nvml) -> Option<crate::model::cuda::CudaVersion> {
+    match nvml.sys_cuda_driver_version() {
+        Ok(v) => {
+            let version = crate::model::cuda::CudaVersion::from_nvml(v);
+            if version.is_none() {
+                tracing::warn!(
+                    value = v,
+                    "NVML's CUDA driver version is not a version; CUDA checks are off"
+                );
+            }
+            version
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the driver's CUDA version (nvmlSystemGetCudaDriverVersion_v2); CUDA checks are off");
+            None
+        }
+    }
+}
+
 impl GpuSource for NvmlSource {
     fn name(&self) -> &'static str {
         "nvml"
@@ -348,6 +375,7 @@ impl GpuSource for NvmlSource {
     fn poll(&mut self, now: Duration, req: PollRequest) -> RawPoll {
         let mut out = RawPoll {
             driver_version: self.driver_version.clone(),
+            cuda_driver_version: self.cuda_driver_version,
             ..RawPoll::default()
         };
         let nvml = self.nvml;

@@ -70,6 +70,7 @@ pub fn snapshot(used: u64, processes: Vec<ProcessSample>) -> Snapshot {
         at: Duration::ZERO,
         wall: SystemTime::UNIX_EPOCH,
         driver_version: "580.159.04".into(),
+        cuda_driver_version: None,
         gpus: vec![gpu],
         processes,
         errors: vec![],
