@@ -34,7 +34,7 @@ if [ -n "$BIN" ]; then
   A=$!
   for _ in $(seq 60); do curl -sf 127.0.0.1:19643/readyz >/dev/null && break; sleep 0.5; done
   agent=$(curl -s 127.0.0.1:19643/metrics | awk '/^DCGM_FI_CUDA_DRIVER_VERSION\{/{print $NF; exit}')
-  kill "$A"; wait "$A" 2>/dev/null
+  kill "$A" 2>/dev/null; wait "$A" 2>/dev/null
 fi
 echo "| reading | value |"
 echo "|---|---|"
