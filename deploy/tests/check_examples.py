@@ -35,7 +35,8 @@ CHART_VALUES = os.path.join(ROOT, "deploy", "helm", "gpu-warden", "values.yaml")
 JOB_NAMESPACE = "gitlab-ci"
 OWN = "gpu-warden.io/vram-request-mib"
 # What a job must be able to write.
-ALLOWED = [f"{OWN}=16384", f"{OWN}=0", f"{OWN}=4096"]
+CUDA = "gpu-warden.io/cuda-min"
+ALLOWED = [f"{OWN}=16384", f"{OWN}=0", f"{OWN}=4096", f"{CUDA}=12.8", f"{CUDA}=13.0"]
 # What it must not: an exemption, another key, a key hidden in a value or behind a prefix,
 # a newline (Go's `$` is end of text only), signs, units, spaces, an empty value.
 HOSTILE = [
@@ -55,6 +56,13 @@ HOSTILE = [
     f"example.com/{OWN}=1",
     f"{OWN.upper()}=1",
     "gpu-warden.io/evict=never,gpu-warden.io/vram-request-mib=1",
+    f"{CUDA}=12.8\ngpu-warden.io/evict=never",
+    f"{CUDA}=12.8,gpu-warden.io/evict=never",
+    f"{CUDA}=12",
+    f"{CUDA}=12.8.1",
+    f"{CUDA}=v12.8",
+    f"x={CUDA}=12.8",
+    f"{OWN}=1|{CUDA}=12.8",
 ]
 
 
@@ -95,7 +103,7 @@ def check_runner():
     for name, v in overrides:
         if not go_search(pattern, v):
             p.append(f"gitlab-ci-job.yml {name}: {v!r} is refused by the runner's pattern")
-    report(not p, f"runner example: a job may set only {OWN}=<digits> ({len(HOSTILE)} hostile annotations "
+    report(not p, f"runner example: a job may set only {OWN}=<digits> and {CUDA}=<major.minor> ({len(HOSTILE)} hostile annotations "
            f"refused, {len(overrides)} example override(s) allowed); jobs in {JOB_NAMESPACE}", p)
     return runner
 
