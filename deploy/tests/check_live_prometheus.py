@@ -55,9 +55,21 @@ def query(port, expr):
     return body["data"]["result"]
 
 
+# The dashboard's textbox and constant variables (a GPU's price, replicas per GPU): numbers in
+# the queries, so each gets its default value, not the label matcher's ".*".
+VALUES = {}
+
+
+def dashboard_values(dash):
+    return {v["name"]: str(v.get("current", {}).get("value", v.get("query", "")))
+            for v in dash.get("templating", {}).get("list", []) if v.get("type") in ("textbox", "constant")}
+
+
 def grafana_to_promql(expr, job="honor"):
     expr = expr.replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
     expr = re.sub(r'job=~"\$job"', f'job=~"{job}"', expr)
+    for name, value in VALUES.items():
+        expr = re.sub(r"\$\{?" + re.escape(name) + r"\}?(?!\w)", value, expr)
     return re.sub(r"\$\{?[a-zA-Z_]\w*\}?", ".*", expr)
 
 
@@ -173,6 +185,7 @@ scrape_configs:
 
         with open(dashboard) as f:
             dash = json.load(f)
+        VALUES.update(dashboard_values(dash))
         p, checked, skipped = [], 0, 0
         for where, expr in dashboard_queries(dash):
             names = metric_names(expr)
