@@ -683,6 +683,7 @@ mod tests {
             request_bytes: 0,
             grew_bytes: 0,
             grew_over_ms: 0,
+            growth_ahead_bytes: 0,
             priority: 0,
             priority_class: None,
             created_at: None,

@@ -33,6 +33,12 @@ pub struct Growth {
     pub bytes: u64,
     /// How long before now that poll was.
     pub over: Duration,
+    /// What it would add over the next window at the rate it climbed since the previous
+    /// full poll (counting only use above its high-water mark), and never less than
+    /// `bytes`. Why: a job caught a fraction of a second into its climb has grown little
+    /// but fast, and measured against the whole window it ranked behind a steady pod
+    /// holding more (the H200's runner run 2, docs/validation.md §9).
+    pub ahead: u64,
 }
 
 /// The recent full polls, newest last.
@@ -133,9 +139,31 @@ impl PodGrowth {
             .max()
             .unwrap_or(0);
         let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
+        let bytes = now_use.saturating_sub(then_use);
+        // The previous poll is at least the thinning spacing back (`record`), so one
+        // quick pair of polls cannot turn a few MiB into a rate.
+        let lately = self
+            .samples
+            .iter()
+            .rev()
+            .find(seen)
+            .filter(|_| bytes > 0)
+            .map(|prev| {
+                let before = prev.use_bytes.get(&key).copied().unwrap_or(0);
+                let climbed = now_use.saturating_sub(before.max(then_use));
+                let took = latest.at.saturating_sub(prev.at).as_secs_f64();
+                if took > 0.0 {
+                    climbed as f64 / took * self.window.as_secs_f64()
+                } else {
+                    0.0
+                }
+            })
+            .unwrap_or(0.0);
         Growth {
-            bytes: now_use.saturating_sub(then_use),
+            bytes,
             over: latest.at.saturating_sub(reference.at),
+            // `as` saturates a float too large for u64.
+            ahead: (lately as u64).max(bytes),
         }
     }
 
@@ -203,6 +231,48 @@ mod tests {
         assert_eq!((g.bytes, g.over), (3300 * MIB, s(1.0)));
         assert_eq!(h.on_gpu(0).len(), 2);
         assert!(h.on_gpu(1).is_empty());
+    }
+
+    /// A job a fraction of a second into its climb is projected at its rate; a workspace
+    /// back at the height it had before, or a climb back up to its high-water mark, is not.
+    #[test]
+    fn a_young_climb_is_projected_at_its_rate_and_a_workspace_is_not() {
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(s(0.0), gpus(&[0]), &[proc_in("ws", 0, 3000)]);
+        h.record(
+            s(1.0),
+            gpus(&[0]),
+            &[proc_in("ws", 0, 1000), proc_in("greedy", 0, 300)],
+        );
+        h.record(
+            s(1.1),
+            gpus(&[0]),
+            &[proc_in("ws", 0, 3000), proc_in("greedy", 0, 1100)],
+        );
+        let g = h.of(0, "greedy");
+        // Counted from nothing over the window, it grew 1100 MiB; since the previous poll
+        // 800 MiB in 0.1 s, which over the next 5 s is 40 000 MiB.
+        assert_eq!((g.bytes, g.over), (1100 * MIB, s(1.1)));
+        assert_eq!(g.ahead / MIB, 40_000, "{g:?}");
+        let ws = h.of(0, "ws");
+        assert_eq!((ws.bytes, ws.ahead), (0, 0), "back at its high-water mark");
+        // Above the mark by 200 MiB: only those count towards the rate, not the 2200 MiB
+        // climb back from the trough.
+        h.record(
+            s(1.2),
+            gpus(&[0]),
+            &[proc_in("ws", 0, 1000), proc_in("greedy", 0, 1100)],
+        );
+        h.record(
+            s(1.3),
+            gpus(&[0]),
+            &[proc_in("ws", 0, 3200), proc_in("greedy", 0, 1100)],
+        );
+        let ws = h.of(0, "ws");
+        assert_eq!((ws.bytes, ws.ahead / MIB), (200 * MIB, 10_000), "{ws:?}");
+        // A pod that stopped climbing keeps its growth but is projected at none.
+        let g = h.of(0, "greedy");
+        assert_eq!((g.bytes, g.ahead), (1100 * MIB, 1100 * MIB), "{g:?}");
     }
 
     #[test]

@@ -124,6 +124,9 @@ pub struct Victim {
     pub grew_bytes: u64,
     /// Over how long, in milliseconds (0: no earlier poll to compare with).
     pub grew_over_ms: u64,
+    /// What it would add over the next `horizon` at the rate it climbed since the previous
+    /// full poll (at least `grew_bytes`; `guard::growth`'s `Growth::ahead`).
+    pub growth_ahead_bytes: u64,
     /// `spec.priority`.
     pub priority: i32,
     /// `spec.priorityClassName`.
@@ -150,15 +153,26 @@ impl Victim {
         self.use_bytes.saturating_sub(self.request_bytes)
     }
 
-    /// Rank key 3: use above the declared request plus what it grew by over the last
-    /// `horizon` — where it will be one horizon on if it keeps growing as it did. A pod that
-    /// is growing ranks ahead of a steady one holding a little more: under a real kubelet
-    /// a victim's memory comes back only at its SIGKILL, seconds later, so what a decision
-    /// changes first is whose growth it stops.
+    /// Rank key 3: use above the declared request plus what it would add over the next
+    /// `horizon` at the rate it grew lately — where it will be one horizon on if it keeps
+    /// growing as it did. A pod that is growing ranks ahead of a steady one holding more:
+    /// under a real kubelet a victim's memory comes back only at its SIGKILL, seconds later,
+    /// so what a decision changes first is whose growth it stops.
     pub fn projected_above_request(&self) -> u64 {
         self.use_bytes
-            .saturating_add(self.grew_bytes)
+            .saturating_add(self.growth_ahead_bytes.max(self.grew_bytes))
             .saturating_sub(self.request_bytes)
+    }
+
+    /// The rate it grew at lately, bytes per second, from [`Victim::growth_ahead_bytes`]
+    /// over `horizon`.
+    fn recent_rate(&self, horizon: std::time::Duration) -> f64 {
+        let h = horizon.as_secs_f64();
+        if h > 0.0 {
+            self.growth_ahead_bytes as f64 / h
+        } else {
+            0.0
+        }
     }
 }
 
@@ -278,6 +292,7 @@ pub fn rank_growing(
                 request_bytes,
                 grew_bytes: grew.bytes,
                 grew_over_ms: u64::try_from(grew.over.as_millis()).unwrap_or(u64::MAX),
+                growth_ahead_bytes: grew.ahead,
                 priority: info.priority,
                 priority_class: info.priority_class.clone(),
                 created_at: info.created_at,
@@ -322,6 +337,14 @@ pub fn rank_growing(
                     "{usage}; grew {} in the last {:.1} s",
                     fmt_bytes(v.grew_bytes),
                     v.grew_over_ms as f64 / 1000.0
+                )
+            } else {
+                usage
+            };
+            let usage = if v.growth_ahead_bytes > v.grew_bytes {
+                format!(
+                    "{usage}, {}/s since the previous poll",
+                    fmt_bytes(v.recent_rate(policy.horizon) as u64)
                 )
             } else {
                 usage
@@ -671,6 +694,7 @@ mod tests {
         let grew = |mib: u64| Growth {
             bytes: mib * MIB,
             over: Duration::from_millis(1000),
+            ahead: mib * MIB,
         };
         let growth = HashMap::from([("greedy".to_string(), grew(3300))]);
         let cases: &[(&str, Vec<PodBuilder>, Vec<&str>)] = &[
@@ -715,6 +739,61 @@ mod tests {
         let procs = [proc_in("greedy", 0, 3300), proc_in("small", 0, 3500)];
         let r = rank(&Policy::default(), 0, &procs, &pods, &HashMap::new());
         assert_eq!(uids(&r), ["small", "greedy"]);
+    }
+
+    /// A job caught a fraction of a second into its climb has grown less than a steady pod
+    /// holds; its rate since the previous poll, over `horizon`, puts it first, and the
+    /// Event says so.
+    #[test]
+    fn a_young_climb_ranks_by_its_rate() {
+        use crate::guard::growth::Growth;
+        use std::time::Duration;
+        let growth = HashMap::from([(
+            "greedy".to_string(),
+            Growth {
+                bytes: 800 * MIB,
+                over: Duration::from_millis(1100),
+                ahead: 40_000 * MIB,
+            },
+        )]);
+        let pods = pods([pod("greedy"), pod("small")]);
+        let procs = [proc_in("greedy", 0, 1100), proc_in("small", 0, 24_000)];
+        let r = rank_growing(
+            &Policy::default(),
+            0,
+            &procs,
+            &pods,
+            &HashMap::new(),
+            &growth,
+        );
+        assert_eq!(uids(&r), ["greedy", "small"]);
+        let g = &r.candidates[0];
+        assert!(
+            g.reason
+                .contains("grew 800 MiB in the last 1.1 s, 7.8 GiB/s since the previous poll"),
+            "{}",
+            g.reason
+        );
+        // The same growth with no rate behind it (it stopped climbing): the steady pod,
+        // holding far more, is first.
+        let growth = HashMap::from([(
+            "greedy".to_string(),
+            Growth {
+                bytes: 800 * MIB,
+                over: Duration::from_millis(1100),
+                ahead: 800 * MIB,
+            },
+        )]);
+        let r = rank_growing(
+            &Policy::default(),
+            0,
+            &procs,
+            &pods,
+            &HashMap::new(),
+            &growth,
+        );
+        assert_eq!(uids(&r), ["small", "greedy"]);
+        assert!(!r.candidates[1].reason.contains("since the previous poll"));
     }
 
     #[test]

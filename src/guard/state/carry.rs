@@ -347,6 +347,7 @@ fn blank_victim(uid: &str, namespace: &str, name: &str) -> Victim {
         request_bytes: 0,
         grew_bytes: 0,
         grew_over_ms: 0,
+        growth_ahead_bytes: 0,
         priority: 0,
         priority_class: None,
         created_at: None,

@@ -1012,6 +1012,48 @@ mod tests {
                 vec!["greedy"],
             ),
             (
+                // The H200's runner run 2 (docs/validation.md §9): the early trigger fired
+                // while the greedy job, its CUDA context seen at the last full poll, held
+                // less than half of a steady undeclared pod; counting its growth as if it
+                // had taken the whole window ranked the steady pod first.
+                "a greedy job caught young beside a steady pod holding far more",
+                vec![
+                    pod("declared").annotation("gpu-warden.io/vram-request-mib", "2500"),
+                    pod("small"),
+                    pod("greedy"),
+                ],
+                vec![
+                    ("declared", Box::new(|t| 800 + workspace(1200)(t))),
+                    ("small", Box::new(|_| 4500)),
+                    ("greedy", Box::new(|t| match t {
+                        0..=499 => 0,
+                        500..=1199 => 300,
+                        _ => 300 + 20 * (t - 1200),
+                    })),
+                ],
+                true,
+                vec!["greedy"],
+            ),
+            (
+                "the same at the H200 run's pace (64 GiB/s of 141 GiB), the steady pod holding 60 %",
+                vec![
+                    pod("declared").annotation("gpu-warden.io/vram-request-mib", "1500"),
+                    pod("small"),
+                    pod("greedy"),
+                ],
+                vec![
+                    ("declared", Box::new(|t| 500 + workspace(600)(t))),
+                    ("small", Box::new(|_| 6000)),
+                    ("greedy", Box::new(|t| match t {
+                        0..=499 => 0,
+                        500..=1199 => 300,
+                        _ => 300 + 9 * (t - 1200) / 2,
+                    })),
+                ],
+                true,
+                vec!["greedy"],
+            ),
+            (
                 "two greedy jobs starting a second apart",
                 vec![pod("train").priority(1000), pod("steady"), pod("g1"), pod("g2")],
                 vec![
