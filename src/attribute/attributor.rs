@@ -196,6 +196,7 @@ mod tests {
                     owner: Owner::Unknown,
                 })
                 .collect(),
+            util_fresh: true,
             errors: vec![],
         }
     }

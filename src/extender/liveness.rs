@@ -253,6 +253,7 @@ mod tests {
                 cuda_driver_version: None,
                 gpus: vec![g.clone()],
                 processes: vec![],
+                util_fresh: true,
                 errors: vec![],
             };
             if let Some(p) = planner.plan(&snap, &BTreeMap::new(), snap.at) {

@@ -561,6 +561,7 @@ mod tests {
             cuda_driver_version: None,
             gpus,
             processes,
+            util_fresh: true,
             errors: vec![],
         }
     }

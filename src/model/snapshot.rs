@@ -227,6 +227,11 @@ pub struct Snapshot {
     pub cuda_driver_version: Option<super::cuda::CudaVersion>,
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<ProcessSample>,
+    /// The processes' `sm_util` was read at this poll; otherwise it is carried from the last
+    /// read (`--process-util-interval`), and what a read says covers the time since the
+    /// read before it, so the per-job busy time waits for it (src/publish/job_usage.rs).
+    #[serde(skip)]
+    pub util_fresh: bool,
     /// Calls that failed during this poll (for the self metric).
     #[serde(skip)]
     pub errors: CallErrors,
@@ -274,6 +279,7 @@ mod tests {
             cuda_driver_version: None,
             gpus: vec![],
             processes: vec![p(1, 0), p(2, 1), p(3, 0)],
+            util_fresh: true,
             errors: vec![],
         };
         let pids: Vec<u32> = snap.processes_on(0).map(|p| p.pid).collect();

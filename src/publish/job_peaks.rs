@@ -249,6 +249,7 @@ impl JobPeaks {
                     held: holding.contains(&(uid.as_str(), *gpu)),
                     with_process: u.is_some(),
                     sm_util: u.and_then(|u| u.sm_util),
+                    util_fresh: snap.util_fresh,
                 },
             );
         }

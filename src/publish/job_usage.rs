@@ -11,9 +11,12 @@
 //! over the pod's processes on that GPU, capped at 1, times the interval. Under
 //! time-slicing the GPU runs one context at a time, so the busy seconds of the replicas of
 //! one GPU sum to at most the GPU's own busy seconds; a replica whose neighbours compute
-//! does not look busy itself. The utilisation is read less often than the full poll
-//! (`--process-util-interval`) and carried between reads, so busy time lags by up to one
-//! read interval, and a process that starts and ends between two reads is not seen busy.
+//! does not look busy itself. The utilisation may be read less often than the full poll
+//! (`--process-util-interval`); a read gives the samples since the read before it, so the
+//! polls in between are credited with the next read's figure, not the last one carried
+//! forward (which made two time-sliced jobs of different duty read alike on the H200,
+//! docs/validation.md §7), and a job's last stretch after its last read with the last
+//! figure. A process that starts and ends between two reads is not seen busy.
 //!
 //! Pure: the tracker hands in the state at each poll, the injected clock's instants in it.
 
@@ -33,6 +36,8 @@ pub struct UsageStep {
     pub with_process: bool,
     /// Σ of its processes' SM utilisation (0..1 each), when NVML gave one for any of them.
     pub sm_util: Option<f64>,
+    /// `sm_util` was read at this poll (else carried from an earlier read).
+    pub util_fresh: bool,
 }
 
 /// The running figures of one (pod, GPU).
@@ -42,6 +47,10 @@ pub struct UsageAcc {
     with_process: Duration,
     busy_secs: f64,
     util_known: bool,
+    /// Time with a process since the last utilisation read, which the next read covers.
+    awaiting_read: Duration,
+    /// The last read's figure, for the stretch after it when the record closes first.
+    last_util: Option<f64>,
     first_process: Option<Duration>,
     last_process: Option<Duration>,
     /// The poll this record was last live at: only an interval whose both ends it was live at
@@ -65,9 +74,17 @@ impl UsageAcc {
             self.first_process.get_or_insert(at);
             self.last_process = Some(at);
             self.with_process += dt;
-            if let Some(u) = s.sm_util {
-                self.util_known = true;
-                self.busy_secs += u.clamp(0.0, 1.0) * dt.as_secs_f64();
+            match (s.util_fresh, s.sm_util) {
+                (true, Some(u)) => {
+                    let u = u.clamp(0.0, 1.0);
+                    self.util_known = true;
+                    self.busy_secs += u * (self.awaiting_read + dt).as_secs_f64();
+                    self.awaiting_read = Duration::ZERO;
+                    self.last_util = Some(u);
+                }
+                // A read that gave nothing for this GPU covers nothing either.
+                (true, None) => self.awaiting_read = Duration::ZERO,
+                (false, _) => self.awaiting_read += dt,
             }
         }
         if s.held {
@@ -85,6 +102,13 @@ impl UsageAcc {
         self.last_live = None;
     }
 
+    fn busy_secs(&self) -> f64 {
+        let tail = self
+            .last_util
+            .map_or(0.0, |u| u * self.awaiting_read.as_secs_f64());
+        (self.busy_secs + tail).max(0.0)
+    }
+
     /// The closed figures.
     pub fn close(&self) -> JobUsage {
         let span = match (self.first_process, self.last_process) {
@@ -99,7 +123,7 @@ impl UsageAcc {
             // No process at all used no GPU time; processes without a utilisation reading
             // used an unknown amount.
             busy: (self.util_known || self.first_process.is_none())
-                .then(|| Duration::from_secs_f64(self.busy_secs.max(0.0))),
+                .then(|| Duration::from_secs_f64(self.busy_secs())),
         }
     }
 }
@@ -241,6 +265,7 @@ mod tests {
             held: true,
             with_process,
             sm_util: with_process.then_some(util),
+            util_fresh: true,
         })
     }
 
@@ -309,6 +334,7 @@ mod tests {
                         held: false,
                         with_process: true,
                         sm_util: Some(1.0),
+                        util_fresh: true,
                     })
                 },
                 held: 300,
@@ -324,6 +350,7 @@ mod tests {
                         held: true,
                         with_process: true,
                         sm_util: None,
+                        util_fresh: true,
                     })
                 },
                 held: 60,
@@ -351,6 +378,31 @@ mod tests {
         }
     }
 
+    /// Utilisation read every 5 polls, each read the mean since the read before: a job busy
+    /// for its first 20 s and idle for the next 20 is credited 20 s, not the 24 s of the
+    /// read at 20 s carried over the polls after it; the stretch after its last read, with
+    /// that read's figure.
+    #[test]
+    fn a_read_covers_the_polls_before_it_not_after() {
+        let step = |t: u64| UsageStep {
+            held: true,
+            with_process: true,
+            // The last read, at t rounded down to 5 s: the mean over the 5 s before it.
+            sm_util: Some(if t / 5 * 5 <= 20 { 1.0 } else { 0.0 }),
+            util_fresh: t % 5 == 0,
+        };
+        let (u, _) = run(40, |t| Some(step(t)));
+        assert_eq!(u.busy, Some(secs(20)), "{u:?}");
+        // Closed 3 s after its last read: those 3 s at that read's figure.
+        let (u, _) = run(43, |t| {
+            Some(UsageStep {
+                sm_util: Some(0.5),
+                ..step(t)
+            })
+        });
+        assert_eq!(u.busy.map(|b| b.as_secs_f64()), Some(21.5), "{u:?}");
+    }
+
     #[test]
     fn an_unknown_poll_credits_neither_side() {
         let mut acc = UsageAcc::default();
@@ -358,6 +410,7 @@ mod tests {
             held: true,
             with_process: true,
             sm_util: Some(1.0),
+            util_fresh: true,
         };
         acc.step(secs(0), None, on);
         acc.step(secs(1), Some(secs(0)), on);

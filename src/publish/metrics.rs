@@ -702,6 +702,7 @@ pub(crate) mod tests {
             cuda_driver_version: None,
             gpus,
             processes,
+            util_fresh: true,
             errors: vec![],
         }
     }

@@ -90,6 +90,7 @@ impl Stamper {
             cuda_driver_version: raw.cuda_driver_version,
             gpus: raw.gpus,
             processes: raw.processes,
+            util_fresh: had_util,
             errors: raw.errors,
         }
     }

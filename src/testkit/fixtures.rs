@@ -98,6 +98,7 @@ pub fn snap(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> Snapshot {
         cuda_driver_version: None,
         gpus,
         processes,
+        util_fresh: true,
         errors: vec![],
     }
 }

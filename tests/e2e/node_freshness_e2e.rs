@@ -70,6 +70,7 @@ fn snapshot(seq: u64, clock: &dyn Clock, used_mib: u64) -> Snapshot {
         cuda_driver_version: None,
         gpus: vec![g],
         processes: vec![],
+        util_fresh: true,
         errors: vec![],
     }
 }

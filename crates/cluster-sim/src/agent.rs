@@ -72,6 +72,7 @@ impl Engine<'_> {
             cuda_driver_version: None,
             gpus,
             processes,
+            util_fresh: true,
             errors: vec![],
         }
     }

@@ -360,6 +360,7 @@ pub fn plan_node(m: &Model, tr: &Traces, node: usize, d: &Discipline) -> Writes 
         cuda_driver_version: None,
         gpus: (0..trace.gpus).map(|i| gpu_sample(i, total)).collect(),
         processes: vec![],
+        util_fresh: true,
         errors: vec![],
     };
     let mut view = ReplicaView::default();

@@ -90,6 +90,7 @@ pub(crate) mod fixtures {
             cuda_driver_version: None,
             gpus,
             processes: vec![],
+            util_fresh: true,
             errors: vec![],
         }
     }

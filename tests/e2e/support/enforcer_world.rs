@@ -73,6 +73,7 @@ pub fn snapshot(used: u64, processes: Vec<ProcessSample>) -> Snapshot {
         cuda_driver_version: None,
         gpus: vec![gpu],
         processes,
+        util_fresh: true,
         errors: vec![],
     }
 }
