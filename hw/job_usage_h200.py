@@ -17,9 +17,14 @@ Pass: each job's share within TOLERANCE (absolute, default 0.05) of pynvml's; th
 is reported beside it. The table goes to $OUT/job_usage_h200.md (docs/validation.md).
 
     OUT=/tmp/out python3 hw/job_usage_h200.py --agent target/release/gpu-warden \
-        --double target/release/apiserver-double [--seconds 120] [--tolerance 0.05]
+        --double target/release/apiserver-double [--seconds 120] [--tolerance 0.05] \
+        [--agent-arg=--process-util-interval=1s] [--baseline-agent before/gpu-warden]
 
-Not run yet: no device machine was lent the session that wrote it.
+With --baseline-agent a second build runs beside the agent with the same flags and pods, and
+the CPU (schedstat, all threads) and RSS of both over the jobs' window go to a cost table: the
+agent's cost for the record against a build without it, in the same run. The report also says
+how many samples NVML gives per process per read (one: the last sample period only).
+Runs: docs/validation.md §7.
 """
 import argparse
 import json
@@ -77,6 +82,9 @@ def reference(pids, stop, out):
             out.setdefault(pid, 0.0)
             if u:
                 out[pid] += sum(u) / len(u) * (now - last_t)
+            # How many samples NVML gives per process per read: one means it reports the last
+            # sample period only, more that it keeps the samples since the previous read.
+            out.setdefault(("samples", pid), []).append(len(u or []))
         last_t = now
 
 
@@ -102,6 +110,24 @@ def pmon_shares(path, pids):
     return {p: (sum(v) / len(v) if v else None) for p, v in per.items()}
 
 
+def cpu_ns(pid):
+    """Nanoseconds on CPU of all of `pid`'s threads (schedstat's first field)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def metric(text, name, project):
     for line in text.splitlines():
         if line.startswith(f'{name}{{namespace="ci",project="{project}"}} '):
@@ -116,6 +142,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--watch-latency", default="0s")
+    ap.add_argument("--agent-arg", action="append", default=[],
+                    help="(repeatable) an extra flag for the agent, e.g. --agent-arg=--process-util-interval=1s")
+    ap.add_argument("--baseline-agent", default=None,
+                    help="a second gpu-warden build run beside the agent with the same flags (and the same "
+                         "pods): the CPU and RSS of both over the jobs' window go to the cost table")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp/job-usage")
     os.makedirs(out_dir, exist_ok=True)
@@ -127,10 +158,16 @@ def main():
     for p in pods:
         p.make_cgroup()
     double, kc = g.start_double(args, pods, work, "usage")
-    agent = subprocess.Popen([args.agent, "--backend", "nvml", "--node-name", g.NODE,
-                              "--listen", "127.0.0.1:19401", "--annotations", "off", "--log-format", "json"],
-                             env=dict(os.environ, KUBECONFIG=kc),
-                             stdout=open(os.path.join(work, "agent.log"), "w"), stderr=subprocess.STDOUT)
+    def start_agent(path, port, log):
+        return subprocess.Popen([path, "--backend", "nvml", "--node-name", g.NODE,
+                                 "--listen", f"127.0.0.1:{port}", "--annotations", "off", "--log-format", "json",
+                                 *args.agent_arg],
+                                env=dict(os.environ, KUBECONFIG=kc),
+                                stdout=open(os.path.join(work, log), "w"), stderr=subprocess.STDOUT)
+    agent = start_agent(args.agent, 19401, "agent.log")
+    agents = [("agent", args.agent, agent)]
+    if args.baseline_agent:
+        agents.append(("baseline", args.baseline_agent, start_agent(args.baseline_agent, 19402, "baseline.log")))
     time.sleep(5)
     procs = [g.spawn_in_cgroup(p.cgroup, [sys.executable, "-c", LOAD, str(duty), str(args.seconds)],
                                os.path.join(work, f"{name}.log"))
@@ -142,14 +179,18 @@ def main():
     t = threading.Thread(target=reference, args=(pids, stop, ref))
     t.start()
     pm = pmon(args.seconds, os.path.join(work, "pmon.txt"))
+    t_cpu0, cpu0 = time.monotonic(), {name: cpu_ns(a.pid) for name, _, a in agents}
     for p in procs:
         p.wait()
+    t_cpu1, cpu1 = time.monotonic(), {name: cpu_ns(a.pid) for name, _, a in agents}
+    rss = {name: rss_kib(a.pid) for name, _, a in agents}
     stop.set()
     t.join()
     pm.wait()
     time.sleep(15)  # the records close 10 s after the processes are gone
     text = urllib.request.urlopen("http://127.0.0.1:19401/metrics", timeout=5).read().decode()
-    agent.terminate()
+    for _, _, a in agents:
+        a.terminate()
     double.terminate()
     shares = pmon_shares(os.path.join(work, "pmon.txt"), pids)
 
@@ -166,6 +207,21 @@ def main():
                     f"{ref_share:.3f} | {'—' if pm_share is None else f'{pm_share:.3f}'} | {'ok' if good else 'FAIL'} |")
     table = "\n".join(["| job | duty | held s | busy s | agent share | pynvml share | pmon share | within "
                        f"{args.tolerance} |", "|---|---|---|---|---|---|---|---|"] + rows)
+    per_read = sorted(n_ for pid in pids for n_ in ref.get(("samples", pid), []))
+    table += ("\n\nNVML samples per process per read (pynvml, every 1 s): median "
+              f"{per_read[len(per_read) // 2] if per_read else '—'}, max {max(per_read, default='—')}\n")
+    if args.agent_arg:
+        table += f"\nAgent flags beyond the defaults: {' '.join(args.agent_arg)}\n"
+    wall = t_cpu1 - t_cpu0
+    cost = ["| agent | binary | CPU, % of one core | RSS at the end, MiB |", "|---|---|---|---|"]
+    for name, path, _ in agents:
+        cost.append(f"| {name} | {path} | {100 * (cpu1[name] - cpu0[name]) / 1e9 / wall:.3f} | "
+                    f"{rss[name] / 1024:.1f} |")
+    if len(agents) == 2:
+        a, b = (cpu1[n_] - cpu0[n_] for n_ in ("agent", "baseline"))
+        cost.append(f"\nCPU agent / baseline over the same {wall:.0f} s: {a / b:.3f}; "
+                    f"RSS {rss['agent'] / max(rss['baseline'], 1):.3f}")
+    table += "\n" + "\n".join(cost) + "\n"
     print(table)
     with open(os.path.join(out_dir, "job_usage_h200.md"), "w") as f:
         f.write(table + "\n")
