@@ -411,39 +411,73 @@ pub(super) fn exclusion(
     }
 }
 
-/// The kubelet's node-pressure order, applied to VRAM.
-fn compare(a: &Victim, b: &Victim) -> Ordering {
-    b.over_request()
-        .cmp(&a.over_request())
-        .then(a.priority.cmp(&b.priority))
-        .then(
+/// One rank key: how it orders two candidates, and how an Event says it put the first ahead.
+struct RankKey {
+    order: fn(&Victim, &Victim) -> Ordering,
+    why: fn(&Victim, &Victim) -> String,
+}
+
+fn among_equals(_: &Victim, _: &Victim) -> String {
+    "first by namespace/name among equals".to_string()
+}
+
+/// The kubelet's node-pressure order, applied to VRAM: the keys in order, each written once,
+/// so the order and the reason an Event gives for it cannot disagree.
+const RANK_KEYS: [RankKey; 7] = [
+    RankKey {
+        order: |a, b| b.over_request().cmp(&a.over_request()),
+        why: |_, _| "over its request, ahead of pods within theirs".to_string(),
+    },
+    RankKey {
+        order: |a, b| a.priority.cmp(&b.priority),
+        why: |_, b| format!("lower priority than the next candidate ({})", b.priority),
+    },
+    RankKey {
+        order: |a, b| {
             b.projected_above_request()
-                .cmp(&a.projected_above_request()),
-        )
-        // Youngest first; `None < Some`, so an unknown creation time counts as oldest.
-        .then(b.created_at.cmp(&a.created_at))
-        .then_with(|| a.namespace.cmp(&b.namespace))
-        .then_with(|| a.name.cmp(&b.name))
-        .then_with(|| a.uid.cmp(&b.uid))
+                .cmp(&a.projected_above_request())
+        },
+        why: |a, b| {
+            if a.grew_bytes > b.grew_bytes || a.growth_ahead_bytes > b.growth_ahead_bytes {
+                "most use above request, counting its growth, among equals".to_string()
+            } else {
+                "most use above request among equals".to_string()
+            }
+        },
+    },
+    // Youngest first; `None < Some`, so an unknown creation time counts as oldest.
+    RankKey {
+        order: |a, b| b.created_at.cmp(&a.created_at),
+        why: |_, _| "youngest of equals".to_string(),
+    },
+    RankKey {
+        order: |a, b| a.namespace.cmp(&b.namespace),
+        why: among_equals,
+    },
+    RankKey {
+        order: |a, b| a.name.cmp(&b.name),
+        why: among_equals,
+    },
+    RankKey {
+        order: |a, b| a.uid.cmp(&b.uid),
+        why: among_equals,
+    },
+];
+
+fn compare(a: &Victim, b: &Victim) -> Ordering {
+    RANK_KEYS
+        .iter()
+        .map(|k| (k.order)(a, b))
+        .find(|o| o.is_ne())
+        .unwrap_or(Ordering::Equal)
 }
 
 /// Names the rank key that put `a` ahead of `b`, its successor.
 fn decider(a: &Victim, b: &Victim) -> String {
-    if a.over_request() != b.over_request() {
-        "over its request, ahead of pods within theirs".to_string()
-    } else if a.priority != b.priority {
-        format!("lower priority than the next candidate ({})", b.priority)
-    } else if a.projected_above_request() != b.projected_above_request() {
-        if a.grew_bytes > b.grew_bytes {
-            "most use above request, counting its growth, among equals".to_string()
-        } else {
-            "most use above request among equals".to_string()
-        }
-    } else if a.created_at != b.created_at {
-        "youngest of equals".to_string()
-    } else {
-        "first by namespace/name among equals".to_string()
-    }
+    RANK_KEYS
+        .iter()
+        .find(|k| (k.order)(a, b).is_ne())
+        .map_or_else(|| among_equals(a, b), |k| (k.why)(a, b))
 }
 
 #[cfg(test)]
