@@ -20,7 +20,7 @@ is reported beside it. The table goes to $OUT/job_usage_h200.md (docs/validation
         --double target/release/apiserver-double [--seconds 120] [--tolerance 0.05] \
         [--agent-arg=--process-util-interval=1s] [--baseline-agent before/gpu-warden]
 
-With --baseline-agent a second build runs beside the agent with the same flags and pods, and
+With --baseline-agent a second build runs beside the agent at its defaults with the same pods, and
 the CPU (schedstat, all threads) and RSS of both over the jobs' window go to a cost table: the
 agent's cost for the record against a build without it, in the same run. The report also says
 how many samples NVML gives per process per read (one: the last sample period only).
@@ -145,8 +145,9 @@ def main():
     ap.add_argument("--agent-arg", action="append", default=[],
                     help="(repeatable) an extra flag for the agent, e.g. --agent-arg=--process-util-interval=1s")
     ap.add_argument("--baseline-agent", default=None,
-                    help="a second gpu-warden build run beside the agent with the same flags (and the same "
-                         "pods): the CPU and RSS of both over the jobs' window go to the cost table")
+                    help="a second gpu-warden build run beside the agent at its defaults (the same pods; "
+                         "--agent-arg is the agent's alone): the CPU and RSS of both over the jobs' window "
+                         "go to the cost table")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp/job-usage")
     os.makedirs(out_dir, exist_ok=True)
@@ -158,16 +159,16 @@ def main():
     for p in pods:
         p.make_cgroup()
     double, kc = g.start_double(args, pods, work, "usage")
-    def start_agent(path, port, log):
+    def start_agent(path, port, log, extra):
         return subprocess.Popen([path, "--backend", "nvml", "--node-name", g.NODE,
                                  "--listen", f"127.0.0.1:{port}", "--annotations", "off", "--log-format", "json",
-                                 *args.agent_arg],
+                                 *extra],
                                 env=dict(os.environ, KUBECONFIG=kc),
                                 stdout=open(os.path.join(work, log), "w"), stderr=subprocess.STDOUT)
-    agent = start_agent(args.agent, 19401, "agent.log")
+    agent = start_agent(args.agent, 19401, "agent.log", args.agent_arg)
     agents = [("agent", args.agent, agent)]
     if args.baseline_agent:
-        agents.append(("baseline", args.baseline_agent, start_agent(args.baseline_agent, 19402, "baseline.log")))
+        agents.append(("baseline", args.baseline_agent, start_agent(args.baseline_agent, 19402, "baseline.log", [])))
     time.sleep(5)
     procs = [g.spawn_in_cgroup(p.cgroup, [sys.executable, "-c", LOAD, str(duty), str(args.seconds)],
                                os.path.join(work, f"{name}.log"))
