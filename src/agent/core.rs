@@ -5,10 +5,10 @@
 
 use crate::attribute::ports::{Attributor, PodSource};
 use crate::guard::carry::Carried;
-use crate::guard::decision::{Decision, EvictionOutcome};
-use crate::guard::history::{GuardView, History};
-use crate::guard::hold::hold_reason;
+use crate::guard::decision::Decision;
+use crate::guard::history::GuardView;
 use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor, Outcomes};
+use crate::guard::session::GuardSession;
 use crate::guard::state::{carried_key, Guard, RestoreReport};
 use crate::model::clock::Clock;
 use crate::model::event::EventDraft;
@@ -50,11 +50,6 @@ pub type CarrySink = Box<dyn FnMut(Option<Carried>) + Send>;
 /// A decision to execute, with the pod view it was taken on.
 pub type Dispatch = (Decision, Arc<PodMap>);
 
-struct GuardCore {
-    parts: GuardParts,
-    history: History,
-}
-
 /// The agent's state between events: one step per full poll (sample in, then attribute,
 /// guard, publish). The event loop (and the scenario tests, on an injected clock) feed it
 /// snapshots, memory ticks and eviction outcomes; it answers with publications and decisions
@@ -66,7 +61,9 @@ pub struct Core {
     clock: Arc<dyn Clock>,
     attributor: Option<Box<dyn Attributor>>,
     replicas: Option<LatestReplicas>,
-    guard: Option<GuardCore>,
+    /// The node's pod view, which the guard and every per-poll observer read.
+    pods: Option<Arc<dyn PodSource>>,
+    guard: Option<GuardSession>,
     /// The exposition is rendered here and copied out once per poll: after the first polls
     /// it has the node's size, so rendering itself allocates nothing.
     buf: Vec<u8>,
@@ -95,6 +92,7 @@ impl Core {
             clock,
             attributor: None,
             replicas: None,
+            pods: None,
             guard: None,
             buf: Vec::new(),
             scratch: Scratch::default(),
@@ -142,18 +140,14 @@ impl Core {
     pub fn take_confirms(&mut self) -> Vec<ConfirmRequest> {
         self.guard
             .as_mut()
-            .map(|g| g.parts.guard.take_confirm_requests())
+            .map(GuardSession::take_confirms)
             .unwrap_or_default()
     }
 
     /// What the fresh read of a pod in doubt showed.
     pub fn on_confirmation(&mut self, request: &ConfirmRequest, answer: Confirmation) {
         if let Some(g) = &mut self.guard {
-            let now = self.clock.mono();
-            g.parts
-                .guard
-                .record_confirmation(request.decision_id, &request.uid, answer, now);
-            g.note_resolutions();
+            g.on_confirmation(request, answer, self.clock.mono());
         }
         self.note_carry();
     }
@@ -168,7 +162,7 @@ impl Core {
     /// What the guard would carry over a restart now, if anything.
     pub fn carried(&self) -> Option<Carried> {
         let g = self.guard.as_ref()?;
-        let c = g.parts.guard.carried(self.clock.mono(), self.clock.wall());
+        let c = g.guard().carried(self.clock.mono(), self.clock.wall());
         (!c.is_empty()).then_some(c)
     }
 
@@ -176,8 +170,7 @@ impl Core {
     pub fn restore(&mut self, carried: Carried) -> Option<RestoreReport> {
         let g = self.guard.as_mut()?;
         let report = g
-            .parts
-            .guard
+            .guard_mut()
             .restore(carried, self.clock.mono(), self.clock.wall());
         Some(report)
     }
@@ -187,7 +180,7 @@ impl Core {
         let (Some(g), Some((sink, last))) = (&self.guard, &mut self.carry) else {
             return;
         };
-        let carried = g.parts.guard.carried(self.clock.mono(), self.clock.wall());
+        let carried = g.guard().carried(self.clock.mono(), self.clock.wall());
         let key = carried_key(&carried);
         if key != *last {
             *last = key;
@@ -197,10 +190,8 @@ impl Core {
 
     /// Runs the guard on every full poll from now on.
     pub fn with_guard(mut self, parts: GuardParts) -> Self {
-        self.guard = Some(GuardCore {
-            parts,
-            history: History::default(),
-        });
+        self.pods = Some(parts.pods);
+        self.guard = Some(GuardSession::new(parts.guard, parts.executor));
         self
     }
 
@@ -277,35 +268,25 @@ impl Core {
         let snap = Arc::new(snap);
         let now = self.clock.mono();
         let mut out = Vec::new();
-        let (pressure, guard_view) = match &mut self.guard {
-            Some(g) => {
-                g.refresh_hold(now);
-                let pods = g.parts.pods.pods();
-                let decisions = g.parts.guard.observe(&snap, &pods, now);
-                let restored = g.parts.guard.take_restored();
-                if let Some(e) = &g.parts.executor {
-                    for d in &restored {
-                        e.hold_again(d);
-                    }
-                }
-                g.note_resolutions();
-                out = g.dispatch(decisions, pods);
-                g.parts.pods.set_urgent(g.parts.guard.any_below_soft());
+        // The view's status before the view itself: the pods read are then at least as
+        // recent as what the status vouches for.
+        let status = self.pods.as_ref().map(|p| p.status());
+        let pods = self.pods.as_ref().map(|p| p.pods()).unwrap_or_default();
+        let (pressure, guard_view) = match (&mut self.guard, &self.pods, status) {
+            (Some(g), Some(source), Some(status)) => {
+                let decisions = g.on_full(&snap, &pods, &status, now);
+                out = decisions.into_iter().map(|d| (d, pods.clone())).collect();
+                source.set_urgent(g.guard().any_below_soft());
                 let pressure = snap
                     .gpus
                     .iter()
-                    .map(|gpu| (gpu.id.index, g.parts.guard.pressure(gpu.id.index)))
+                    .map(|gpu| (gpu.id.index, g.pressure(gpu.id.index)))
                     .collect();
                 (pressure, Some(Arc::new(g.view()) as Arc<dyn StatePart>))
             }
-            None => (Default::default(), None),
+            _ => (Default::default(), None),
         };
         if let Some(jp) = &mut self.job_peaks {
-            let pods = self
-                .guard
-                .as_ref()
-                .map(|g| g.parts.pods.pods())
-                .unwrap_or_default();
             // The feed's latest view (an Arc clone while it has not changed): pods holding a
             // replica keep their records open, idle or not.
             let replicas = self.replicas.as_mut().and_then(|latest| latest(&snap));
@@ -313,8 +294,7 @@ impl Core {
             self.notices
                 .extend(ended.iter().flat_map(|p| jp.notices(p)));
         }
-        if let (Some(c), Some(g)) = (&mut self.cuda, &self.guard) {
-            let pods = g.parts.pods.pods();
+        if let (Some(c), Some(_)) = (&mut self.cuda, &self.pods) {
             self.notices.extend(c.observe(&snap, &pods));
         }
         self.note_carry();
@@ -332,27 +312,17 @@ impl Core {
             .into_iter()
             .filter_map(|(i, r)| r.ok().map(|m| (i, m)))
             .collect();
-        let decisions = g.parts.guard.observe_memory(&ok, at);
-        debug_assert!(
-            decisions.is_empty(),
-            "fast readings never decide on their own"
-        );
-        g.parts.guard.take_refresh_request()
+        g.on_memory(&ok, at)
     }
 
     /// What the executor got for decision `id`. A pod skipped because its fresh read
     /// disagreed with the pod view makes the view relist.
     pub fn on_outcomes(&mut self, id: u64, results: Outcomes) {
         if let Some(g) = &mut self.guard {
-            let now = self.clock.mono();
-            for (uid, outcome) in results {
-                if let EvictionOutcome::Skipped(why) = &outcome {
-                    g.parts.pods.distrust(&format!(
-                        "a fresh read of pod {uid} disagrees with the pod view ({why})"
-                    ));
+            for why in g.on_outcomes(id, results, self.clock.mono()) {
+                if let Some(p) = &self.pods {
+                    p.distrust(&why);
                 }
-                g.history.record(id, &uid, &outcome);
-                g.parts.guard.record_outcome(id, &uid, outcome, now);
             }
         }
         self.note_carry();
@@ -369,100 +339,17 @@ impl Core {
     pub fn fast_interval(&self) -> Option<Duration> {
         // Whether the guard may act is decided once, at wiring (`agent::build`): no
         // cluster means mode off.
-        self.guard
-            .as_ref()
-            .and_then(|g| g.parts.guard.watch_interval())
+        self.guard.as_ref().and_then(|g| g.guard().watch_interval())
     }
 
     /// The executor decisions go to, if the guard acts.
     pub fn executor(&self) -> Option<Arc<dyn DecisionExecutor>> {
-        self.guard.as_ref().and_then(|g| g.parts.executor.clone())
+        self.guard.as_ref().and_then(GuardSession::executor)
     }
 
     /// The guard's status as /state shows it (None without a guard).
     pub fn guard_json(&self) -> Option<serde_json::Value> {
         self.guard.as_ref().map(|g| g.view().to_json())
-    }
-}
-
-impl GuardCore {
-    fn refresh_hold(&mut self, now: Duration) {
-        let st = self.parts.pods.status();
-        // Only time the server answered counts toward an eviction in doubt's timeout: the
-        // time between the arrivals of proofs, not between the moments they prove (a LIST
-        // a frozen server held proves the moment it was sent, and arrives at the thaw).
-        let heard_at = st
-            .proven_ago
-            .and(st.heard_ago)
-            .map(|ago| now.saturating_sub(ago));
-        self.parts.guard.note_view_proof(heard_at);
-        let reason = hold_reason(&st);
-        if reason.as_deref() != self.parts.guard.held() {
-            match &reason {
-                Some(r) => tracing::warn!(reason = %r, "guard decisions paused"),
-                None => tracing::info!("guard decisions resumed: pod view is current"),
-            }
-        }
-        self.parts.guard.hold_decisions(reason);
-    }
-
-    /// Logs what the guard learned of evictions that were in doubt.
-    fn note_resolutions(&mut self) {
-        for r in self.parts.guard.take_resolutions() {
-            match &r.outcome {
-                EvictionOutcome::Evicted => tracing::warn!(
-                    decision = r.decision_id,
-                    uid = %r.uid,
-                    "eviction that was in doubt was carried out: the pod is gone or terminating"
-                ),
-                EvictionOutcome::Lost(detail) => tracing::warn!(
-                    decision = r.decision_id,
-                    uid = %r.uid,
-                    detail = %detail,
-                    "eviction that was in doubt was lost with the pod's UID"
-                ),
-                other => tracing::warn!(
-                    decision = r.decision_id,
-                    uid = %r.uid,
-                    detail = other.detail().unwrap_or(""),
-                    "eviction that was in doubt was not carried out"
-                ),
-            }
-            self.history.record(r.decision_id, &r.uid, &r.outcome);
-            if let Some(exec) = &self.parts.executor {
-                exec.resolved(&r.uid, &r.outcome);
-            }
-        }
-    }
-
-    fn dispatch(&mut self, decisions: Vec<Decision>, pods: Arc<PodMap>) -> Vec<Dispatch> {
-        let mut out = Vec::new();
-        for d in decisions {
-            tracing::warn!(
-                gpu = d.gpu,
-                uuid = %d.uuid,
-                decision = d.id,
-                mode = d.mode.as_str(),
-                trigger = d.trigger.as_str(),
-                "{}",
-                d.summary()
-            );
-            self.history.push(d.clone());
-            if self.parts.executor.is_some() {
-                out.push((d, pods.clone()));
-            }
-        }
-        out
-    }
-
-    fn view(&self) -> GuardView {
-        // What stop-at-decision did and holds (`act::stop`), when the executor stops.
-        let on_decision = self.parts.executor.as_ref().and_then(|e| e.status());
-        self.history.view(
-            self.parts.guard.status(),
-            self.parts.guard.held(),
-            on_decision,
-        )
     }
 }
 

@@ -15,6 +15,7 @@ pub mod rank;
 pub mod read_cadence;
 pub mod recheck;
 pub mod selector;
+pub mod session;
 pub mod state;
 pub mod status;
 pub mod stop;
