@@ -37,7 +37,8 @@ pub struct Growth {
     /// full poll (counting only use above its high-water mark), and never less than
     /// `bytes`. Why: a job caught a fraction of a second into its climb has grown little
     /// but fast, and measured against the whole window it ranked behind a steady pod
-    /// holding more (the H200's runner run 2, docs/validation.md §9).
+    /// holding more (the H200's runner run 2, docs/validation.md §9). [`PodGrowth::on_gpu`]
+    /// bounds it by the GPU's own sustained climb.
     pub ahead: u64,
 }
 
@@ -184,16 +185,28 @@ impl PodGrowth {
             .unwrap_or(0)
     }
 
-    /// Per pod UID, its growth on GPU `gpu`, for the pods the latest poll saw there.
-    pub fn on_gpu(&self, gpu: u32) -> HashMap<String, Growth> {
+    /// Per pod UID, its growth on GPU `gpu`, for the pods the latest poll saw there, each
+    /// pod's rate bounded by `climb`, the GPU's sustained growth (bytes per second, from the
+    /// fast readings: `guard::trend`'s rule, which a step does not pass), and not projected at
+    /// all without one. Why: between two full polls a workspace allocated at once and a
+    /// job climbing look alike; only the GPU's readings in between tell a climb from a step,
+    /// and in the simulation's workspaces an unbounded rate took more pods that were not
+    /// growing (docs/scheduling.md).
+    pub fn on_gpu(&self, gpu: u32, climb: Option<f64>) -> HashMap<String, Growth> {
         let Some(latest) = self.samples.back() else {
             return HashMap::new();
         };
+        let bound = climb.map_or(0.0, |r| r.max(0.0) * self.window.as_secs_f64());
         latest
             .use_bytes
             .keys()
             .filter(|(g, _)| *g == gpu)
-            .map(|(_, uid)| (uid.clone(), self.of(gpu, uid)))
+            .map(|(_, uid)| {
+                let mut g = self.of(gpu, uid);
+                // `as` saturates a float too large for u64.
+                g.ahead = g.ahead.min(bound as u64).max(g.bytes);
+                (uid.clone(), g)
+            })
             .collect()
     }
 }
@@ -229,8 +242,8 @@ mod tests {
         assert_eq!(h.of(0, "steady").bytes, 0);
         let g = h.of(0, "greedy");
         assert_eq!((g.bytes, g.over), (3300 * MIB, s(1.0)));
-        assert_eq!(h.on_gpu(0).len(), 2);
-        assert!(h.on_gpu(1).is_empty());
+        assert_eq!(h.on_gpu(0, None).len(), 2);
+        assert!(h.on_gpu(1, None).is_empty());
     }
 
     /// A job a fraction of a second into its climb is projected at its rate; a workspace
@@ -273,6 +286,32 @@ mod tests {
         // A pod that stopped climbing keeps its growth but is projected at none.
         let g = h.of(0, "greedy");
         assert_eq!((g.bytes, g.ahead), (1100 * MIB, 1100 * MIB), "{g:?}");
+
+        // Ranked, the rate is bounded by the GPU's sustained climb, and without one (the
+        // GPU's readings showed a step, or nothing) only the growth counts.
+        h.record(
+            s(1.4),
+            gpus(&[0]),
+            &[proc_in("ws", 0, 3200), proc_in("greedy", 0, 1900)],
+        );
+        let mib_s = |m: f64| Some(m * MIB as f64);
+        let on = h.on_gpu(0, mib_s(1000.0));
+        assert_eq!(
+            on["greedy"].ahead / MIB,
+            5000,
+            "1000 MiB/s over 5 s: {:?}",
+            on["greedy"]
+        );
+        let on = h.on_gpu(0, mib_s(100_000.0));
+        assert_eq!(
+            on["greedy"].ahead / MIB,
+            40_000,
+            "its own rate: {:?}",
+            on["greedy"]
+        );
+        let on = h.on_gpu(0, None);
+        assert_eq!(on["greedy"].ahead, on["greedy"].bytes, "{:?}", on["greedy"]);
+        assert_eq!(on["greedy"].bytes, 1900 * MIB);
     }
 
     #[test]

@@ -252,7 +252,7 @@ impl Guard {
             self.processes(),
             &self.pods,
             &refused,
-            &self.growth.on_gpu(index),
+            &self.growth.on_gpu(index, sustained),
         );
 
         // Memory on its way back: the victims of the decision cooling down (by pid: the
