@@ -61,15 +61,15 @@ impl Guard {
                 ));
                 continue;
             }
-            self.carried.began.insert(d.uid.clone(), d.since);
-            self.carried.doubts.push((d, now + (limit - age)));
+            self.doubts.carried.began.insert(d.uid.clone(), d.since);
+            self.doubts.carried.doubts.push((d, now + (limit - age)));
             report.doubts += 1;
         }
         for c in carried.cooldowns {
             match c.until.duration_since(wall) {
                 Ok(left) if !left.is_zero() => {
                     let left = left.min(self.policy.cooldown_timeout);
-                    self.carried.cooldowns.push((c, now + left));
+                    self.doubts.carried.cooldowns.push((c, now + left));
                     report.cooldowns += 1;
                 }
                 _ => report.dropped.push(format!(
@@ -84,11 +84,14 @@ impl Guard {
     /// Applies the carried entries whose GPU is known and watching; drops those past their
     /// bound. Called on a full poll whose pod view is proven.
     pub(super) fn apply_carried(&mut self, now: Duration) {
-        if self.carried.doubts.is_empty() && self.carried.cooldowns.is_empty() {
+        if self.doubts.carried.doubts.is_empty() && self.doubts.carried.cooldowns.is_empty() {
             return;
         }
-        self.carried.doubts.retain(|(_, until)| *until > now);
-        self.carried.cooldowns.retain(|(_, until)| *until > now);
+        self.doubts.carried.doubts.retain(|(_, until)| *until > now);
+        self.doubts
+            .carried
+            .cooldowns
+            .retain(|(_, until)| *until > now);
         let indices: Vec<(u32, String)> = self
             .gpus
             .iter()
@@ -96,11 +99,11 @@ impl Guard {
             .collect();
         for (index, uuid) in indices {
             let doubts: Vec<CarriedDoubt> =
-                take_where(&mut self.carried.doubts, |d| d.0.gpu == uuid)
+                take_where(&mut self.doubts.carried.doubts, |d| d.0.gpu == uuid)
                     .into_iter()
                     .map(|(d, _)| d)
                     .collect();
-            let cooldowns = take_where(&mut self.carried.cooldowns, |c| c.0.gpu == uuid);
+            let cooldowns = take_where(&mut self.doubts.carried.cooldowns, |c| c.0.gpu == uuid);
             let Some(st) = self.gpus.get(&index) else {
                 continue;
             };
@@ -125,7 +128,7 @@ impl Guard {
                     if let Some(d) = &st.last_decision {
                         let mut held = d.clone();
                         held.candidates.truncate(held.planned);
-                        self.restored.push(held);
+                        self.doubts.restored.push(held);
                     }
                     st.set_phase(
                         GpuPhase::InDoubt {
@@ -254,7 +257,13 @@ impl Guard {
                             namespace: v.namespace.clone(),
                             name: v.name.clone(),
                             pids: v.pids.clone(),
-                            since: self.carried.began.get(uid).copied().unwrap_or(at(*since)),
+                            since: self
+                                .doubts
+                                .carried
+                                .began
+                                .get(uid)
+                                .copied()
+                                .unwrap_or(at(*since)),
                             decision: *decision_id,
                             detail: truncated(detail),
                         });
@@ -287,16 +296,18 @@ impl Guard {
             }
         }
         out.doubts
-            .extend(self.carried.doubts.iter().map(|(d, _)| d.clone()));
-        out.cooldowns.extend(
-            self.carried
-                .cooldowns
-                .iter()
-                .map(|(c, until)| CarriedCooldown {
-                    until: at(*until),
-                    ..c.clone()
-                }),
-        );
+            .extend(self.doubts.carried.doubts.iter().map(|(d, _)| d.clone()));
+        out.cooldowns
+            .extend(
+                self.doubts
+                    .carried
+                    .cooldowns
+                    .iter()
+                    .map(|(c, until)| CarriedCooldown {
+                        until: at(*until),
+                        ..c.clone()
+                    }),
+            );
         out
     }
 }

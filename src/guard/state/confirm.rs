@@ -61,7 +61,7 @@ impl Guard {
     /// The fresh reads of pods in doubt the guard wants; the caller reads each and reports
     /// with [`Guard::record_confirmation`].
     pub fn take_confirm_requests(&mut self) -> Vec<ConfirmRequest> {
-        std::mem::take(&mut self.confirms.requests)
+        std::mem::take(&mut self.doubts.confirms.requests)
     }
 
     /// What the fresh read of a pod in doubt showed. A running pod ends the doubt as not
@@ -75,13 +75,14 @@ impl Guard {
         now: Duration,
     ) {
         if !matches!(confirmation, Confirmation::Unknown(_)) {
-            self.confirms
+            self.doubts
+                .confirms
                 .answers
                 .insert((decision_id, uid.to_string()), confirmation);
         }
-        let processes = self.snapshot.clone();
-        let pods = self.pods.clone();
-        let fresh_view = self.hold.is_none();
+        let processes = self.seen.snapshot.clone();
+        let pods = self.seen.pods.clone();
+        let fresh_view = self.trust.hold.is_none();
         let indices: Vec<u32> = self.gpus.keys().copied().collect();
         for index in indices {
             self.resolve_doubt(

@@ -143,35 +143,62 @@ impl GpuState {
     }
 }
 
-/// The OOM guard's decision core. See the module documentation for the phases.
+/// The OOM guard's decision core. See the module documentation for the phases. Its state
+/// is grouped by what owns it: the policy and the per-GPU phases the state machine steps,
+/// what the polls showed (`seen`), whether the pod view can be decided on (`trust`), what
+/// the API server allowed (`answers`) and the evictions in doubt (`doubts`).
 #[derive(Debug, Clone)]
 pub struct Guard {
     policy: Policy,
     gpus: BTreeMap<u32, GpuState>,
-    /// The last full poll and pod view, shared with the rest of the agent (not copied).
-    snapshot: Option<Arc<Snapshot>>,
-    pods: Arc<PodMap>,
     next_id: u64,
+    /// A fast reading fired a trigger: a full poll must refresh the processes first.
+    refresh_wanted: bool,
+    seen: Seen,
+    trust: Trust,
+    answers: Answers,
+    doubts: Doubts,
+}
+
+/// What the full polls showed: the last one and its pod view (shared with the rest of the
+/// agent, not copied), and what the guard keeps of the ones before.
+#[derive(Debug, Clone)]
+struct Seen {
+    snapshot: Option<Arc<Snapshot>>,
+    /// When the last full poll was taken.
+    at: Option<Duration>,
+    pods: Arc<PodMap>,
+    /// The full polls' per-pod use over the last `horizon`: who is growing.
+    growth: PodGrowth,
+    /// Pod UID → when the guard first saw it terminating (its memory is on its way back).
+    terminating_since: HashMap<String, Duration>,
+}
+
+/// Whether the pod view can be decided on.
+#[derive(Debug, Clone, Default)]
+struct Trust {
+    /// Why decisions are held back (the pod view is stale), if they are.
+    hold: Option<String>,
+    /// When the API server last proved the pod view current (`note_view_proof`).
+    last_proof: Option<Duration>,
+}
+
+/// What the API server allowed.
+#[derive(Debug, Clone, Default)]
+struct Answers {
     /// Times of recorded evictions inside the rate-limit window.
     evictions: VecDeque<Duration>,
     /// Pod UID → (monotonic expiry, API answer) for refused or failed evictions.
     refused: HashMap<String, (Duration, String)>,
-    /// Why decisions are held back (the pod view is stale), if they are.
-    hold: Option<String>,
-    /// A fast reading fired a trigger: a full poll must refresh the processes first.
-    refresh_wanted: bool,
-    /// Evictions in doubt resolved since the last [`Guard::take_resolutions`].
-    resolutions: Vec<Resolution>,
     /// The last answer saying the agent may not evict (403), until an eviction succeeds.
     forbidden: Option<String>,
-    /// Pod UID → when the guard first saw it terminating (its memory is on its way back).
-    terminating_since: HashMap<String, Duration>,
-    /// When the API server last proved the pod view current (`note_view_proof`).
-    last_proof: Option<Duration>,
-    /// The full polls' per-pod use over the last `horizon`: who is growing.
-    growth: PodGrowth,
-    /// When the last full poll was taken.
-    snapshot_at: Option<Duration>,
+}
+
+/// Evictions in doubt, and what carries them over a restart.
+#[derive(Debug, Clone, Default)]
+struct Doubts {
+    /// Evictions in doubt resolved since the last [`Guard::take_resolutions`].
+    resolutions: Vec<Resolution>,
     /// Fresh reads of pods in doubt: asked for, and their answers.
     confirms: confirm::Confirms,
     /// What an earlier process carried over a restart, until applied (`Guard::restore`).
@@ -199,34 +226,30 @@ impl Guard {
         Guard {
             policy,
             gpus: BTreeMap::new(),
-            snapshot: None,
-            pods: Arc::default(),
             next_id: 1,
-            evictions: VecDeque::new(),
-            refused: HashMap::new(),
-            hold: None,
             refresh_wanted: false,
-            resolutions: Vec::new(),
-            forbidden: None,
-            terminating_since: HashMap::new(),
-            last_proof: None,
-            growth,
-            snapshot_at: None,
-            confirms: confirm::Confirms::default(),
-            carried: carry::Pending::default(),
-            restored: Vec::new(),
+            seen: Seen {
+                snapshot: None,
+                at: None,
+                pods: Arc::default(),
+                growth,
+                terminating_since: HashMap::new(),
+            },
+            trust: Trust::default(),
+            answers: Answers::default(),
+            doubts: Doubts::default(),
         }
     }
 
     /// The decisions of the doubts restored from an earlier process since the last call,
     /// each with the pods in doubt as its plan (their carried pids as `pids`).
     pub fn take_restored(&mut self) -> Vec<Decision> {
-        std::mem::take(&mut self.restored)
+        std::mem::take(&mut self.doubts.restored)
     }
 
     /// The evictions in doubt resolved since the last call, in the order resolved.
     pub fn take_resolutions(&mut self) -> Vec<Resolution> {
-        std::mem::take(&mut self.resolutions)
+        std::mem::take(&mut self.doubts.resolutions)
     }
 
     /// Whether a fast reading fired a trigger since the last call. The caller then polls
@@ -241,12 +264,12 @@ impl Guard {
     /// but nobody is chosen from a pod view that may be stale (a pod that is gone, or a
     /// priority that changed). Decisions in flight are unaffected.
     pub fn hold_decisions(&mut self, reason: Option<String>) {
-        self.hold = reason;
+        self.trust.hold = reason;
     }
 
     /// Why new decisions are held back, if they are.
     pub fn held(&self) -> Option<&str> {
-        self.hold.as_deref()
+        self.trust.hold.as_deref()
     }
 
     /// The policy in force.
@@ -264,9 +287,9 @@ impl Guard {
         now: Duration,
     ) -> Vec<Decision> {
         self.expire(now);
-        self.snapshot = Some(snap.clone());
-        self.snapshot_at = Some(now);
-        self.growth.record(
+        self.seen.snapshot = Some(snap.clone());
+        self.seen.at = Some(now);
+        self.seen.growth.record(
             now,
             snap.gpus
                 .iter()
@@ -275,7 +298,7 @@ impl Guard {
                 .collect(),
             &snap.processes,
         );
-        self.pods = pods.clone();
+        self.seen.pods = pods.clone();
         self.track_terminating(pods, now);
         self.gpus
             .retain(|index, _| snap.gpus.iter().any(|g| g.id.index == *index));
@@ -293,7 +316,7 @@ impl Guard {
             };
             st.update_memory(memory, &self.policy, now);
         }
-        let fresh_view = self.hold.is_none();
+        let fresh_view = self.trust.hold.is_none();
         if fresh_view {
             // Before any decision: a GPU restored in doubt takes none.
             self.apply_carried(now);
@@ -395,6 +418,7 @@ impl Guard {
             })
             .collect();
         let mut refused: Vec<RefusedPod> = self
+            .answers
             .refused
             .iter()
             .map(|(uid, (until, detail))| RefusedPod {
@@ -407,10 +431,10 @@ impl Guard {
         GuardStatus {
             mode: self.policy.mode,
             gpus,
-            evictions_in_window: self.evictions.len(),
+            evictions_in_window: self.answers.evictions.len(),
             evictions_allowed: self.allowance(None),
             refused,
-            forbidden: self.forbidden.clone(),
+            forbidden: self.answers.forbidden.clone(),
         }
     }
 }

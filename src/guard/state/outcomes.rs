@@ -26,16 +26,16 @@ impl Guard {
         self.expire(now);
         match &outcome {
             EvictionOutcome::Evicted | EvictionOutcome::InDoubt(_) => {
-                self.evictions.push_back(now);
-                self.forbidden = None;
+                self.answers.evictions.push_back(now);
+                self.answers.forbidden = None;
             }
             EvictionOutcome::Blocked(d) | EvictionOutcome::Skipped(d) => {
-                self.refused.insert(
+                self.answers.refused.insert(
                     pod_uid.to_string(),
                     (now + self.policy.cooldown_timeout, d.clone()),
                 );
             }
-            EvictionOutcome::Forbidden(d) => self.forbidden = Some(d.clone()),
+            EvictionOutcome::Forbidden(d) => self.answers.forbidden = Some(d.clone()),
             EvictionOutcome::AlreadyGone
             | EvictionOutcome::Lost(_)
             | EvictionOutcome::Aborted(_)
@@ -171,7 +171,7 @@ impl Guard {
             let on_gpu = processes
                 .iter()
                 .any(|p| p.gpu == index && pids.contains(&p.pid));
-            let answer = self.confirms.answer(*decision_id, uid).cloned();
+            let answer = self.doubts.confirms.answer(*decision_id, uid).cloned();
             let gone = pods.get(uid).is_none_or(|p| p.terminating)
                 || !on_gpu
                 || matches!(answer, Some(Confirmation::Gone(_)));
@@ -182,8 +182,8 @@ impl Guard {
                     )),
                     _ => EvictionOutcome::Evicted,
                 };
-                self.confirms.forget(*decision_id, uid);
-                self.resolutions.push(Resolution {
+                self.doubts.confirms.forget(*decision_id, uid);
+                self.doubts.resolutions.push(Resolution {
                     decision_id: *decision_id,
                     uid: uid.clone(),
                     outcome: outcome.clone(),
@@ -192,7 +192,7 @@ impl Guard {
                 // The view says running; only a fresh read of the pod may say so for good.
                 if answer != Some(Confirmation::Running) {
                     if let Some(victim) = decision.candidates.iter().find(|v| &v.uid == uid) {
-                        self.confirms.ask(*decision_id, victim, now);
+                        self.doubts.confirms.ask(*decision_id, victim, now);
                     }
                     continue;
                 }
@@ -200,11 +200,12 @@ impl Guard {
                     "eviction was in doubt ({detail}) and the pod was still running after {} s of the API server answering, as a fresh read of it confirmed (no deletion timestamp): not carried out",
                     waited.as_secs()
                 );
-                self.refused
+                self.answers
+                    .refused
                     .insert(uid.clone(), (now + timeout, why.clone()));
                 *outcome = EvictionOutcome::Failed(why);
-                self.confirms.forget(*decision_id, uid);
-                self.resolutions.push(Resolution {
+                self.doubts.confirms.forget(*decision_id, uid);
+                self.doubts.resolutions.push(Resolution {
                     decision_id: *decision_id,
                     uid: uid.clone(),
                     outcome: outcome.clone(),
@@ -244,7 +245,7 @@ impl Guard {
         let Some(p) = proven_at else {
             return;
         };
-        if let Some(last) = self.last_proof.filter(|l| p > *l) {
+        if let Some(last) = self.trust.last_proof.filter(|l| p > *l) {
             if p - last <= MAX_PROOF_GAP {
                 for st in self.gpus.values_mut() {
                     if let GpuPhase::InDoubt {
@@ -256,8 +257,8 @@ impl Guard {
                 }
             }
         }
-        if self.last_proof.is_none_or(|l| p > l) {
-            self.last_proof = Some(p);
+        if self.trust.last_proof.is_none_or(|l| p > l) {
+            self.trust.last_proof = Some(p);
         }
     }
 }

@@ -18,7 +18,10 @@ use std::time::Duration;
 impl Guard {
     /// The last full poll's processes (none before the first).
     fn processes(&self) -> &[ProcessSample] {
-        self.snapshot.as_ref().map_or(&[][..], |s| &s.processes[..])
+        self.seen
+            .snapshot
+            .as_ref()
+            .map_or(&[][..], |s| &s.processes[..])
     }
 
     /// `index`'s pods ranked on what they use now, with no refusals and no growth history:
@@ -28,7 +31,7 @@ impl Guard {
             &self.policy,
             index,
             self.processes(),
-            &self.pods,
+            &self.seen.pods,
             &HashMap::new(),
             &HashMap::new(),
         )
@@ -50,7 +53,7 @@ impl Guard {
             .filter(|e| e.exclusion == rank::Exclusion::Terminating)
             .filter(|e| !victims.contains(&e.uid.as_str()))
             .filter_map(|e| {
-                let due = *self.terminating_since.get(&e.uid)? + self.policy.cooldown_timeout;
+                let due = *self.seen.terminating_since.get(&e.uid)? + self.policy.cooldown_timeout;
                 (due > now).then_some((e.use_bytes, due))
             })
             .fold((0, Duration::ZERO), |(b, d), (bytes, due)| {
@@ -78,29 +81,33 @@ impl Guard {
             .iter()
             .map(|v| &v.uid)
             .chain(ranking.excluded.iter().map(|e| &e.uid));
-        uids.map(|uid| (uid.clone(), self.growth.high_water(index, uid)))
+        uids.map(|uid| (uid.clone(), self.seen.growth.high_water(index, uid)))
             .collect()
     }
 
     /// Notes when each terminating pod of `pods` was first seen so.
     pub(super) fn track_terminating(&mut self, pods: &crate::model::pod::PodMap, now: Duration) {
-        self.terminating_since
+        self.seen
+            .terminating_since
             .retain(|uid, _| pods.get(uid).is_some_and(|p| p.terminating));
         for p in pods.values().filter(|p| p.terminating) {
-            self.terminating_since.entry(p.uid.clone()).or_insert(now);
+            self.seen
+                .terminating_since
+                .entry(p.uid.clone())
+                .or_insert(now);
         }
     }
 
     pub(super) fn expire(&mut self, now: Duration) {
         let per = self.policy.rate_limit.per;
-        while let Some(&t) = self.evictions.front() {
+        while let Some(&t) = self.answers.evictions.front() {
             if now.saturating_sub(t) >= per {
-                self.evictions.pop_front();
+                self.answers.evictions.pop_front();
             } else {
                 break;
             }
         }
-        self.refused.retain(|_, (until, _)| *until > now);
+        self.answers.refused.retain(|_, (until, _)| *until > now);
     }
 
     /// Rate-limit budget reserved by in-flight decisions, other than `except`'s GPU.
@@ -114,14 +121,14 @@ impl Guard {
 
     pub(super) fn allowance(&self, except: Option<u32>) -> usize {
         (self.policy.rate_limit.max_evictions as usize)
-            .saturating_sub(self.evictions.len())
+            .saturating_sub(self.answers.evictions.len())
             .saturating_sub(self.reserved(except))
     }
 
     /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
     /// reading a trigger only asks for a full poll ([`Guard::take_refresh_request`]).
     pub(super) fn decide_all(&mut self, now: Duration, fresh: bool) -> Vec<Decision> {
-        if self.hold.is_some() {
+        if self.trust.hold.is_some() {
             return Vec::new();
         }
         let indices: Vec<u32> = self.gpus.keys().copied().collect();
@@ -235,13 +242,15 @@ impl Guard {
             // pressure comes every few ms while the victims hold their memory until the
             // kubelet's SIGKILL.
             let stale = self
-                .snapshot_at
+                .seen
+                .at
                 .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
             self.refresh_wanted |= cooling_from.is_none() || stale;
             return None;
         }
 
         let refused: HashMap<String, String> = self
+            .answers
             .refused
             .iter()
             .map(|(uid, (_, detail))| (uid.clone(), detail.clone()))
@@ -250,9 +259,9 @@ impl Guard {
             &self.policy,
             index,
             self.processes(),
-            &self.pods,
+            &self.seen.pods,
             &refused,
-            &self.growth.on_gpu(index, sustained),
+            &self.seen.growth.on_gpu(index, sustained),
         );
 
         // Memory on its way back: the victims of the decision cooling down (by pid: the
@@ -407,7 +416,9 @@ impl Guard {
         // eviction client), so two GPUs can never overspend the global limit together.
         let reserved_elsewhere = self.reserved(Some(index));
         let max = self.policy.rate_limit.max_evictions as usize;
-        if reserved_elsewhere > 0 && self.evictions.len() + reserved_elsewhere + needed > max {
+        if reserved_elsewhere > 0
+            && self.answers.evictions.len() + reserved_elsewhere + needed > max
+        {
             if let Some(st) = self.gpus.get_mut(&index) {
                 st.inactive_reason = Some(format!(
                     "waiting for another GPU's decision to settle: it holds {reserved_elsewhere} of the rate limit's {max} evictions"
@@ -416,7 +427,7 @@ impl Guard {
             return None;
         }
         let allowance = max
-            .saturating_sub(self.evictions.len())
+            .saturating_sub(self.answers.evictions.len())
             .saturating_sub(reserved_elsewhere);
         let planned = needed.min(allowance);
         let rate_limited = needed > allowance;
