@@ -144,10 +144,10 @@ def main():
     ap.add_argument("--watch-latency", default="0s")
     ap.add_argument("--agent-arg", action="append", default=[],
                     help="(repeatable) an extra flag for the agent, e.g. --agent-arg=--process-util-interval=1s")
-    ap.add_argument("--baseline-agent", default=None,
-                    help="a second gpu-warden build run beside the agent at its defaults (the same pods; "
-                         "--agent-arg is the agent's alone): the CPU and RSS of both over the jobs' window "
-                         "go to the cost table")
+    ap.add_argument("--baseline-agent", action="append", default=[],
+                    help="(repeatable) another gpu-warden build run beside the agent at its defaults (the "
+                         "same pods; --agent-arg is the agent's alone): the CPU and RSS of each over the jobs' "
+                         "window go to the cost table; the same build twice shows the run's noise")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "/tmp/job-usage")
     os.makedirs(out_dir, exist_ok=True)
@@ -167,8 +167,8 @@ def main():
                                 stdout=open(os.path.join(work, log), "w"), stderr=subprocess.STDOUT)
     agent = start_agent(args.agent, 19401, "agent.log", args.agent_arg)
     agents = [("agent", args.agent, agent)]
-    if args.baseline_agent:
-        agents.append(("baseline", args.baseline_agent, start_agent(args.baseline_agent, 19402, "baseline.log", [])))
+    for i, path in enumerate(args.baseline_agent):
+        agents.append((f"baseline{i + 1}", path, start_agent(path, 19402 + i, f"baseline{i + 1}.log", [])))
     time.sleep(5)
     procs = [g.spawn_in_cgroup(p.cgroup, [sys.executable, "-c", LOAD, str(duty), str(args.seconds)],
                                os.path.join(work, f"{name}.log"))
@@ -218,10 +218,13 @@ def main():
     for name, path, _ in agents:
         cost.append(f"| {name} | {path} | {100 * (cpu1[name] - cpu0[name]) / 1e9 / wall:.3f} | "
                     f"{rss[name] / 1024:.1f} |")
-    if len(agents) == 2:
-        a, b = (cpu1[n_] - cpu0[n_] for n_ in ("agent", "baseline"))
-        cost.append(f"\nCPU agent / baseline over the same {wall:.0f} s: {a / b:.3f}; "
-                    f"RSS {rss['agent'] / max(rss['baseline'], 1):.3f}")
+    for name, _, _ in agents[1:]:
+        a, b = (cpu1[n_] - cpu0[n_] for n_ in ("agent", name))
+        cost.append(f"\nCPU agent / {name} over the same {wall:.0f} s: {a / max(b, 1):.3f}; "
+                    f"RSS {rss['agent'] / max(rss[name], 1):.3f}")
+    if len(agents) == 3:
+        a, b = (cpu1[n_] - cpu0[n_] for n_ in ("baseline1", "baseline2"))
+        cost.append(f"\nCPU baseline1 / baseline2 (the run's noise when they are one build): {a / max(b, 1):.3f}")
     table += "\n" + "\n".join(cost) + "\n"
     print(table)
     with open(os.path.join(out_dir, "job_usage_h200.md"), "w") as f:
