@@ -9,11 +9,12 @@
 //! [`AnnotationPlanner`]'s heartbeat rule), so a wedged sampler lets the Lease age and the
 //! extender's staleness rule takes over. A change of the figures (a quantum, a pressure
 //! level, the replicas) renews early, at most every [`LEASE_MIN_INTERVAL`] (a pressure rise
-//! at once). The Lease carries the four annotation values the Node would, so the Node
+//! at once). The Lease carries the annotation values the Node would, so the Node
 //! itself can be written only on a slow cadence. At shutdown the figures are taken off the
 //! Lease (the agent's RBAC has no `delete`); the extender then reads the Node, whose keys the
 //! annotator removes at the same time.
 
+use crate::act::writer_loop::{jitter_seed, NotStopped, Running, Schedule, Writer, WriterLoop};
 use crate::guard::carry::CARRY_KEY;
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;
@@ -25,9 +26,8 @@ use kube::api::{Api, PostParams};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
 
 /// A change of the figures renews the Lease early, but never more often than this (a
 /// pressure rise excepted).
@@ -141,24 +141,18 @@ fn micro_time(wall: SystemTime) -> MicroTime {
 
 /// Runs the Lease task; [`shutdown`](Self::shutdown) takes the figures off.
 pub struct LeaseHandle {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-    limit: Duration,
+    running: Running<()>,
 }
 
 impl LeaseHandle {
     /// Stops renewing and takes the figures off the Lease, within `limit` (3 s) and a grace.
     pub fn shutdown(self) -> impl Future<Output = ()> + Send + 'static {
-        let LeaseHandle { stop, task, limit } = self;
+        let stopped = self.running.stop();
         async move {
-            let _ = stop.send(());
-            let abort = task.abort_handle();
-            if tokio::time::timeout(limit + Duration::from_millis(500), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-                tracing::warn!("the lease task did not stop in time; its figures age into the extender's staleness rule");
+            match stopped.await {
+                Ok(()) => {}
+                Err(NotStopped::Late(_)) => tracing::warn!("the lease task did not stop in time; its figures age into the extender's staleness rule"),
+                Err(NotStopped::Failed(why)) => tracing::warn!(error = %why, "the lease task failed; its figures age into the extender's staleness rule"),
             }
         }
     }
@@ -179,39 +173,38 @@ pub fn spawn_lease(
     clock: Arc<dyn Clock>,
     carry: Option<watch::Receiver<Option<String>>>,
 ) -> LeaseHandle {
-    let seed = clock
-        .wall()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ crate::model::ids::fnv64(&[&cfg.name, "lease"]);
+    let seed = jitter_seed(clock.as_ref(), &[&cfg.name, "lease"]);
     let carry_key = format!("{}/{CARRY_KEY}", node_cfg.prefix);
-    let task = Task {
+    let planner = AnnotationPlanner::new(lease_planner_config(node_cfg, cfg.renew_interval));
+    let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30), seed);
+    let schedule = Schedule::new(backoff, Some(cfg.renew_interval));
+    let writer = LeaseWriter {
         api: Api::namespaced(client, &cfg.namespace),
         carry,
         carry_key,
         carry_written: None,
         figures: BTreeMap::new(),
-        planner: AnnotationPlanner::new(lease_planner_config(node_cfg, cfg.renew_interval)),
         prefix: node_cfg.prefix.clone(),
         cfg,
-        published,
-        feed_open: true,
-        clock,
-        backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(30), seed),
-        retry_at: None,
-        failures: 0,
+        clock: clock.clone(),
         last: None,
         timeout: Duration::from_secs(10),
     };
-    let (stop_tx, stop_rx) = oneshot::channel();
+    let writer_loop = WriterLoop {
+        writer,
+        planner,
+        published,
+        clock,
+        schedule,
+    };
     LeaseHandle {
-        stop: stop_tx,
-        task: tokio::spawn(task.run(stop_rx)),
-        limit: Duration::from_secs(3),
+        running: Running::spawn(writer_loop, Duration::from_secs(3)),
     }
 }
 
-struct Task {
+/// The Lease's side of the writer loop (`src/act/writer_loop.rs`): the optimistic update,
+/// the guard's carried state beside the figures, and the figures taken off at shutdown.
+struct LeaseWriter {
     api: Api<Lease>,
     /// The guard's carried state (its JSON), when the Lease keeps it.
     carry: Option<watch::Receiver<Option<String>>>,
@@ -221,132 +214,93 @@ struct Task {
     carry_written: Option<String>,
     /// The figures last written.
     figures: BTreeMap<String, String>,
-    planner: AnnotationPlanner,
     prefix: String,
     cfg: LeaseConfig,
-    published: watch::Receiver<Option<Arc<Published>>>,
-    feed_open: bool,
     clock: Arc<dyn Clock>,
-    backoff: Backoff,
-    retry_at: Option<Duration>,
-    failures: u64,
     /// The Lease as last read or written (its resourceVersion makes the next update safe).
     last: Option<Lease>,
     timeout: Duration,
 }
 
-impl Task {
-    async fn run(mut self, mut stop: oneshot::Receiver<()>) {
-        loop {
-            tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                _ = self.step() => {}
-            }
-            let wake = self.next_wake();
-            tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                changed = self.published.changed(), if self.feed_open => {
-                    if changed.is_err() {
-                        self.feed_open = false;
-                    }
-                }
-                changed = carry_changed(&mut self.carry) => {
-                    if changed.is_err() {
-                        self.carry = None;
-                    }
-                }
-                _ = sleep_for(wake), if wake.is_some() => {}
-            }
-        }
-        self.take_figures_off().await;
-    }
+impl Writer for LeaseWriter {
+    type Error = LeaseError;
+    type Done = ();
 
-    /// The next moment to ask the planner without a new publication: a held-back change,
-    /// a retry, or the renewal itself (polls normally come first).
-    fn next_wake(&self) -> Option<Duration> {
-        let now = self.clock.mono();
-        let renewal = self
-            .planner
-            .last_success()
-            .map(|t| t + self.cfg.renew_interval);
-        [self.retry_at, self.planner.next_due(), renewal]
-            .into_iter()
-            .flatten()
-            .map(|t| t.saturating_sub(now))
-            .min()
-    }
-
-    async fn step(&mut self) {
-        let now = self.clock.mono();
-        match self.retry_at {
-            Some(t) if now < t => return,
-            _ => self.retry_at = None,
-        }
+    /// Writes the planned figures, or the last ones again when only the carried state
+    /// changed (written at once: a doubt that begins must be on record before the agent
+    /// can be restarted).
+    async fn write(&mut self, patch: Option<&AnnotationPatch>) -> Option<Result<(), LeaseError>> {
         let carry_wanted = self
             .carry
             .as_mut()
             .map(|c| c.borrow_and_update().clone())
             .unwrap_or_else(|| self.carry_written.clone());
-        let latest = self.published.borrow_and_update().clone();
-        let patch = latest.and_then(|p| {
-            self.planner
-                .plan_with_replicas(&p.snapshot, &p.pressure, p.replicas.as_deref(), now)
-        });
         if patch.is_none() && carry_wanted == self.carry_written {
-            return;
+            return None;
         }
-        let figures = match &patch {
+        let figures = match patch {
             Some(p) => p.values.to_annotations(&self.prefix),
             None => self.figures.clone(),
         };
         let body = with_carry(&figures, &self.carry_key, carry_wanted.as_deref());
-        match self.write(&body).await {
-            Ok(()) => {
-                if let Some(p) = &patch {
-                    self.succeeded(p);
-                }
-                if carry_wanted != self.carry_written {
-                    tracing::info!(lease = %self.cfg.name, carried = carry_wanted.as_deref().unwrap_or(""), "guard doubts and cooldowns recorded on the lease");
-                }
-                self.figures = figures;
-                self.carry_written = carry_wanted;
+        let result = self.put(&body).await;
+        if result.is_ok() {
+            if carry_wanted != self.carry_written {
+                tracing::info!(lease = %self.cfg.name, carried = carry_wanted.as_deref().unwrap_or(""), "guard doubts and cooldowns recorded on the lease");
             }
-            Err(e) => self.failed(patch.as_ref(), e),
+            self.figures = figures;
+            self.carry_written = carry_wanted;
+        }
+        Some(result)
+    }
+
+    fn succeeded(&mut self, patch: Option<&AnnotationPatch>, failures: u64) {
+        if failures > 0 {
+            tracing::info!(lease = %self.cfg.name, failures, "lease renewed again");
+        }
+        if let Some(patch) = patch {
+            tracing::debug!(lease = %self.cfg.name, reason = patch.reason.as_str(), "lease renewed");
         }
     }
 
-    fn succeeded(&mut self, patch: &AnnotationPatch) {
-        self.planner.patch_succeeded(self.clock.mono());
-        self.backoff.reset();
-        if self.failures > 0 {
-            tracing::info!(lease = %self.cfg.name, failures = self.failures, "lease renewed again");
-            self.failures = 0;
-        }
-        tracing::debug!(lease = %self.cfg.name, reason = patch.reason.as_str(), "lease renewed");
-    }
-
-    fn failed(&mut self, patch: Option<&AnnotationPatch>, error: LeaseError) {
-        if patch.is_some() {
-            self.planner.patch_failed(self.clock.mono());
-        }
-        self.failures += 1;
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(self.clock.mono() + delay);
+    fn failed(
+        &mut self,
+        patch: Option<&AnnotationPatch>,
+        error: LeaseError,
+        failures: u64,
+        retry_in: Duration,
+    ) {
         let forbidden =
             matches!(&error, LeaseError::Api { source: kube::Error::Api(s), .. } if s.code == 403);
         if forbidden {
             tracing::warn!(lease = %self.cfg.name, namespace = %self.cfg.namespace, error = %error, "writing the lease is forbidden: the extender reads this node's figures from its Node, at the Node's slower cadence (grant leases get/create/update in the agent's namespace, docs/deploy.md)");
         } else {
             let reason = patch.map_or("guard doubts", |p| p.reason.as_str());
-            tracing::warn!(lease = %self.cfg.name, reason, failures = self.failures, retry_in = ?delay, error = %error, "renewing the lease failed; will retry");
+            tracing::warn!(lease = %self.cfg.name, reason, failures, retry_in = ?retry_in, error = %error, "renewing the lease failed; will retry");
         }
     }
 
+    /// Resolves when the carried state changes (never without one).
+    async fn woken(&mut self) {
+        match &mut self.carry {
+            Some(c) => {
+                if c.changed().await.is_err() {
+                    self.carry = None;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn finish(self) {
+        self.take_figures_off().await;
+    }
+}
+
+impl LeaseWriter {
     /// One renewal: update the copy last seen; on a conflict or a missing Lease read it
     /// again (or create it) and update once more.
-    async fn write(&mut self, figures: &BTreeMap<String, String>) -> Result<(), LeaseError> {
+    async fn put(&mut self, figures: &BTreeMap<String, String>) -> Result<(), LeaseError> {
         if self.last.is_some() {
             match self.replace(figures).await {
                 Ok(()) => return Ok(()),
@@ -428,7 +382,7 @@ impl Task {
             .map(|c| c.borrow().clone())
             .unwrap_or_else(|| self.carry_written.clone());
         let left = with_carry(&BTreeMap::new(), &self.carry_key, carried.as_deref());
-        let result = tokio::time::timeout(Duration::from_secs(3), self.write(&left)).await;
+        let result = tokio::time::timeout(Duration::from_secs(3), self.put(&left)).await;
         match result {
             Ok(Ok(())) => tracing::info!(lease = %self.cfg.name, "lease figures removed"),
             Ok(Err(e)) => tracing::warn!(error = %e, "removing the lease figures failed; they age into the extender's staleness rule"),
@@ -448,16 +402,6 @@ fn with_carry(
         all.insert(key.to_string(), c.to_string());
     }
     all
-}
-
-/// Resolves when the carried state changes (never without one).
-async fn carry_changed(
-    carry: &mut Option<watch::Receiver<Option<String>>>,
-) -> Result<(), watch::error::RecvError> {
-    match carry {
-        Some(c) => c.changed().await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Reads the guard's carried state from this agent's Lease once, at start (`None`: no
@@ -493,15 +437,10 @@ pub async fn read_carried(
         .and_then(|mut a| a.remove(&key)))
 }
 
-async fn sleep_for(d: Option<Duration>) {
-    if let Some(d) = d {
-        tokio::time::sleep(d).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn cfg() -> LeaseConfig {
         LeaseConfig {
@@ -556,6 +495,31 @@ mod tests {
             "same holder: no transition"
         );
         assert!(spec.renew_time > spec.acquire_time);
+    }
+
+    /// The Lease carries every key of the set the agent owns (`PerKey`), as its writer
+    /// builds them from the planned values.
+    #[test]
+    fn the_lease_carries_every_owned_key() {
+        use crate::publish::annotations::{owned_keys, AnnotationValues};
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let values = AnnotationValues {
+            observed_at: t0,
+            gpus: vec![],
+            free_mib: 0,
+            max_free_mib: 0,
+            next_gpu: None,
+            cuda_driver_version: Some(crate::model::cuda::CudaVersion {
+                major: 12,
+                minor: 8,
+            }),
+        };
+        let figures = values.to_annotations("gpu-warden.io");
+        let lease = lease_object(None, &cfg(), "gpu-warden.io", &figures, t0);
+        let ann = lease.metadata.annotations.unwrap_or_default();
+        for key in owned_keys("gpu-warden.io").iter() {
+            assert!(ann.contains_key(key), "{key} is not on the Lease: {ann:?}");
+        }
     }
 
     #[test]

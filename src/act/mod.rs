@@ -1,6 +1,6 @@
 //! The Kubernetes shells: the API clients, the enforcer that carries guard decisions out
-//! (evictions and Events), the Event objects, and the node annotator that writes what
-//! `publish::annotations` plans.
+//! (evictions and Events), the Event objects, and the two writers (the Node's annotations and
+//! the agent's Lease) of what `publish::annotations` plans, around one writer loop.
 
 pub mod client;
 pub mod enforce;
@@ -12,3 +12,4 @@ pub mod node_annotations;
 pub mod read_timeout;
 pub mod signal;
 pub mod stop;
+pub(crate) mod writer_loop;

@@ -1,14 +1,13 @@
 //! The shell that writes the free-VRAM annotations ([`crate::publish::annotations`]) onto this
 //! agent's Node.
 //!
-//! One tokio task. It wakes on every new publication (and when the planner or the
-//! backoff says so), asks the [`AnnotationPlanner`], and sends the planned JSON merge patch
-//! of `metadata.annotations`. It owns nothing the agent loop waits for: the publications
-//! come through a `watch` channel that never blocks its sender, so metrics and the guard
-//! keep working while the API server is slow or down; the task just keeps retrying with
-//! exponential backoff in the background. On [`AnnotatorHandle::shutdown`] it removes
-//! exactly its four keys, because a stale free figure is worse than none.
+//! One tokio task, the writer loop of `src/act/writer_loop.rs` (shared with the Lease): it
+//! wakes on every new publication (and when the planner or the backoff says so), asks the
+//! [`AnnotationPlanner`], and this file sends the planned JSON merge patch of
+//! `metadata.annotations`. On [`AnnotatorHandle::shutdown`] it removes exactly its keys,
+//! because a stale free figure is worse than none.
 
+use crate::act::writer_loop::{jitter_seed, NotStopped, Running, Schedule, Writer, WriterLoop};
 use crate::model::clock::Clock;
 use crate::publish::annotations::{
     removal_patch, AnnotationConfig, AnnotationPatch, AnnotationPlanner,
@@ -20,8 +19,7 @@ use kube::api::{Api, Patch, PatchParams};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 
 /// Field manager recorded in the Node's `managedFields`, so an operator can see who owns
 /// the keys.
@@ -90,30 +88,22 @@ pub use crate::model::backoff::Backoff;
 /// Runs the annotator; dropping it without [`shutdown`](Self::shutdown) also stops the
 /// task and removes the keys, but nobody waits for that.
 pub struct AnnotatorHandle {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), AnnotatorError>>,
-    limit: Duration,
+    running: Running<Result<(), AnnotatorError>>,
 }
 
 impl AnnotatorHandle {
-    /// Stops the task and removes our four annotations from the Node. Bounded by the
-    /// timing's `shutdown_timeout` (3 s by default) plus a small grace; a patch in flight is
+    /// Stops the task and removes our annotations from the Node. Bounded by the timing's
+    /// `shutdown_timeout` (3 s by default) plus a small grace; a patch in flight is
     /// abandoned. Errors only say that the keys may still be there.
     pub fn shutdown(self) -> impl Future<Output = Result<(), AnnotatorError>> + Send + 'static {
-        let AnnotatorHandle { stop, task, limit } = self;
+        let stopped = self.running.stop();
         async move {
-            let _ = stop.send(());
-            let abort = task.abort_handle();
-            match tokio::time::timeout(limit + Duration::from_millis(500), task).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(join)) => Err(AnnotatorError::Task(join.to_string())),
-                Err(_) => {
-                    abort.abort();
-                    Err(AnnotatorError::Task(format!(
-                        "did not stop within {:?}",
-                        limit + Duration::from_millis(500)
-                    )))
-                }
+            match stopped.await {
+                Ok(result) => result,
+                Err(NotStopped::Failed(why)) => Err(AnnotatorError::Task(why)),
+                Err(NotStopped::Late(limit)) => Err(AnnotatorError::Task(format!(
+                    "did not stop within {limit:?}"
+                ))),
             }
         }
     }
@@ -155,35 +145,36 @@ pub fn spawn_annotator_with(
     metrics: SelfMetrics,
     timing: AnnotatorTiming,
 ) -> AnnotatorHandle {
-    let seed = jitter_seed(clock.as_ref(), &node);
+    let seed = jitter_seed(clock.as_ref(), &[&node]);
     let removal = removal_patch(&cfg.prefix);
-    let task = Task {
+    let writer = NodeWriter {
         api: Api::all(client),
         params: PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
         },
         node,
-        planner: AnnotationPlanner::new(cfg),
-        published,
-        feed_open: true,
-        clock,
+        clock: clock.clone(),
         metrics,
         timing,
-        backoff: Backoff::new(timing.backoff_initial, timing.backoff_max, seed),
-        retry_at: None,
-        failures: 0,
         removal,
     };
-    let (stop_tx, stop_rx) = oneshot::channel();
+    let writer_loop = WriterLoop {
+        writer,
+        planner: AnnotationPlanner::new(cfg),
+        published,
+        clock,
+        schedule: Schedule::new(
+            Backoff::new(timing.backoff_initial, timing.backoff_max, seed),
+            None,
+        ),
+    };
     AnnotatorHandle {
-        stop: stop_tx,
-        task: tokio::spawn(task.run(stop_rx)),
-        limit: timing.shutdown_timeout,
+        running: Running::spawn(writer_loop, timing.shutdown_timeout),
     }
 }
 
-/// Removes our four annotations from `node` with one merge patch, bounded by `timeout`.
+/// Removes our annotations from `node` with one merge patch, bounded by `timeout`.
 ///
 /// For an agent started with annotations switched off: keys left by an earlier run (or by
 /// a crashed one, which could not remove them) would otherwise look like a node that
@@ -230,134 +221,73 @@ async fn patch_node(
     }
 }
 
-/// Different per node and per start, so nodes restarted together do not retry together.
-fn jitter_seed(clock: &dyn Clock, node: &str) -> u64 {
-    let nanos = clock
-        .wall()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ crate::model::ids::fnv64(&[node])
-}
-
-struct Task {
+/// The Node's side of the writer loop (`src/act/writer_loop.rs`): one merge patch per
+/// planned patch, the patch counters, and the keys' removal at shutdown.
+struct NodeWriter {
     api: Api<Node>,
     params: PatchParams,
     node: String,
-    planner: AnnotationPlanner,
-    published: watch::Receiver<Option<Arc<Published>>>,
-    /// False once the agent loop dropped its sender: then only shutdown is left to do.
-    feed_open: bool,
     clock: Arc<dyn Clock>,
     metrics: SelfMetrics,
     timing: AnnotatorTiming,
-    backoff: Backoff,
-    /// Monotonic (clock) time before which no patch is sent, after a failure.
-    retry_at: Option<Duration>,
-    failures: u64,
     removal: serde_json::Value,
 }
 
-impl Task {
-    async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Result<(), AnnotatorError> {
-        // A publication made before the task started is not "changed" for the receiver.
-        tokio::select! {
-            biased;
-            _ = &mut stop => return self.remove().await,
-            _ = self.step() => {}
-        }
-        loop {
-            let wake = self.next_wake();
-            tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                changed = self.published.changed(), if self.feed_open => {
-                    if changed.is_err() {
-                        tracing::debug!("publications ended; annotator waits for shutdown");
-                        self.feed_open = false;
-                        continue;
-                    }
-                }
-                _ = sleep_for(wake), if wake.is_some() => {}
-            }
-            // A patch in flight is abandoned at shutdown: the removal supersedes it.
-            tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                _ = self.step() => {}
-            }
-        }
-        self.remove().await
+impl Writer for NodeWriter {
+    type Error = AnnotatorError;
+    type Done = Result<(), AnnotatorError>;
+
+    async fn write(
+        &mut self,
+        patch: Option<&AnnotationPatch>,
+    ) -> Option<Result<(), AnnotatorError>> {
+        let patch = patch?;
+        Some(self.send(&patch.body).await)
     }
 
-    /// How long to sleep before asking the planner again without a new publication.
-    fn next_wake(&self) -> Option<Duration> {
-        let now = self.clock.mono();
-        [self.retry_at, self.planner.next_due()]
-            .into_iter()
-            .flatten()
-            .filter(|t| *t > now)
-            .min()
-            .map(|t| t - now)
-    }
-
-    async fn step(&mut self) {
-        let now = self.clock.mono();
-        match self.retry_at {
-            Some(t) if now < t => return,
-            _ => self.retry_at = None,
-        }
-        let latest = self.published.borrow_and_update().clone();
-        let Some(published) = latest else { return };
-        let Some(patch) = self.planner.plan_with_replicas(
-            &published.snapshot,
-            &published.pressure,
-            published.replicas.as_deref(),
-            now,
-        ) else {
-            return;
-        };
-        match self.send(&patch.body).await {
-            Ok(()) => self.succeeded(&patch),
-            Err(e) => self.failed(&patch, e),
-        }
-    }
-
-    fn succeeded(&mut self, patch: &AnnotationPatch) {
-        self.planner.patch_succeeded(self.clock.mono());
+    fn succeeded(&mut self, patch: Option<&AnnotationPatch>, failures: u64) {
         self.count("success");
         self.metrics
             .annotation_last_success
             .set(unix_seconds(self.clock.as_ref()));
-        self.backoff.reset();
-        if self.failures > 0 {
-            tracing::info!(node = %self.node, failures = self.failures, "node annotations patched again");
-            self.failures = 0;
+        if failures > 0 {
+            tracing::info!(node = %self.node, failures, "node annotations patched again");
         }
-        tracing::debug!(
-            node = %self.node,
-            reason = patch.reason.as_str(),
-            free_mib = patch.values.free_mib,
-            max_free_mib = patch.values.max_free_mib,
-            "node annotations patched"
-        );
+        if let Some(patch) = patch {
+            tracing::debug!(
+                node = %self.node,
+                reason = patch.reason.as_str(),
+                free_mib = patch.values.free_mib,
+                max_free_mib = patch.values.max_free_mib,
+                "node annotations patched"
+            );
+        }
     }
 
-    fn failed(&mut self, patch: &AnnotationPatch, error: AnnotatorError) {
-        self.planner.patch_failed(self.clock.mono());
+    fn failed(
+        &mut self,
+        patch: Option<&AnnotationPatch>,
+        error: AnnotatorError,
+        failures: u64,
+        retry_in: Duration,
+    ) {
         self.count("error");
-        self.failures += 1;
-        let delay = self.backoff.next_delay();
-        self.retry_at = Some(self.clock.mono() + delay);
         tracing::warn!(
             node = %self.node,
-            reason = patch.reason.as_str(),
-            failures = self.failures,
-            retry_in = ?delay,
+            reason = patch.map_or("", |p| p.reason.as_str()),
+            failures,
+            retry_in = ?retry_in,
             error = %error,
             "patching node annotations failed; will retry"
         );
     }
 
+    async fn finish(self) -> Result<(), AnnotatorError> {
+        self.remove().await
+    }
+}
+
+impl NodeWriter {
     fn count(&self, result: &str) {
         self.metrics
             .annotation_patches
@@ -409,12 +339,6 @@ impl Task {
                 timeout: limit,
             }),
         }
-    }
-}
-
-async fn sleep_for(d: Option<Duration>) {
-    if let Some(d) = d {
-        tokio::time::sleep(d).await;
     }
 }
 

@@ -4,14 +4,15 @@
 //! Room on a GPU = free (annotated) − committed-but-unused (declared requests of pods
 //! allocated there but not yet used, `declaredMiB − usedMiB`, plus the ledger's pending
 //! reservations) − margin. On a node with the kubelet's replica figures the pod is judged on
-//! the GPU NVIDIA's device plugin hands out next (fewest replicas allocated, counting pending
-//! reservations; ties to the lower index); without them the pod may get any GPU, so it is
-//! judged on the one with the least room.
+//! the GPU NVIDIA's device plugin hands out next (its rule in `src/model/device_plugin.rs`,
+//! with pending reservations counted as allocated); without them the pod may get any GPU, so
+//! it is judged on the one with the least room.
 
 use super::ledger::Reservation;
 use super::nodes::{NodeState, NodeVram};
 pub use super::why::{gib, Gib, Untrusted, Which, Why};
 use super::wire::{HostPriority, MAX_EXTENDER_PRIORITY};
+use crate::model::device_plugin::{self, Replicas};
 use crate::model::pressure::Pressure;
 use crate::publish::annotations::GpuFigures;
 use serde::Deserialize;
@@ -202,42 +203,39 @@ pub fn committed(gpu: &GpuFigures, pending: &[Reservation], policy: &JudgePolicy
     unused * u64::from(policy.promised_percent) / 100 + waiting
 }
 
-/// `(allocated, index)` of a GPU with a replica left, counting pending reservations.
-fn open(g: &GpuFigures, pending: &[Reservation]) -> Option<(u32, u32)> {
+/// A GPU's replicas counting pending reservations as allocated; `None` without the figures.
+fn with_pending<'a>(
+    g: &'a GpuFigures,
+    pending: &[Reservation],
+) -> Option<(Replicas, &'a GpuFigures)> {
     let allocated =
         g.replicas_allocated? + pending_on(pending, g).filter(|r| !r.shown).count() as u32;
-    (allocated < g.replicas_allocatable?).then_some((allocated, g.index))
+    let replicas = Replicas {
+        allocated,
+        allocatable: g.replicas_allocatable?,
+        index: Some(g.index),
+    };
+    Some((replicas, g))
 }
 
-/// The GPU NVIDIA's device plugin hands out next, counting pending reservations: fewest
-/// replicas allocated among those with one left, ties to the lower index. `None`: none
-/// has a replica left. Only meaningful when the node has replica figures.
+/// The GPU NVIDIA's device plugin hands out next (`src/model/device_plugin.rs`), counting
+/// pending reservations. `None`: none has a replica left. Only meaningful when the node has
+/// replica figures.
 pub fn next_gpu<'a>(v: &'a NodeVram, pending: &[Reservation]) -> Option<&'a GpuFigures> {
-    v.gpus
-        .iter()
-        .filter_map(|g| Some((open(g, pending)?, g)))
-        .min_by_key(|(key, _)| *key)
-        .map(|(_, g)| g)
+    device_plugin::next(v.gpus.iter().filter_map(|g| with_pending(g, pending)))
 }
 
-/// The `count` GPUs NVIDIA's device plugin hands out next, counting pending reservations:
-/// fewest replicas allocated among those with one left, ties to the lower index, each GPU
-/// once. `None`: fewer than `count` have a replica left.
+/// The `count` GPUs NVIDIA's device plugin hands out next, counting pending reservations,
+/// each GPU once. `None`: fewer than `count` have a replica left.
 pub fn next_gpus<'a>(
     v: &'a NodeVram,
     pending: &[Reservation],
     count: usize,
 ) -> Option<Vec<&'a GpuFigures>> {
-    let mut open: Vec<((u32, u32), &GpuFigures)> = v
-        .gpus
-        .iter()
-        .filter_map(|g| Some((open(g, pending)?, g)))
-        .collect();
-    if open.len() < count {
-        return None;
-    }
-    open.sort_unstable_by_key(|(key, _)| *key);
-    Some(open.into_iter().take(count).map(|(_, g)| g).collect())
+    device_plugin::next_n(
+        v.gpus.iter().filter_map(|g| with_pending(g, pending)),
+        count,
+    )
 }
 
 /// The GPUs a pod gets: one (the common case, judged without allocating) or several.

@@ -1,21 +1,22 @@
 //! A node's liveness, from its agent's Lease (docs/annotations.md, "Liveness").
 //!
 //! Pure. Each agent keeps a `coordination.k8s.io/v1` Lease named after its node, in the
-//! agent's namespace, renewed every few seconds and carrying the same four annotation values
-//! as the Node; the Node itself is written on a slow cadence. [`effective`] turns a node's
+//! agent's namespace, renewed every few seconds and carrying the same annotation values as
+//! the Node (every key of `PerKey`, `src/publish/annotations/schema.rs`); the Node itself is written on a slow cadence. [`effective`] turns a node's
 //! annotations and its Lease into the annotations the verdicts read:
 //!
 //! - **No Lease** (an agent from before Leases, or none at all): the Node's annotations as
 //!   they are; staleness follows their `vram-observed-at` (the fallback of the upgrade path).
 //! - **A Lease**: the Lease is the truth, whatever the Node says. Its figures replace the
-//!   Node's, and `vram-observed-at` becomes the older of the figures' own time and the
+//!   Node's, every key of the set (one the Lease lacks is not taken from the Node either),
+//!   and `vram-observed-at` becomes the older of the figures' own time and the
 //!   Lease's `renewTime`, so an agent that stopped renewing goes stale by the extender's
 //!   `staleAfter` even while its Node still shows recent figures.
 //! - **A Lease without figures** (taken off at the agent's graceful shutdown): the Node's
 //!   annotations, as without a Lease. The stopping agent removed those too, so the node reads
 //!   as missing; an older agent started there afterwards (a downgrade) is read by its Node.
 
-use crate::publish::annotations::{KEY_FREE, KEY_MAX_FREE, KEY_OBSERVED_AT, KEY_VRAM};
+use crate::publish::annotations::owned_keys;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -39,25 +40,18 @@ pub fn effective(
     lease: Option<&LeaseView>,
     prefix: &str,
 ) -> BTreeMap<String, String> {
-    let Some(lease) = lease.filter(|l| l.annotations.contains_key(&format!("{prefix}/{KEY_VRAM}")))
-    else {
+    let keys = owned_keys(prefix);
+    let Some(lease) = lease.filter(|l| l.annotations.contains_key(&keys.vram)) else {
         return node_annotations.clone();
     };
-    let keys = [KEY_FREE, KEY_MAX_FREE, KEY_VRAM, KEY_OBSERVED_AT].map(|k| format!("{prefix}/{k}"));
     let mut out = node_annotations.clone();
-    for k in &keys {
+    for k in keys.iter() {
         out.remove(k);
-    }
-    let vram_key = &keys[2];
-    if let Some(vram) = lease.annotations.get(vram_key) {
-        out.insert(vram_key.clone(), vram.clone());
-    }
-    for k in &keys[..2] {
         if let Some(v) = lease.annotations.get(k) {
             out.insert(k.clone(), v.clone());
         }
     }
-    let observed_key = &keys[3];
+    let observed_key = &keys.observed_at;
     let figures_at = lease
         .annotations
         .get(observed_key)
@@ -278,6 +272,63 @@ mod tests {
             stale_at_12m, 0,
             "staleAfter: 12m (docs/deploy.md, Upgrade) accepts every poll"
         );
+    }
+
+    /// Every key the agent owns, as its own writer puts it on a Lease, reaches the verdicts
+    /// from the Lease and not from the Node's older copy; a key the Lease lacks is not taken
+    /// from the Node either. A key added to the set is checked here without a change.
+    #[test]
+    fn every_owned_key_is_read_from_the_lease() {
+        use crate::model::cuda::CudaVersion;
+        use crate::publish::annotations::{owned_keys, AnnotationValues};
+        let values = |free: u64, t: u64, cuda: Option<CudaVersion>| AnnotationValues {
+            observed_at: at(t),
+            gpus: vec![crate::extender::judge::tests::gpu(0, free, 4096, None)],
+            free_mib: free,
+            max_free_mib: free,
+            next_gpu: None,
+            cuda_driver_version: cuda,
+        };
+        let old = Some(CudaVersion {
+            major: 12,
+            minor: 2,
+        });
+        let new = Some(CudaVersion {
+            major: 12,
+            minor: 8,
+        });
+        let node = with_other(values(8192, 0, old).to_annotations(P));
+        let written = values(2048, 239, new).to_annotations(P);
+        let keys = owned_keys(P);
+        for k in keys.iter() {
+            assert!(written.contains_key(k), "the agent writes {k}");
+            assert_ne!(
+                node.get(k),
+                written.get(k),
+                "{k}: the test tells them apart"
+            );
+        }
+        let lease = LeaseView {
+            renew_time: Some(at(240)),
+            annotations: written.clone(),
+        };
+        let eff = effective(&node, Some(&lease), P);
+        for k in keys.iter() {
+            assert_eq!(eff.get(k), written.get(k), "{k} comes from the Lease");
+        }
+        assert_eq!(eff["node.alpha.kubernetes.io/ttl"], "0");
+        let NodeState::Known(v) = read_node(&eff, P) else {
+            panic!("{eff:?}")
+        };
+        assert_eq!(v.cuda, new, "the extender's CUDA check reads the Lease's");
+
+        let unknown = values(2048, 239, None).to_annotations(P);
+        let lease = LeaseView {
+            renew_time: Some(at(240)),
+            annotations: unknown,
+        };
+        let eff = effective(&node, Some(&lease), P);
+        assert_eq!(eff.get(&keys.cuda_driver_version), None, "not the Node's");
     }
 
     #[test]

@@ -2,9 +2,7 @@
 //! ([`crate::publish::annotations`]), so the writer and this reader cannot drift apart.
 
 use crate::model::cuda::CudaVersion;
-use crate::publish::annotations::{
-    parse_vram_json, GpuFigures, KEY_CUDA, KEY_OBSERVED_AT, KEY_VRAM,
-};
+use crate::publish::annotations::{owned_keys, parse_vram_json, GpuFigures};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -54,8 +52,9 @@ pub enum NodeState {
 
 /// Reads the `vram` and `vram-observed-at` annotations under `prefix`.
 pub fn read_node(annotations: &BTreeMap<String, String>, prefix: &str) -> NodeState {
-    let vram_key = format!("{prefix}/{KEY_VRAM}");
-    let Some(text) = annotations.get(&vram_key) else {
+    let keys = owned_keys(prefix);
+    let vram_key = &keys.vram;
+    let Some(text) = annotations.get(vram_key) else {
         return NodeState::Missing;
     };
     let doc = match parse_vram_json(text) {
@@ -69,9 +68,9 @@ pub fn read_node(annotations: &BTreeMap<String, String>, prefix: &str) -> NodeSt
         ));
     }
     // The separate key is the documented staleness signal; the JSON's copy is the fallback.
-    let observed_key = format!("{prefix}/{KEY_OBSERVED_AT}");
+    let observed_key = &keys.observed_at;
     let observed = annotations
-        .get(&observed_key)
+        .get(observed_key)
         .map(String::as_str)
         .unwrap_or(&doc.observed_at);
     let observed_at = match humantime::parse_rfc3339(observed) {
@@ -87,7 +86,7 @@ pub fn read_node(annotations: &BTreeMap<String, String>, prefix: &str) -> NodeSt
         gpus: doc.gpus,
         next_gpu: doc.next_gpu,
         cuda: annotations
-            .get(&format!("{prefix}/{KEY_CUDA}"))
+            .get(&keys.cuda_driver_version)
             .and_then(|v| CudaVersion::parse(v).ok()),
     })
 }

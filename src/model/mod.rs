@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod clock;
 pub mod cuda;
 pub mod cuda_images;
+pub mod device_plugin;
 pub mod event;
 pub mod ids;
 pub mod pod;

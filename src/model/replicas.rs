@@ -6,6 +6,7 @@
 //! nothing (its errors live here, beside the answer that carries them to `/state`).
 //! `attribute::podresources` builds it; the metrics, the `vram` annotation and `/state` read it.
 
+use crate::model::device_plugin::{self, Replicas};
 use crate::model::snapshot::{GpuSample, Owner, PodRef, ProcessSample, Snapshot, MIB};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -312,19 +313,21 @@ impl Allocations {
         })
     }
 
-    /// The GPU NVIDIA's device plugin hands the next replica out on: among GPUs with a
-    /// replica left, the one with the fewest allocated (not the one with the most free
-    /// memory); ties go to the lower `index_of` (NVML index), GPUs without one last. None
-    /// also when the allocatable figures are unknown.
+    /// The GPU NVIDIA's device plugin hands the next replica out on, by its rule
+    /// (`src/model/device_plugin.rs`), with `index_of` giving a GPU's NVML index. None also
+    /// when the allocatable figures are unknown.
     pub fn next_gpu(&self, index_of: impl Fn(&str) -> Option<u32>) -> Option<&str> {
         if !self.allocatable_known() {
             return None;
         }
-        self.gpus
-            .iter()
-            .filter(|(_, g)| g.allocated < g.allocatable)
-            .min_by_key(|(uuid, g)| (g.allocated, index_of(uuid).unwrap_or(u32::MAX)))
-            .map(|(uuid, _)| uuid.as_str())
+        device_plugin::next(self.gpus.iter().map(|(uuid, g)| {
+            let replicas = Replicas {
+                allocated: g.allocated,
+                allocatable: g.allocatable,
+                index: index_of(uuid),
+            };
+            (replicas, uuid.as_str())
+        }))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The free-VRAM Node annotations of docs/annotations.md: what to publish, and when.
 //!
 //! Pure: no I/O, no async, time is handed in. [`annotation_values`] turns a snapshot and
-//! the guard's per-GPU pressure into the four annotation values; [`AnnotationPlanner`]
+//! the guard's per-GPU pressure into the annotation values; [`AnnotationPlanner`]
 //! decides when they are worth a PATCH. The cluster's API server is shared by every node,
 //! so the planner's job is mostly to say *no*: values are quantized, small moves are
 //! absorbed by hysteresis, and patches are spaced by a minimum interval, except when a

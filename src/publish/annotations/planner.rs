@@ -1,7 +1,7 @@
 //! The write discipline of docs/annotations.md: when the values are worth a PATCH.
 
 use super::budget::WriteBudget;
-use super::schema::{annotation_key, owned_keys, GpuFigures, DEFAULT_PREFIX};
+use super::schema::{annotation_key, owned_keys, GpuFigures, PerKey, DEFAULT_PREFIX};
 use super::values::{merge_patch, next_gpu, quantize, readings, AnnotationValues, Reading};
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
@@ -154,8 +154,8 @@ impl AnnotationConfig {
         annotation_key(&self.prefix, name)
     }
 
-    /// The four keys this agent owns, in the order of docs/annotations.md.
-    pub fn keys(&self) -> [String; 4] {
+    /// The keys this agent owns, by name.
+    pub fn keys(&self) -> PerKey<String> {
         owned_keys(&self.prefix)
     }
 
@@ -225,7 +225,7 @@ impl PatchReason {
 /// One planned patch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnnotationPatch {
-    /// The JSON merge-patch body: `{"metadata":{"annotations":{…our four keys…}}}`.
+    /// The JSON merge-patch body: `{"metadata":{"annotations":{…our keys…}}}`.
     pub body: Value,
     /// The values it carries.
     pub values: AnnotationValues,
@@ -563,12 +563,13 @@ mod tests {
             assert_eq!(c.validate(), Ok(()));
         }
         assert_eq!(
-            cfg().keys(),
+            cfg().keys().into_array(),
             [
                 "gpu-warden.io/vram-free-mib",
                 "gpu-warden.io/vram-max-free-mib",
                 "gpu-warden.io/vram",
-                "gpu-warden.io/vram-observed-at"
+                "gpu-warden.io/vram-observed-at",
+                "gpu-warden.io/cuda-driver-version"
             ]
         );
     }
@@ -969,7 +970,14 @@ mod tests {
     fn ten_minute_steady_run_patches_at_most_eleven_times() {
         let mut p = AnnotationPlanner::new(cfg());
         let pr = BTreeMap::from([(0, Pressure::None), (1, Pressure::None)]);
-        let keys: std::collections::BTreeSet<String> = p.config().keys().into_iter().collect();
+        // Every key but the CUDA version's, which these snapshots do not know.
+        let keys: std::collections::BTreeSet<String> = p
+            .config()
+            .keys()
+            .into_array()
+            .into_iter()
+            .filter(|k| *k != p.config().keys().cuda_driver_version)
+            .collect();
         let mut patches = Vec::new();
         for t in 0..=600 {
             let s = snap_at(

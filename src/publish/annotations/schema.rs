@@ -8,26 +8,93 @@ use serde::{Deserialize, Serialize};
 
 /// The default annotation key prefix (the node's keys and the pods' share it).
 pub const DEFAULT_PREFIX: &str = crate::model::units::DEFAULT_ANNOTATION_PREFIX;
-/// Key name (after `<prefix>/`) of the free MiB summed over the node's GPUs.
-pub const KEY_FREE: &str = "vram-free-mib";
-/// Key name of the most free MiB on any one GPU.
-pub const KEY_MAX_FREE: &str = "vram-max-free-mib";
-/// Key name of the per-GPU JSON document.
-pub const KEY_VRAM: &str = "vram";
-/// Key name of the RFC 3339 time of the observation the values come from.
-pub const KEY_OBSERVED_AT: &str = "vram-observed-at";
-/// Key name of the CUDA version the node's driver supports (`"12.8"`), written with the
-/// other figures when the driver tells it; read by the extender's CUDA check (docs/cuda.md).
-pub const KEY_CUDA: &str = "cuda-driver-version";
 /// The `v` field of the `vram` JSON; bumped only on an incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// Something for each annotation the agent owns, on its Node and on its Lease, by name. A
+/// key added here is a field, so the compiler asks every place that builds a set or takes
+/// one apart for it: its name ([`KEY_NAMES`]) and its value
+/// (`src/publish/annotations/values.rs`). The removal at shutdown and the extender's reading
+/// of a Lease (`src/extender/liveness.rs`) go over every key of the set, so a new one is
+/// removed and read there without a change (their tests check it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PerKey<T> {
+    /// `vram-free-mib`: the free MiB summed over the node's GPUs.
+    pub free: T,
+    /// `vram-max-free-mib`: the most free MiB on any one GPU.
+    pub max_free: T,
+    /// `vram`: the per-GPU JSON document.
+    pub vram: T,
+    /// `vram-observed-at`: the RFC 3339 time of the observation the values come from.
+    pub observed_at: T,
+    /// `cuda-driver-version`: the CUDA version the node's driver supports (`"12.8"`),
+    /// written with the other figures when the driver tells it; read by the extender's CUDA
+    /// check (docs/cuda.md).
+    pub cuda_driver_version: T,
+}
+
+/// The keys' names, after `<prefix>/`.
+pub const KEY_NAMES: PerKey<&str> = PerKey {
+    free: "vram-free-mib",
+    max_free: "vram-max-free-mib",
+    vram: "vram",
+    observed_at: "vram-observed-at",
+    cuda_driver_version: "cuda-driver-version",
+};
+
+impl<T> PerKey<T> {
+    /// Every key's thing, in the order of docs/annotations.md.
+    pub fn into_array(self) -> [T; 5] {
+        let PerKey {
+            free,
+            max_free,
+            vram,
+            observed_at,
+            cuda_driver_version,
+        } = self;
+        [free, max_free, vram, observed_at, cuda_driver_version]
+    }
+
+    /// The set of things given in the order of docs/annotations.md.
+    pub fn from_array([free, max_free, vram, observed_at, cuda_driver_version]: [T; 5]) -> Self {
+        PerKey {
+            free,
+            max_free,
+            vram,
+            observed_at,
+            cuda_driver_version,
+        }
+    }
+
+    /// Borrows every key's thing.
+    pub fn each_ref(&self) -> PerKey<&T> {
+        PerKey::from_array([
+            &self.free,
+            &self.max_free,
+            &self.vram,
+            &self.observed_at,
+            &self.cuda_driver_version,
+        ])
+    }
+
+    /// Every key's thing, in the order of docs/annotations.md.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.each_ref().into_array().into_iter()
+    }
+
+    /// `f` of every key's thing.
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> PerKey<U> {
+        PerKey::from_array(self.into_array().map(f))
+    }
+}
 
 pub(crate) fn annotation_key(prefix: &str, name: &str) -> String {
     format!("{prefix}/{name}")
 }
 
-pub(crate) fn owned_keys(prefix: &str) -> [String; 4] {
-    [KEY_FREE, KEY_MAX_FREE, KEY_VRAM, KEY_OBSERVED_AT].map(|n| annotation_key(prefix, n))
+/// The full keys `<prefix>/<name>` the agent owns.
+pub fn owned_keys(prefix: &str) -> PerKey<String> {
+    KEY_NAMES.map(|n| annotation_key(prefix, n))
 }
 
 /// One GPU's entry of the `vram` JSON, quantized. Field order is the JSON's key order.

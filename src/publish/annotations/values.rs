@@ -1,10 +1,7 @@
-//! The four annotation values of a snapshot: per-GPU readings, quantized, summed and
+//! The annotation values of a snapshot: per-GPU readings, quantized, summed and
 //! serialised; and the JSON merge patches that set or remove them.
 
-use super::schema::{
-    annotation_key, owned_keys, GpuFigures, ReplicaFigures, KEY_CUDA, KEY_FREE, KEY_MAX_FREE,
-    KEY_OBSERVED_AT, KEY_VRAM, SCHEMA_VERSION,
-};
+use super::schema::{owned_keys, GpuFigures, PerKey, ReplicaFigures, SCHEMA_VERSION};
 use crate::model::cuda::CudaVersion;
 use crate::model::pressure::Pressure;
 use crate::model::replicas::ReplicaView;
@@ -14,7 +11,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The four annotation values, before they are turned into strings.
+/// The annotation values, before they are turned into strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnnotationValues {
     /// Wall time of the snapshot, clamped to what RFC 3339 can spell.
@@ -64,24 +61,26 @@ impl AnnotationValues {
         })
     }
 
-    /// The four annotations (five with the CUDA version), keyed by full name.
-    pub fn to_annotations(&self, prefix: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::from([
-            (annotation_key(prefix, KEY_FREE), self.free_mib.to_string()),
-            (
-                annotation_key(prefix, KEY_MAX_FREE),
-                self.max_free_mib.to_string(),
-            ),
-            (annotation_key(prefix, KEY_VRAM), self.vram_json()),
-            (
-                annotation_key(prefix, KEY_OBSERVED_AT),
-                self.observed_at_rfc3339(),
-            ),
-        ]);
-        if let Some(cuda) = self.cuda_driver_version {
-            out.insert(annotation_key(prefix, KEY_CUDA), cuda.to_string());
+    /// Each key's value, `None` for one not written (the CUDA version the driver does not
+    /// tell).
+    pub fn per_key(&self) -> PerKey<Option<String>> {
+        PerKey {
+            free: Some(self.free_mib.to_string()),
+            max_free: Some(self.max_free_mib.to_string()),
+            vram: Some(self.vram_json()),
+            observed_at: Some(self.observed_at_rfc3339()),
+            cuda_driver_version: self.cuda_driver_version.map(|c| c.to_string()),
         }
-        out
+    }
+
+    /// The annotations (the CUDA version's only when known), keyed by full name.
+    pub fn to_annotations(&self, prefix: &str) -> BTreeMap<String, String> {
+        owned_keys(prefix)
+            .into_array()
+            .into_iter()
+            .zip(self.per_key().into_array())
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect()
     }
 }
 
@@ -232,16 +231,9 @@ pub fn merge_patch<V: Into<Value>>(annotations: impl IntoIterator<Item = (String
     Value::Object(root)
 }
 
-/// The merge patch that deletes our keys, the CUDA version's too (and leaves every other
-/// annotation).
+/// The merge patch that deletes every key we own (and leaves every other annotation).
 pub fn removal_patch(prefix: &str) -> Value {
-    let cuda = annotation_key(prefix, KEY_CUDA);
-    merge_patch(
-        owned_keys(prefix)
-            .into_iter()
-            .chain([cuda])
-            .map(|k| (k, Value::Null)),
-    )
+    merge_patch(owned_keys(prefix).into_array().map(|k| (k, Value::Null)))
 }
 
 #[cfg(test)]
@@ -475,7 +467,13 @@ mod tests {
         assert_eq!(out.body["metadata"].as_object().unwrap().len(), 1);
         let mut keys: Vec<&String> = ann.keys().collect();
         keys.sort();
-        let mut want = p.config().keys().to_vec();
+        // Every key but the CUDA version's, which this snapshot does not know.
+        let all = p.config().keys();
+        let mut want: Vec<String> = all
+            .iter()
+            .filter(|k| **k != all.cuda_driver_version)
+            .cloned()
+            .collect();
         want.sort();
         assert_eq!(keys, want.iter().collect::<Vec<_>>());
         assert!(ann.values().all(|v| v.is_string()));
@@ -504,5 +502,28 @@ mod tests {
         let a = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
         assert_eq!(a.get(key).map(String::as_str), Some("12.8"));
         assert_eq!(a.len(), 5);
+    }
+
+    /// Every key of the set is written when its value is known, and every one is removed:
+    /// a key added to `PerKey` that the writer or the removal forgot fails here.
+    #[test]
+    fn every_owned_key_is_written_and_removed() {
+        let mut s = snap_at(0.0, vec![gpu(0, 10_340, 0)]);
+        s.cuda_driver_version = Some(crate::model::cuda::CudaVersion {
+            major: 12,
+            minor: 8,
+        });
+        let keys = owned_keys("gpu-warden.io");
+        let written = annotation_values(&s, &none(), Q).to_annotations("gpu-warden.io");
+        for key in keys.iter() {
+            assert!(written.contains_key(key), "{key} not written: {written:?}");
+        }
+        assert_eq!(written.len(), keys.iter().count());
+        let removal = removal_patch("gpu-warden.io");
+        let removed = removal["metadata"]["annotations"].as_object().unwrap();
+        for key in keys.iter() {
+            assert_eq!(removed.get(key), Some(&Value::Null), "{key} not removed");
+        }
+        assert_eq!(removed.len(), keys.iter().count());
     }
 }
