@@ -573,8 +573,8 @@ impl Wiring {
     /// TLS and authentication for the HTTP server, from their flags.
     fn http_security(&self) -> Result<HttpSecurity, StartError> {
         let cli = &self.cli;
-        // `Cli::validate` has refused a certificate without a key and two auth files.
-        let tls = cli.web_tls_cert.as_deref().zip(cli.web_tls_key.as_deref());
+        // `Cli::validate` has refused two auth files.
+        let tls = cli.tls.pair().map_err(config::ConfigError::from)?;
         let auth = match (&cli.web_auth_bearer_file, &cli.web_auth_basic_file) {
             (Some(p), _) => Some(AuthFile::Bearer(p)),
             (None, Some(p)) => Some(AuthFile::Basic(p)),
