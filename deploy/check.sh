@@ -34,7 +34,8 @@
 #   7. Dockerfile and .dockerignore (static: no Docker engine here);
 #   8. paths named in docs/deploy.md exist;
 #   9. the container image: scripts/image-build.sh builds it offline and daemonless (the
-#      release binary, a runtime layer from Debian packages), deploy/tests/check_image.py
+#      release binary, a runtime layer from Debian packages; a stale link order is a WARN
+#      line, deploy/tests/check_link_order.py checks that verdict), deploy/tests/check_image.py
 #      unpacks it and runs its entrypoint as 65532 (see there);
 #  10. the release: Debian's docker-registry (the distribution server) on loopback,
 #      scripts/release.sh pushes that image and the chart to it, deploy/tests/check_release.py
@@ -254,6 +255,7 @@ else
 fi
 
 echo "== 9. container image (scripts/image-build.sh, deploy/tests/check_image.py)"
+run_checker check_link_order "$PY" deploy/tests/check_link_order.py
 if [ -n "${GPU_WARDEN_SKIP_IMAGE:-}" ]; then
   echo "SKIP container image: GPU_WARDEN_SKIP_IMAGE is set"
 elif [ "$(id -u)" != 0 ]; then
@@ -263,7 +265,8 @@ else
   tag=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
   started=$SECONDS
   if out=$(IMAGE_TAG=$tag scripts/image-build.sh "$ARTIFACTS" 2>&1); then
-    printf '%s\n' "$out" | sed -n -e 's/^image /    image /p' -e t -e 's/^  \(.* sha256:\)/    package \1/p'
+    # A WARN line (scripts/link_order.py: a stale link order) is shown, not counted.
+    printf '%s\n' "$out" | sed -n -e '/^WARN /p' -e 's/^image /    image /p' -e t -e 's/^  \(.* sha256:\)/    package \1/p'
     pass "scripts/image-build.sh: $ARTIFACTS/gpu-warden-image.oci.tar ($((SECONDS - started)) s)"
     run_checker check_image "$PY" deploy/tests/check_image.py "$ARTIFACTS" "$tag" "$WORK/image"
   else

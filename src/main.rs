@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use gpu_warden::config::check::{check_guard_policy, check_prefix, CheckConfigCli, CheckError};
+use gpu_warden::config::check::{check_files, CheckConfigCli};
 use gpu_warden::config::{Cli, LogArgs, LogFormat};
 use gpu_warden::extender::config::ExtenderCli;
 use std::process::ExitCode;
@@ -72,55 +72,21 @@ fn extender(cli: ExtenderCli) -> ExitCode {
     }
 }
 
-/// Every file through the parser its program uses at start: one line per file on stdout
-/// (`FILE: ok`, or `FILE: <problem>`), exit 1 when any was refused.
+/// `FILE: ok` or `FILE: <problem>` per file on stdout (src/config/check.rs); exit 1 when
+/// any was refused.
 fn check_config(cli: &CheckConfigCli) -> ExitCode {
-    let prefix = cli.annotation_prefix.as_str();
-    let guard = cli.guard_policies.iter().map(|p| {
-        let verdict = read(p).and_then(|text| check_guard_policy(&text, prefix));
-        (p, verdict)
-    });
-    let extender = cli.extender_configs.iter().map(|p| {
-        let verdict = read(p).and_then(|text| {
-            let file = gpu_warden::extender::config::PolicyFile::parse(&text)
-                .map_err(|e| CheckError::Extender(e.to_string()))?;
-            file.policy()
-                .map_err(|e| CheckError::Extender(e.to_string()))?;
-            check_prefix("extender policy", file.annotation_prefix.as_deref(), prefix)
-        });
-        (p, verdict)
-    });
-    let mut refused = 0;
-    let mut checked = 0;
-    for (path, verdict) in guard.chain(extender) {
-        checked += 1;
-        match verdict {
-            Ok(()) => println!("{}: ok", path.display()),
-            Err(e) => {
-                refused += 1;
-                // One line per problem, whatever the parser's message looks like.
-                let text = e
-                    .to_string()
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                println!("{}: {text}", path.display());
+    let read = |path: &std::path::Path| std::fs::read_to_string(path);
+    match check_files(cli, read, gpu_warden::extender::config::check_policy) {
+        Ok(report) => {
+            report.lines.iter().for_each(|line| println!("{line}"));
+            if report.refused == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             }
         }
+        Err(e) => fail("gpu-warden check-config", &e.into(), 2),
     }
-    if checked == 0 {
-        eprintln!("gpu-warden check-config: error: no file given (--guard-policy FILE, --extender-config FILE)");
-        return ExitCode::from(2);
-    }
-    if refused == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn read(path: &std::path::Path) -> Result<String, CheckError> {
-    std::fs::read_to_string(path).map_err(|e| CheckError::Read(e.to_string()))
 }
 
 /// One line on stderr, whatever the log format: `e` and its causes joined with ": ", a cause

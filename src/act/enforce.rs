@@ -63,11 +63,16 @@ const READ_RETRY_PAUSE: Duration = Duration::from_millis(200);
 const MAX_READ_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// How long a decision's Events may take, all together (they are best effort).
 pub const DEFAULT_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one decision's walk through its candidates may take. The guard closes a
-/// decision it has heard nothing about for `cooldownTimeout` (default 30 s) and may then
-/// decide again, so the walk plus the Events must end well before that, or two walks
-/// could evict for the same pressure.
-pub const DEFAULT_WALK_BUDGET: Duration = Duration::from_secs(20);
+/// How long one decision's walk through its candidates may take: `cooldownTimeout` less
+/// 10 s, at least 5 s (20 s at the default 30 s). The guard closes a decision it has heard
+/// nothing about for `cooldownTimeout` and may then decide again, so the walk plus the
+/// Events ([`DEFAULT_EVENT_TIMEOUT`]) must end well before that, or two walks could evict
+/// for the same pressure.
+pub fn walk_budget(cooldown_timeout: Duration) -> Duration {
+    cooldown_timeout
+        .saturating_sub(Duration::from_secs(10))
+        .max(Duration::from_secs(5))
+}
 
 /// Carries out guard decisions: evictions (enforce), Events and metrics.
 pub struct Enforcer {
@@ -93,9 +98,10 @@ type Actions = Vec<(String, String)>;
 impl Enforcer {
     /// An enforcer for `node` using `clients.direct` (no retry) for fresh reads and
     /// evictions and `clients.main` for Events. `policy` judges a victim's fresh state (the
-    /// same exclusions the ranking applies) and gives the evicted pods' grace period
-    /// (`evictionGracePeriodSeconds`). Timeouts start at the `DEFAULT_*` values; the walk's
-    /// budget, the logged durations and the Events' times are read from `clock`.
+    /// same exclusions the ranking applies), gives the evicted pods' grace period
+    /// (`evictionGracePeriodSeconds`) and, through its `cooldownTimeout`, the walk's budget
+    /// ([`walk_budget`]). Timeouts start at the `DEFAULT_*` values; the walk's budget, the
+    /// logged durations and the Events' times are read from `clock`.
     pub fn new(
         clients: &KubeClients,
         node: impl Into<String>,
@@ -118,7 +124,7 @@ impl Enforcer {
             read_bound: DEFAULT_READ_BOUND,
             eviction_timeout: DEFAULT_EVICTION_TIMEOUT,
             event_timeout: DEFAULT_EVENT_TIMEOUT,
-            walk_budget: DEFAULT_WALK_BUDGET,
+            walk_budget: walk_budget(policy.cooldown_timeout),
             events: EventSender::new(clients.main.clone(), node),
             stopper: None,
         }
@@ -153,14 +159,6 @@ impl Enforcer {
     #[must_use]
     pub fn with_read_bound(mut self, bound: Duration) -> Self {
         self.read_bound = bound;
-        self
-    }
-
-    /// Sets the budget of one decision's eviction walk; keep it plus the Events' timeout
-    /// below the policy's `cooldownTimeout` (see [`DEFAULT_WALK_BUDGET`]).
-    #[must_use]
-    pub fn with_walk_budget(mut self, budget: Duration) -> Self {
-        self.walk_budget = budget;
         self
     }
 
@@ -701,5 +699,14 @@ mod tests {
                 "deleteOptions": {"gracePeriodSeconds": 7, "preconditions": {"uid": "u-1"}},
             })
         );
+    }
+
+    #[test]
+    fn the_walk_ends_well_inside_the_cooldown() {
+        let s = Duration::from_secs;
+        assert_eq!(walk_budget(Policy::default().cooldown_timeout), s(20));
+        assert_eq!(walk_budget(s(60)), s(50));
+        assert_eq!(walk_budget(s(12)), s(5), "never below 5 s");
+        assert_eq!(walk_budget(s(1)), s(5));
     }
 }

@@ -205,20 +205,13 @@ fn guard_parts(
 ) -> GuardParts {
     let executor: Option<Arc<dyn DecisionExecutor>> = match clients {
         Some(c) if policy.mode != Mode::Off => {
-            // The eviction walk and its Events must end well inside the cooldown, or a
-            // second decision could evict for the same pressure.
-            let budget = policy
-                .cooldown_timeout
-                .saturating_sub(Duration::from_secs(10))
-                .max(Duration::from_secs(5));
             let mut enforcer = Enforcer::new(
                 c,
                 node.to_string(),
                 self_metrics.clone(),
                 &policy,
                 clock.clone(),
-            )
-            .with_walk_budget(budget);
+            );
             // Dry-run never signals: only an enforcing guard gets the stopper.
             if policy.mode == Mode::Enforce && policy.on_decision.signals() {
                 enforcer = enforcer.with_stopper(Arc::new(Stopper::new(
@@ -580,8 +573,8 @@ impl Wiring {
     /// TLS and authentication for the HTTP server, from their flags.
     fn http_security(&self) -> Result<HttpSecurity, StartError> {
         let cli = &self.cli;
-        // `Cli::validate` has refused a certificate without a key and two auth files.
-        let tls = cli.web_tls_cert.as_deref().zip(cli.web_tls_key.as_deref());
+        // `Cli::validate` has refused two auth files.
+        let tls = cli.tls.pair().map_err(config::ConfigError::from)?;
         let auth = match (&cli.web_auth_bearer_file, &cli.web_auth_basic_file) {
             (Some(p), _) => Some(AuthFile::Bearer(p)),
             (None, Some(p)) => Some(AuthFile::Basic(p)),

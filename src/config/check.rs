@@ -6,7 +6,7 @@
 
 use crate::guard::policy::{Policy, PolicyError};
 use clap::Parser;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// gpu-warden check-config: validates guard policy files (`--guard-config` of the agent)
 /// and extender policy files (`--config` of `gpu-warden extender`) without starting
@@ -56,6 +56,64 @@ pub enum CheckError {
     /// The file cannot be read.
     #[error("cannot read: {0}")]
     Read(String),
+    /// Neither kind of file was named.
+    #[error("no file given (--guard-policy FILE, --extender-config FILE)")]
+    NoFile,
+}
+
+/// How one kind of file is judged: its text and the agents' prefix. The extender's
+/// (`check_policy` of src/extender/config.rs) is handed in by src/main.rs: this room sits
+/// below the extender's.
+pub type Check = fn(&str, &str) -> Result<(), CheckError>;
+
+/// What `check-config` prints and how it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// One line per file, in the order given, guard policies first: `FILE: ok`, or
+    /// `FILE: <problem>` on one line whatever the parser's message looks like.
+    pub lines: Vec<String>,
+    /// How many files were refused (exit 1 when any).
+    pub refused: usize,
+}
+
+/// Every file through the parser its program uses at start: `read` gives a file's text,
+/// `extender` judges an extender policy. [`CheckError::NoFile`] when none was named.
+pub fn check_files(
+    cli: &CheckConfigCli,
+    read: impl Fn(&Path) -> std::io::Result<String>,
+    extender: Check,
+) -> Result<Report, CheckError> {
+    let guards = cli
+        .guard_policies
+        .iter()
+        .map(|p| (p, check_guard_policy as Check));
+    let extenders = cli.extender_configs.iter().map(|p| (p, extender));
+    let mut report = Report {
+        lines: Vec::new(),
+        refused: 0,
+    };
+    for (path, check) in guards.chain(extenders) {
+        let verdict = read(path.as_path())
+            .map_err(|e| CheckError::Read(e.to_string()))
+            .and_then(|text| check(&text, &cli.annotation_prefix));
+        let shown = path.display();
+        report.lines.push(match verdict {
+            Ok(()) => format!("{shown}: ok"),
+            Err(e) => {
+                report.refused += 1;
+                let text = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                format!("{shown}: {text}")
+            }
+        });
+    }
+    if report.lines.is_empty() {
+        return Err(CheckError::NoFile);
+    }
+    Ok(report)
 }
 
 /// Checks a guard policy's text as the agent does at start (`Policy::from_yaml_str`, then
@@ -117,6 +175,56 @@ mod tests {
             assert!(e.starts_with("guard policy: "), "{text:?}: {e}");
             assert!(e.contains(key), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn one_line_per_file_in_the_order_given() {
+        let cli = CheckConfigCli::try_parse_from([
+            "check-config",
+            "--guard-policy",
+            "good.yaml",
+            "--extender-config",
+            "ext.yaml",
+            "--guard-policy",
+            "gone.yaml",
+            "--guard-policy",
+            "bad.yaml",
+        ])
+        .unwrap();
+        let read = |p: &Path| match p.to_str() {
+            Some("good.yaml") | Some("ext.yaml") => Ok("grace: 10s\n".to_string()),
+            Some("bad.yaml") => Ok("grace: 0s\n".to_string()),
+            _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        };
+        let extender: Check = |text, _| {
+            Err(CheckError::Extender(format!(
+                "refused\n  over   lines: {}",
+                text.trim()
+            )))
+        };
+        let report = check_files(&cli, read, extender).unwrap();
+        assert_eq!(report.refused, 3);
+        assert_eq!(report.lines.len(), 4);
+        assert_eq!(report.lines[0], "good.yaml: ok");
+        assert!(
+            report.lines[1].starts_with("gone.yaml: cannot read: "),
+            "{report:?}"
+        );
+        assert!(
+            report.lines[2].starts_with("bad.yaml: guard policy: ")
+                && report.lines[2].contains("grace"),
+            "{report:?}"
+        );
+        assert_eq!(
+            report.lines[3],
+            "ext.yaml: extender policy: refused over lines: grace: 10s"
+        );
+        let none = CheckConfigCli::try_parse_from(["check-config"]).unwrap();
+        let e = check_files(&none, read, extender).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no file given (--guard-policy FILE, --extender-config FILE)"
+        );
     }
 
     #[test]

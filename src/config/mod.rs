@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub mod flag_values;
 pub mod lease;
+pub mod tls;
 
 pub use flag_values::{parse_interval, IntervalError, Switch};
 
@@ -103,7 +104,14 @@ pub enum LogFormat {
 
 /// gpu-warden: GPU metrics, free-VRAM node annotations and an OOM guard for Kubernetes nodes.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "gpu-warden", version, about, long_about = None)]
+#[command(
+    name = "gpu-warden",
+    version,
+    about,
+    long_about = None,
+    mut_arg("web_tls_cert", |a| a.env("GPU_WARDEN_WEB_TLS_CERT")),
+    mut_arg("web_tls_key", |a| a.env("GPU_WARDEN_WEB_TLS_KEY"))
+)]
 pub struct Cli {
     /// GPU source.
     #[arg(long, value_enum, default_value = "auto", env = "GPU_WARDEN_BACKEND")]
@@ -128,14 +136,8 @@ pub struct Cli {
     )]
     pub web_config_file: Option<PathBuf>,
 
-    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
-    /// Reloaded when it changes. (--web.config.file's `tls_server_config` does the same.)
-    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_CERT")]
-    pub web_tls_cert: Option<PathBuf>,
-
-    /// PEM private key for --web-tls-cert (PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_WEB_TLS_KEY")]
-    pub web_tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: tls::TlsPairArgs,
 
     /// Require `Authorization: Bearer <token>` on /metrics, /state and /; the token is the
     /// file's content (one line). /healthz and /readyz stay open for the kubelet.
@@ -350,8 +352,8 @@ pub enum ConfigError {
     Annotations(#[from] AnnotationConfigError),
     #[error(transparent)]
     Lease(#[from] lease::LeaseArgsError),
-    #[error("--web-tls-cert and --web-tls-key must be given together")]
-    TlsPair,
+    #[error(transparent)]
+    TlsPair(#[from] tls::TlsPairError),
     #[error("--web-auth-bearer-file and --web-auth-basic-file exclude each other; pick one")]
     TwoAuthFiles,
     #[error("--web.config.file excludes {0}: put TLS and users in the web config file (tls_server_config, basic_auth_users)")]
@@ -388,8 +390,8 @@ impl Cli {
         self.lease.validate()?;
         if self.web_config_file.is_some() {
             let old = [
-                ("--web-tls-cert", self.web_tls_cert.is_some()),
-                ("--web-tls-key", self.web_tls_key.is_some()),
+                ("--web-tls-cert", self.tls.web_tls_cert.is_some()),
+                ("--web-tls-key", self.tls.web_tls_key.is_some()),
                 (
                     "--web-auth-bearer-file",
                     self.web_auth_bearer_file.is_some(),
@@ -400,9 +402,7 @@ impl Cli {
                 return Err(ConfigError::WebConfigAndFlag(flag));
             }
         }
-        if self.web_tls_cert.is_some() != self.web_tls_key.is_some() {
-            return Err(ConfigError::TlsPair);
-        }
+        self.tls.pair()?;
         if self.web_auth_bearer_file.is_some() && self.web_auth_basic_file.is_some() {
             return Err(ConfigError::TwoAuthFiles);
         }

@@ -31,6 +31,8 @@
 use super::core::ExtenderPolicy;
 use super::judge::{JudgePolicy, ScoreMode, UnknownNode};
 use super::need::{DefaultNeed, NeedRules, UnknownNeed};
+use crate::config::check::{check_prefix, CheckError};
+use crate::config::tls::TlsPairArgs;
 use crate::config::{parse_interval, IntervalError, LogArgs};
 use clap::Parser;
 use serde::Deserialize;
@@ -47,7 +49,9 @@ use std::time::Duration;
     bin_name = "gpu-warden extender",
     version,
     about = "kube-scheduler HTTP extender: places GPU pods by the free VRAM gpu-warden publishes on Nodes",
-    long_about = None
+    long_about = None,
+    mut_arg("web_tls_cert", |a| a.env("GPU_WARDEN_EXTENDER_WEB_TLS_CERT")),
+    mut_arg("web_tls_key", |a| a.env("GPU_WARDEN_EXTENDER_WEB_TLS_KEY"))
 )]
 pub struct ExtenderCli {
     /// Address to serve /filter, /prioritize, /metrics, /healthz and /readyz on. Loopback
@@ -115,13 +119,8 @@ pub struct ExtenderCli {
     )]
     pub web_config_file: Option<PathBuf>,
 
-    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --web-tls-key.
-    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_WEB_TLS_CERT")]
-    pub web_tls_cert: Option<PathBuf>,
-
-    /// PEM private key for --web-tls-cert.
-    #[arg(long, value_name = "FILE", env = "GPU_WARDEN_EXTENDER_WEB_TLS_KEY")]
-    pub web_tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: TlsPairArgs,
 
     #[command(flatten)]
     pub logging: LogArgs,
@@ -474,6 +473,19 @@ impl PolicyFile {
     }
 }
 
+/// `gpu-warden check-config --extender-config`: the text through the parser and the checks
+/// the extender starts with, then the one-prefix rule.
+pub fn check_policy(text: &str, agents_prefix: &str) -> Result<(), CheckError> {
+    let refused = |e: PolicyError| CheckError::Extender(e.to_string());
+    let file = PolicyFile::parse(text).map_err(refused)?;
+    file.policy().map_err(refused)?;
+    check_prefix(
+        "extender policy",
+        file.annotation_prefix.as_deref(),
+        agents_prefix,
+    )
+}
+
 /// Loads `--config`, or the defaults without it.
 pub fn load_policy(path: Option<&std::path::Path>) -> Result<ExtenderPolicy, ConfigError> {
     let Some(path) = path else {
@@ -586,6 +598,38 @@ mod tests {
         assert!(
             cli.listen.ip().is_loopback(),
             "the verbs listen on loopback by default"
+        );
+    }
+
+    #[test]
+    fn the_certificate_pair_is_the_agents_under_the_extenders_variables() {
+        use clap::CommandFactory;
+        let env = |cmd: &clap::Command, id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned())
+        };
+        let (agent, extender) = (crate::config::Cli::command(), ExtenderCli::command());
+        for (id, agents, extenders) in [
+            (
+                "web_tls_cert",
+                "GPU_WARDEN_WEB_TLS_CERT",
+                "GPU_WARDEN_EXTENDER_WEB_TLS_CERT",
+            ),
+            (
+                "web_tls_key",
+                "GPU_WARDEN_WEB_TLS_KEY",
+                "GPU_WARDEN_EXTENDER_WEB_TLS_KEY",
+            ),
+        ] {
+            assert_eq!(env(&agent, id).as_deref(), Some(agents));
+            assert_eq!(env(&extender, id).as_deref(), Some(extenders));
+        }
+        let cli = ExtenderCli::try_parse_from(["gpu-warden", "--web-tls-key", "k.pem"]).unwrap();
+        assert_eq!(
+            cli.tls.pair().unwrap_err().to_string(),
+            "--web-tls-cert and --web-tls-key must be given together"
         );
     }
 

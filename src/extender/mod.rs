@@ -42,8 +42,8 @@ pub enum ExtenderError {
     #[error(transparent)]
     Tls(#[from] crate::publish::auth::FlagFileError),
     /// A certificate without its key, or the other way round.
-    #[error("--web-tls-cert and --web-tls-key must be given together")]
-    TlsPair,
+    #[error(transparent)]
+    TlsPair(#[from] crate::config::tls::TlsPairError),
     /// The web config file with the old TLS flags.
     #[error("--web.config.file excludes --web-tls-cert and --web-tls-key: put the certificate in the web config file's tls_server_config")]
     WebConfigAndFlags,
@@ -78,11 +78,7 @@ pub fn run(
     if !cli.listen.ip().is_loopback() {
         return Err(ExtenderError::NotLoopback(cli.listen));
     }
-    let tls = match (cli.web_tls_cert.as_deref(), cli.web_tls_key.as_deref()) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        _ => return Err(ExtenderError::TlsPair),
-    };
+    let tls = cli.tls.pair()?;
     if cli.web_config_file.is_some() && tls.is_some() {
         return Err(ExtenderError::WebConfigAndFlags);
     }

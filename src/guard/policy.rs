@@ -254,43 +254,8 @@ impl<'de> Deserialize<'de> for Threshold {
     }
 }
 
-/// Serde glue for humantime durations (`"10s"`, `"500ms"`), written back the same way.
-mod human_duration {
-    use serde::{Deserializer, Serializer};
-    use std::fmt;
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*d))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Duration;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a duration with a unit, like \"10s\" or \"500ms\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
-                crate::model::units::parse_duration(v).map_err(E::custom)
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
-                Err(E::custom(format!(
-                    "invalid duration {v}: a unit is required, e.g. \"{v}s\" or \"{v}ms\""
-                )))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
-                self.visit_str(&v.to_string())
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
-                Err(E::custom(format!(
-                    "invalid duration {v}: a unit is required, e.g. \"{v}s\""
-                )))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+// The one duration adapter of the files (src/model/units.rs), under its old name here.
+use crate::model::units::duration_serde as human_duration;
 
 /// The global safety valve on evictions, across all GPUs of the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

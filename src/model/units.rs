@@ -43,6 +43,9 @@ const DURATION_UNITS: &[(&str, u64)] = &[
     ("d", 86_400_000_000_000),
 ];
 
+/// Why a number has no unit: a bare `10` could be seconds (Prometheus) or nanoseconds (Go).
+const NO_UNIT: &str = "a unit is required after each number: ns, us, ms, s, m, h or d";
+
 /// Parses a duration: one or more `<whole number><unit>` terms (`500ms`, `10s`, `1m 30s`,
 /// `5000us` or `5000µs`), ASCII spaces allowed around and between them; `0` alone is zero.
 /// Whole numbers only (`1500ms`, not `1.5s`) and ASCII whitespace only, so that the chart's
@@ -78,11 +81,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
             return Err(bad("whole numbers only: write 1500ms, not 1.5s"));
         }
         let Some((unit, scale)) = DURATION_UNITS.iter().find(|(u, _)| rest.starts_with(u)) else {
-            return Err(bad("expected a unit: ns, us, ms, s, m, h or d"));
+            return Err(bad(NO_UNIT));
         };
         rest = &rest[unit.len()..];
         if rest.starts_with(|c: char| c.is_alphabetic()) {
-            return Err(bad("expected a unit: ns, us, ms, s, m, h or d"));
+            return Err(bad(NO_UNIT));
         }
         rest = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
         nanos = n
@@ -94,6 +97,74 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| bad("too long"))?;
     let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| bad("too long"))?;
     Ok(Duration::new(secs, sub))
+}
+
+/// The one serde adapter for durations in files (the guard policy, scenarios):
+/// `#[serde(with = "crate::model::units::duration_serde")]`, or its `option` for an
+/// `Option<Duration>`. Whatever YAML made of the value (a string, or a number when the unit
+/// was left out), it goes through [`parse_duration`], so every file accepts the spellings a
+/// flag does and a bad value gets [`DurationError`]'s one message; `0` alone is zero there too.
+/// Written back as humantime writes it (`1m 30s`), which [`parse_duration`] reads.
+pub mod duration_serde {
+    use serde::de::{Deserialize, Deserializer, Error, Visitor};
+    use serde::Serializer;
+    use std::fmt;
+    use std::time::Duration;
+
+    /// Writes `d` as `10s`, `500ms`, `1m 30s`.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    /// Reads a duration.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_any(Text)
+    }
+
+    /// The same for an optional key; an absent or null value is `None`.
+    pub mod option {
+        use super::{Deserialize, Deserializer, Duration};
+
+        /// Reads an optional duration.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            Ok(Option::<Parsed>::deserialize(d)?.map(|p| p.0))
+        }
+
+        struct Parsed(Duration);
+
+        impl<'de> Deserialize<'de> for Parsed {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                super::deserialize(d).map(Parsed)
+            }
+        }
+    }
+
+    struct Text;
+
+    impl Visitor<'_> for Text {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration with a unit, like \"10s\" or \"500ms\"")
+        }
+
+        fn visit_str<E: Error>(self, v: &str) -> Result<Duration, E> {
+            super::parse_duration(v).map_err(E::custom)
+        }
+
+        // A number is what YAML makes of a duration written without its unit.
+        fn visit_u64<E: Error>(self, v: u64) -> Result<Duration, E> {
+            self.visit_str(&v.to_string())
+        }
+
+        fn visit_i64<E: Error>(self, v: i64) -> Result<Duration, E> {
+            self.visit_str(&v.to_string())
+        }
+
+        fn visit_f64<E: Error>(self, v: f64) -> Result<Duration, E> {
+            self.visit_str(&v.to_string())
+        }
+    }
 }
 
 /// Why a name is not an RFC 1123 DNS name. The messages complete "… is not a DNS name: …".
@@ -192,6 +263,60 @@ mod tests {
         }
         let e = parse_duration("1.5s").unwrap_err().to_string();
         assert!(e.contains("whole numbers only"), "{e}");
+    }
+
+    /// Every file reads durations through one adapter with one message, wherever the key
+    /// sits (a struct, an internally tagged enum as the scenarios' faults, an optional key).
+    #[test]
+    fn one_serde_adapter_one_message() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Plain {
+            #[serde(with = "duration_serde")]
+            d: Duration,
+            #[serde(default, deserialize_with = "duration_serde::option::deserialize")]
+            o: Option<Duration>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(tag = "kind")]
+        enum Tagged {
+            Lost {
+                #[serde(deserialize_with = "duration_serde::deserialize")]
+                at: Duration,
+            },
+        }
+        let plain = |y: &str| serde_yaml_ng::from_str::<Plain>(y).map_err(|e| e.to_string());
+        let tagged = |y: &str| {
+            serde_yaml_ng::from_str::<Tagged>(&format!("kind: Lost\nat: {y}\n"))
+                .map(|Tagged::Lost { at }| at)
+                .map_err(|e| e.to_string())
+        };
+        let p = plain("d: 1m 30s\no: 250ms\n").unwrap();
+        assert_eq!(
+            (p.d, p.o),
+            (Duration::from_secs(90), Some(Duration::from_millis(250)))
+        );
+        assert_eq!(plain("d: 0\n").unwrap().o, None);
+        assert_eq!(plain("d: 0\no: ~\n").unwrap().d, Duration::ZERO);
+        assert_eq!(tagged("0"), Ok(Duration::ZERO));
+        assert_eq!(tagged("\"10s\""), Ok(Duration::from_secs(10)));
+        for (value, why) in [
+            ("10", "a unit is required"),
+            ("1.5", "whole numbers only"),
+            ("-1", "expected a number"),
+            ("soon", "expected a number"),
+        ] {
+            let want = parse_duration(value).unwrap_err().to_string();
+            assert!(want.contains(why), "{want}");
+            for got in [
+                plain(&format!("d: {value}\n")).unwrap_err(),
+                plain(&format!("d: 1s\no: {value}\n")).unwrap_err(),
+                tagged(value).unwrap_err(),
+            ] {
+                assert!(got.contains(&want), "{value}: {got}");
+            }
+        }
+        let e = plain("d: 10\n").unwrap_err();
+        assert!(e.contains("\"10s\""), "{e}");
     }
 
     #[test]

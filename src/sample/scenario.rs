@@ -5,7 +5,8 @@
 use super::Field;
 use crate::model::cuda::CudaVersion;
 use crate::model::snapshot::{ProfSample, RemappedRows};
-use serde::{Deserialize, Deserializer};
+use crate::model::units::duration_serde;
+use serde::Deserialize;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ pub struct Scenario {
     pub cuda_driver_version: Option<String>,
     /// When set, process trajectories and lifetimes repeat with this period, so a demo
     /// keeps showing its story; counters (energy) keep growing.
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "duration_serde::option::deserialize")]
     pub repeat_every: Option<Duration>,
     pub gpus: Vec<GpuSpec>,
     #[serde(default)]
@@ -120,9 +121,9 @@ pub struct ProcessSpec {
     /// first step); replaces `sm_util` (`sample::scenario_util`).
     #[serde(default)]
     pub sm_util_steps: Vec<super::scenario_util::UtilStep>,
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(default, deserialize_with = "duration_serde::deserialize")]
     pub start: Duration,
-    #[serde(default, deserialize_with = "de_opt_duration")]
+    #[serde(default, deserialize_with = "duration_serde::option::deserialize")]
     pub stop: Option<Duration>,
     /// The pod and container this process runs in (used by attribution tests and demos).
     pub pod: Option<PodPlacement>,
@@ -208,9 +209,9 @@ struct TrajectoryRepr {
 struct WorkspaceRepr {
     base: u64,
     mib: u64,
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "duration_serde::deserialize")]
     every: Duration,
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "duration_serde::deserialize")]
     holds: Duration,
 }
 
@@ -253,7 +254,7 @@ impl TryFrom<TrajectoryRepr> for Trajectory {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "duration_serde::deserialize")]
     pub at: Duration,
     pub mib: u64,
 }
@@ -303,15 +304,15 @@ pub enum FaultSpec {
     Error {
         gpu: u32,
         field: String,
-        #[serde(default, deserialize_with = "de_duration")]
+        #[serde(default, deserialize_with = "duration_serde::deserialize")]
         from: Duration,
-        #[serde(default, deserialize_with = "de_opt_duration")]
+        #[serde(default, deserialize_with = "duration_serde::option::deserialize")]
         until: Option<Duration>,
     },
     /// The GPU falls off the bus at `at` and never comes back.
     Lost {
         gpu: u32,
-        #[serde(deserialize_with = "de_duration")]
+        #[serde(deserialize_with = "duration_serde::deserialize")]
         at: Duration,
     },
     /// Calls for this field block (the thread sleeps, as in an NVML call stuck in the
@@ -320,17 +321,21 @@ pub enum FaultSpec {
     Hang {
         gpu: u32,
         field: String,
-        #[serde(deserialize_with = "de_duration")]
+        #[serde(deserialize_with = "duration_serde::deserialize")]
         at: Duration,
-        #[serde(default, rename = "for", deserialize_with = "de_opt_duration")]
+        #[serde(
+            default,
+            rename = "for",
+            deserialize_with = "duration_serde::option::deserialize"
+        )]
         for_: Option<Duration>,
-        #[serde(default, deserialize_with = "de_opt_duration")]
+        #[serde(default, deserialize_with = "duration_serde::option::deserialize")]
         until: Option<Duration>,
     },
     /// An XID error with this value is raised at `at`.
     Xid {
         gpu: u32,
-        #[serde(deserialize_with = "de_duration")]
+        #[serde(deserialize_with = "duration_serde::deserialize")]
         at: Duration,
         value: u64,
     },
@@ -351,25 +356,6 @@ impl FaultSpec {
             _ => None,
         }
     }
-}
-
-pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_duration(&s).map_err(serde::de::Error::custom)
-}
-
-fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    match Option::<String>::deserialize(d)? {
-        None => Ok(None),
-        Some(s) => parse_duration(&s)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-    }
-}
-
-/// Parses a duration like `10s`, `250ms`, `2m`, or `0` (see [`crate::model::units`]).
-pub fn parse_duration(s: &str) -> Result<Duration, crate::model::units::DurationError> {
-    crate::model::units::parse_duration(s)
 }
 
 /// serde_yaml_ng's message, made to say where: some scanner errors carry no line

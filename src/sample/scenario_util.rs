@@ -2,7 +2,8 @@
 //! `sm_util_steps` (a job that holds the GPU idle, computes, then idles again), read by the
 //! simulator at each poll. Plain data and its one lookup.
 
-use super::scenario::{de_duration, ProcessSpec};
+use super::scenario::ProcessSpec;
+use crate::model::units::duration_serde;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UtilStep {
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "duration_serde::deserialize")]
     pub at: Duration,
     pub util: f64,
 }

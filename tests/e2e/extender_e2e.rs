@@ -469,6 +469,27 @@ fn the_verbs_never_listen_beyond_loopback() {
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
+/// The extender takes the agent's certificate pair (src/config/tls.rs) under its own
+/// environment variables, with the same both-or-neither rule and message.
+#[test]
+fn a_certificate_without_its_key_is_refused_as_the_agent_refuses_it() {
+    for flag in ["--web-tls-cert", "--web-tls-key"] {
+        let (code, err) = run_to_exit(&["extender", flag, "tls.pem"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(
+            err.trim(),
+            "gpu-warden extender: error: --web-tls-cert and --web-tls-key must be given together"
+        );
+    }
+    // The key from the extender's variable completes the pair: the files are read.
+    let (code, err) = run_to_exit_with_env(
+        &["extender", "--web-tls-cert", "/nonexistent/tls.crt"],
+        &[("GPU_WARDEN_EXTENDER_WEB_TLS_KEY", "/nonexistent/tls.key")],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--web-tls-cert /nonexistent/tls.crt"), "{err}");
+}
+
 /// Sets one annotation on a pod fixture.
 trait TapAnn {
     fn tap_ann(self, key: &str, value: &str) -> Self;
