@@ -482,6 +482,31 @@ mod tests {
     }
 
     #[test]
+    fn the_job_usage_flags_default_to_the_policy_and_refuse_bad_values_in_one_line() {
+        use crate::publish::job_usage::{DEFAULT_MAX_SHARE, DEFAULT_MIN_HELD};
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.job_underused_min_held, DEFAULT_MIN_HELD);
+        assert_eq!(c.job_underused_max_share, DEFAULT_MAX_SHARE);
+        let c = parse(&[
+            "--job-underused-min-held",
+            "30m",
+            "--job-underused-max-share",
+            "0.25",
+        ])
+        .unwrap();
+        assert_eq!(c.job_underused_min_held, Duration::from_secs(1800));
+        assert_eq!(c.job_underused_max_share, 0.25);
+        for (flag, bad) in [
+            ("--job-underused-max-share", "15%"),
+            ("--job-underused-min-held", "soon"),
+        ] {
+            let e = parse(&[flag, bad]).unwrap_err().to_string();
+            let first = e.lines().next().unwrap_or_default();
+            assert!(first.contains(flag) && first.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
     fn defaults_match_the_contract() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.backend, Backend::Auto);
