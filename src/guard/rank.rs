@@ -782,24 +782,28 @@ mod tests {
     fn a_young_climb_ranks_by_its_rate() {
         use crate::guard::growth::Growth;
         use std::time::Duration;
-        let growth = HashMap::from([(
-            "greedy".to_string(),
-            Growth {
-                bytes: 800 * MIB,
-                over: Duration::from_millis(1100),
-                ahead: 40_000 * MIB,
-            },
-        )]);
         let pods = pods([pod("greedy"), pod("small")]);
         let procs = [proc_in("greedy", 0, 1100), proc_in("small", 0, 24_000)];
-        let r = rank_growing(
-            &Policy::default(),
-            0,
-            &procs,
-            &pods,
-            &HashMap::new(),
-            &growth,
-        );
+        // The greedy pod grew 800 MiB over 1.1 s; `ahead_mib` is what its rate adds.
+        let ranked = |ahead_mib: u64| {
+            let growth = HashMap::from([(
+                "greedy".to_string(),
+                Growth {
+                    bytes: 800 * MIB,
+                    over: Duration::from_millis(1100),
+                    ahead: ahead_mib * MIB,
+                },
+            )]);
+            rank_growing(
+                &Policy::default(),
+                0,
+                &procs,
+                &pods,
+                &HashMap::new(),
+                &growth,
+            )
+        };
+        let r = ranked(40_000);
         assert_eq!(uids(&r), ["greedy", "small"]);
         let g = &r.candidates[0];
         assert!(
@@ -810,22 +814,7 @@ mod tests {
         );
         // The same growth with no rate behind it (it stopped climbing): the steady pod,
         // holding far more, is first.
-        let growth = HashMap::from([(
-            "greedy".to_string(),
-            Growth {
-                bytes: 800 * MIB,
-                over: Duration::from_millis(1100),
-                ahead: 800 * MIB,
-            },
-        )]);
-        let r = rank_growing(
-            &Policy::default(),
-            0,
-            &procs,
-            &pods,
-            &HashMap::new(),
-            &growth,
-        );
+        let r = ranked(800);
         assert_eq!(uids(&r), ["small", "greedy"]);
         assert!(!r.candidates[1].reason.contains("since the previous poll"));
     }

@@ -557,7 +557,6 @@ fn tls_request_as(
     port: u16,
     raw: &str,
 ) -> std::io::Result<Reply> {
-    use std::io::{Read, Write};
     use tokio_rustls::rustls;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).map_err(std::io::Error::other)?;
@@ -573,21 +572,7 @@ fn tls_request_as(
             .map_err(std::io::Error::other)?,
         None => builder.with_no_client_auth(),
     };
-    let name = "localhost".try_into().map_err(std::io::Error::other)?;
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)
-        .map_err(std::io::Error::other)?;
-    let sock = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    tls.write_all(raw.as_bytes())?;
-    let mut buf = Vec::new();
-    // The server closes after the reply (Connection: close); a missing close_notify is fine.
-    match tls.read_to_end(&mut buf) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
-        Err(e) => return Err(e),
-    }
-    parse_reply(&buf)
+    tls_exchange(&std::sync::Arc::new(cfg), port, raw)
 }
 
 fn post_raw(path: &str, body: &str) -> String {

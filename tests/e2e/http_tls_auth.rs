@@ -1,13 +1,10 @@
 //! `/metrics` over TLS with bearer or basic auth, against the real binary: a self-signed
 //! certificate made at test time, a rustls client trusting it, and the flag checks.
 
-use crate::support::{get, parse_reply, run_to_exit, Agent, AgentArgs, Reply};
+use crate::support::{get, run_to_exit, tls_get, Agent, AgentArgs};
 use base64::Engine;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_rustls::rustls::{self, pki_types::CertificateDer, ClientConfig, RootCertStore};
 
 /// The simulated agent without a cluster, logging at debug (the TLS handshake failures).
@@ -42,35 +39,6 @@ fn client_config(root_der: &CertificateDer<'static>) -> Arc<ClientConfig> {
             .with_root_certificates(roots)
             .with_no_client_auth(),
     )
-}
-
-/// `GET path` over TLS with an optional Authorization header.
-fn tls_get(
-    cfg: &Arc<ClientConfig>,
-    port: u16,
-    path: &str,
-    authorization: Option<&str>,
-) -> std::io::Result<Reply> {
-    let name = "localhost".try_into().unwrap();
-    let conn = rustls::ClientConnection::new(cfg.clone(), name).map_err(std::io::Error::other)?;
-    let sock = TcpStream::connect(("127.0.0.1", port))?;
-    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let auth = authorization
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )?;
-    let mut buf = Vec::new();
-    // The server closes after the reply (Connection: close); a missing close_notify is fine.
-    match tls.read_to_end(&mut buf) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
-        Err(e) => return Err(e),
-    }
-    parse_reply(&buf)
 }
 
 /// Starts the agent with `flags` on a free port and waits for `/readyz` over TLS.

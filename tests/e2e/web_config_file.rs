@@ -4,13 +4,11 @@
 //! follow exporter-toolkit's web/tls_config.go (`ConfigToTLSConfig`, `GetConfigForClient`
 //! re-reading the file per handshake) and web/handler.go (basic auth per request).
 
-use crate::support::{parse_reply, run_to_exit, run_to_exit_with_env, Agent, AgentArgs, Reply};
+use crate::support::{run_to_exit, run_to_exit_with_env, tls_get, Agent, AgentArgs};
 use base64::Engine;
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,33 +74,6 @@ fn client(
         Some((c, k)) => b.with_client_auth_cert(vec![c], k).unwrap(),
         None => b.with_no_client_auth(),
     })
-}
-
-fn tls_get(
-    cfg: &Arc<ClientConfig>,
-    port: u16,
-    path: &str,
-    auth: Option<&str>,
-) -> std::io::Result<Reply> {
-    let name = "localhost".try_into().unwrap();
-    let conn = rustls::ClientConnection::new(cfg.clone(), name).map_err(std::io::Error::other)?;
-    let sock = TcpStream::connect(("127.0.0.1", port))?;
-    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut tls = rustls::StreamOwned::new(conn, sock);
-    let auth = auth
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )?;
-    let mut buf = Vec::new();
-    match tls.read_to_end(&mut buf) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
-        Err(e) => return Err(e),
-    }
-    parse_reply(&buf)
 }
 
 fn basic(user_pass: &str) -> String {

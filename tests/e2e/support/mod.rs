@@ -165,6 +165,47 @@ pub fn raw_request(port: u16, raw: &[u8]) -> std::io::Result<Reply> {
     parse_reply(&buf)
 }
 
+/// Sends `raw` as the whole request over TLS to 127.0.0.1:`port` (server name
+/// `localhost`) with client configuration `cfg`, and reads the reply until the server closes.
+pub fn tls_exchange(
+    cfg: &std::sync::Arc<tokio_rustls::rustls::ClientConfig>,
+    port: u16,
+    raw: &str,
+) -> std::io::Result<Reply> {
+    use tokio_rustls::rustls;
+    let name = "localhost".try_into().map_err(std::io::Error::other)?;
+    let conn = rustls::ClientConnection::new(cfg.clone(), name).map_err(std::io::Error::other)?;
+    let sock = TcpStream::connect(("127.0.0.1", port))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(raw.as_bytes())?;
+    let mut buf = Vec::new();
+    // The server closes after the reply (Connection: close); a missing close_notify is fine.
+    match tls.read_to_end(&mut buf) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    parse_reply(&buf)
+}
+
+/// `GET path` over TLS ([`tls_exchange`]) with an optional Authorization header.
+pub fn tls_get(
+    cfg: &std::sync::Arc<tokio_rustls::rustls::ClientConfig>,
+    port: u16,
+    path: &str,
+    authorization: Option<&str>,
+) -> std::io::Result<Reply> {
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    tls_exchange(
+        cfg,
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"),
+    )
+}
+
 /// Parses a whole HTTP/1.1 response: status line, headers, and everything after them as
 /// the body.
 pub fn parse_reply(buf: &[u8]) -> std::io::Result<Reply> {
