@@ -7,16 +7,16 @@
 #![allow(clippy::disallowed_methods)]
 
 use alloc_count::{measure, Counting, Stats};
-use gpu_warden::guard::policy::Policy;
-use gpu_warden::model::clock::Clock;
-use gpu_warden::model::pressure::Pressure;
-use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::sampler::Stamper;
-use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::sample::sim::SimSource;
-use gpu_warden::sample::{GpuSource, PollRequest};
-use gpu_warden::testkit::rig::{Rig, RigOptions};
-use gpu_warden::testkit::scenarios::BenchNode;
+use gpu_warden_guard::policy::Policy;
+use gpu_warden_model::clock::Clock;
+use gpu_warden_model::pressure::Pressure;
+use gpu_warden_publish::self_metrics::SelfMetrics;
+use gpu_warden_sample::sampler::Stamper;
+use gpu_warden_sample::scenario::Scenario;
+use gpu_warden_sample::sim::SimSource;
+use gpu_warden_sample::{GpuSource, PollRequest};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::scenarios::BenchNode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};

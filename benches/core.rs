@@ -5,15 +5,15 @@
 #![allow(clippy::disallowed_methods)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use gpu_warden::attribute::cgroup::parse_proc_cgroup;
-use gpu_warden::guard::policy::Policy;
-use gpu_warden::guard::rank::rank;
-use gpu_warden::model::snapshot::Snapshot;
-use gpu_warden::publish::metrics::{self, MetricsConfig};
-use gpu_warden::publish::self_metrics::SelfMetrics;
-use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
-use gpu_warden::testkit::scenarios::BenchNode;
+use gpu_warden_attribute::cgroup::parse_proc_cgroup;
+use gpu_warden_guard::policy::Policy;
+use gpu_warden_guard::rank::rank;
+use gpu_warden_model::snapshot::Snapshot;
+use gpu_warden_publish::metrics::{self, MetricsConfig};
+use gpu_warden_publish::self_metrics::SelfMetrics;
+use gpu_warden_sample::scenario::Scenario;
+use gpu_warden_testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::scenarios::BenchNode;
 use std::hint::black_box;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 

@@ -9,17 +9,17 @@
 #![allow(clippy::disallowed_methods)]
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use gpu_warden::extender::config::PolicyFile;
-use gpu_warden::extender::core::parse_call;
-use gpu_warden::extender::lease_cache::LiveNodes;
-use gpu_warden::extender::ledger::Ledger;
-use gpu_warden::extender::metrics::ExtenderMetrics;
-use gpu_warden::extender::nodes::{read_node, NodeState};
-use gpu_warden::extender::server::{answer, ExtenderState};
-use gpu_warden::extender::watch::{LedgerFeed, NodeCache, NodeLookup};
-use gpu_warden::model::clock::{Clock, ManualClock};
-use gpu_warden::model::pressure::Pressure;
-use gpu_warden::publish::annotations::{AnnotationValues, GpuFigures};
+use gpu_warden_extender::config::PolicyFile;
+use gpu_warden_extender::core::parse_call;
+use gpu_warden_extender::lease_cache::LiveNodes;
+use gpu_warden_extender::ledger::Ledger;
+use gpu_warden_extender::metrics::ExtenderMetrics;
+use gpu_warden_extender::nodes::{read_node, NodeState};
+use gpu_warden_extender::server::{answer, ExtenderState};
+use gpu_warden_extender::watch::{LedgerFeed, NodeCache, NodeLookup};
+use gpu_warden_model::clock::{Clock, ManualClock};
+use gpu_warden_model::pressure::Pressure;
+use gpu_warden_publish::annotations::{AnnotationValues, GpuFigures};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::atomic::AtomicBool;

@@ -6,18 +6,19 @@
 //! it; [`act`] carries decisions and patches to the Kubernetes API; [`agent`] runs one step
 //! per poll and the event loop around it, wired by [`agent::build`] from [`config`]; [`model`]
 //! is the vocabulary below them all. [`extender`] is the scheduler side, reading what the
-//! agents annotate. Pure rooms do no I/O; the shells are listed in docs/architecture.md and
-//! the architecture test holds both to it.
+//! agents annotate.
+//!
+//! Each room is its own crate (`src/<room>/Cargo.toml`), whose manifest names the rooms it may
+//! use, so the compiler keeps the walls; this facade re-exports them under their room names
+//! for the binary and the end-to-end tests. The test kit is the `gpu-warden-testkit` crate,
+//! a dev-dependency only.
 
-pub mod act;
-pub mod agent;
-pub mod attribute;
-pub mod config;
-pub mod extender;
-pub mod guard;
-pub mod model;
-pub mod publish;
-pub mod sample;
-/// Tests', the soak's and the benches' kit: compiled for them only (feature `testkit`).
-#[cfg(any(test, feature = "testkit"))]
-pub mod testkit;
+pub use gpu_warden_act as act;
+pub use gpu_warden_agent as agent;
+pub use gpu_warden_attribute as attribute;
+pub use gpu_warden_config as config;
+pub use gpu_warden_extender as extender;
+pub use gpu_warden_guard as guard;
+pub use gpu_warden_model as model;
+pub use gpu_warden_publish as publish;
+pub use gpu_warden_sample as sample;

@@ -269,8 +269,9 @@ async fn sleep_for(d: Option<Duration>) {
 mod tests {
     use super::*;
     use crate::model::clock::{ManualClock, SystemClock};
-    use crate::publish::annotations::fixtures::{gpu, snap_at};
+    use crate::model::snapshot::Snapshot;
     use crate::publish::annotations::AnnotationConfig;
+    use crate::testkit::fixtures::{gpu, snap};
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
@@ -379,7 +380,10 @@ mod tests {
     }
 
     fn published(at: Duration) -> Arc<Published> {
-        let snapshot = snap_at(at.as_secs_f64(), vec![gpu(0, 23_028, 4096)]);
+        let snapshot = Snapshot {
+            at,
+            ..snap(vec![gpu(0, 23_028, 4096)], vec![])
+        };
         Arc::new(Published {
             snapshot: Arc::new(snapshot),
             metrics: Default::default(),

@@ -2,6 +2,16 @@
 //! until shutdown. Everything it runs is injected (source, clock, listener, pod view,
 //! decision executor), so integration tests start the same loop the binary does.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use gpu_warden_act as act;
+use gpu_warden_attribute as attribute;
+use gpu_warden_config as config;
+use gpu_warden_guard as guard;
+use gpu_warden_model as model;
+use gpu_warden_publish as publish;
+use gpu_warden_sample as sample;
+
 pub mod build;
 pub mod core;
 

@@ -2,13 +2,19 @@
 //! program with a message naming the flag and what it accepts (clap's own errors), never
 //! a panic.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use gpu_warden_attribute as attribute;
+use gpu_warden_guard as guard;
+use gpu_warden_model as model;
+use gpu_warden_publish as publish;
+
 pub mod check;
 
 use crate::guard::policy::{Mode, Policy};
 use crate::publish::annotations::{AnnotationConfig, AnnotationConfigError, FiguresChannel};
 use crate::publish::dcgm_pod_labels::PodLabels;
 use crate::publish::metrics::HostnameLabel;
-use clap::builder::PossibleValue;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,7 +24,7 @@ pub mod flag_values;
 pub mod lease;
 pub mod tls;
 
-pub use flag_values::{parse_interval, IntervalError, Switch};
+pub use flag_values::{parse_interval, Choices, IntervalError, Switch};
 
 /// Which GPU source to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -33,58 +39,51 @@ pub enum Backend {
 
 // The domain's own enums are the flags' values (no mirrored copies): their spellings and
 // help come from here.
-impl ValueEnum for HostnameLabel {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[
-            HostnameLabel::Hostname,
-            HostnameLabel::Lower,
-            HostnameLabel::Off,
-        ]
-    }
+const HOSTNAME_LABELS: Choices<HostnameLabel> = Choices(&[
+    (
+        HostnameLabel::Hostname,
+        "Hostname",
+        "`Hostname`, as dcgm-exporter up to 4.8.2 and dashboard 12239 use",
+    ),
+    (
+        HostnameLabel::Lower,
+        "hostname",
+        "`hostname`, as dcgm-exporter 4.8.3 and later use",
+    ),
+    (HostnameLabel::Off, "none", "No hostname label"),
+]);
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
-            HostnameLabel::Hostname => PossibleValue::new("Hostname")
-                .help("`Hostname`, as dcgm-exporter up to 4.8.2 and dashboard 12239 use"),
-            HostnameLabel::Lower => PossibleValue::new("hostname")
-                .help("`hostname`, as dcgm-exporter 4.8.3 and later use"),
-            HostnameLabel::Off => PossibleValue::new("none").help("No hostname label"),
-        })
-    }
-}
+const POD_LABELS: Choices<PodLabels> = Choices(&[
+    (PodLabels::Off, "off", "No pod labels"),
+    (
+        PodLabels::On,
+        "on",
+        "container, namespace, pod of the GPU's largest user: one series per GPU, as dcgm-exporter's Kubernetes mode",
+    ),
+    (
+        PodLabels::PerPod,
+        "per-pod",
+        "One series per container with a process on the GPU, each with the GPU's value, as dcgm-exporter's --kubernetes-virtual-gpus",
+    ),
+]);
 
-impl ValueEnum for PodLabels {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[PodLabels::Off, PodLabels::On, PodLabels::PerPod]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
-            PodLabels::Off => PossibleValue::new("off").help("No pod labels"),
-            PodLabels::On => PossibleValue::new("on").help(
-                "container, namespace, pod of the GPU's largest user: one series per GPU, as dcgm-exporter's Kubernetes mode",
-            ),
-            PodLabels::PerPod => PossibleValue::new("per-pod").help(
-                "One series per container with a process on the GPU, each with the GPU's value, as dcgm-exporter's --kubernetes-virtual-gpus",
-            ),
-        })
-    }
-}
-
-impl ValueEnum for Mode {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[Mode::Off, Mode::DryRun, Mode::Enforce]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        let help = match self {
-            Mode::Off => "Pressure only: metrics and annotations, no decisions",
-            Mode::DryRun => "Decide, log, emit Events and metrics; evict nothing",
-            Mode::Enforce => "Decide and evict through the Eviction API",
-        };
-        Some(PossibleValue::new(self.as_str()).help(help))
-    }
-}
+const GUARD_MODES: Choices<Mode> = Choices(&[
+    (
+        Mode::Off,
+        Mode::Off.as_str(),
+        "Pressure only: metrics and annotations, no decisions",
+    ),
+    (
+        Mode::DryRun,
+        Mode::DryRun.as_str(),
+        "Decide, log, emit Events and metrics; evict nothing",
+    ),
+    (
+        Mode::Enforce,
+        Mode::Enforce.as_str(),
+        "Decide and evict through the Eviction API",
+    ),
+]);
 
 /// Whether to use the Kubernetes API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -107,7 +106,6 @@ pub enum LogFormat {
 #[command(
     name = "gpu-warden",
     version,
-    about,
     long_about = None,
     mut_arg("web_tls_cert", |a| a.env("GPU_WARDEN_WEB_TLS_CERT")),
     mut_arg("web_tls_key", |a| a.env("GPU_WARDEN_WEB_TLS_KEY"))
@@ -203,7 +201,7 @@ pub struct Cli {
     /// Name of the hostname label on DCGM families.
     #[arg(
         long,
-        value_enum,
+        value_parser = HOSTNAME_LABELS,
         default_value = "Hostname",
         env = "GPU_WARDEN_HOSTNAME_LABEL"
     )]
@@ -214,7 +212,7 @@ pub struct Cli {
     /// DCGM families" for what each means on a time-sliced GPU.
     #[arg(
         long,
-        value_enum,
+        value_parser = POD_LABELS,
         default_value = "off",
         env = "GPU_WARDEN_DCGM_POD_LABELS"
     )]
@@ -238,7 +236,7 @@ pub struct Cli {
     pub proc_root: Option<PathBuf>,
 
     /// OOM guard mode; overrides `mode` in --guard-config. Default: the policy's (dry-run).
-    #[arg(long, value_enum, env = "GPU_WARDEN_GUARD_MODE")]
+    #[arg(long, value_parser = GUARD_MODES, env = "GPU_WARDEN_GUARD_MODE")]
     pub guard_mode: Option<Mode>,
 
     /// Guard policy file (YAML; see docs/guard.md). Invalid policies stop the agent at start.

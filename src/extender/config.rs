@@ -31,10 +31,10 @@
 use super::core::ExtenderPolicy;
 use super::judge::{JudgePolicy, ScoreMode, UnknownNode};
 use super::need::{DefaultNeed, NeedRules, UnknownNeed};
-use crate::config::check::{check_prefix, CheckError};
-use crate::config::tls::TlsPairArgs;
-use crate::config::{parse_interval, IntervalError, LogArgs};
 use clap::Parser;
+use gpu_warden_config::check::{check_prefix, CheckError};
+use gpu_warden_config::tls::TlsPairArgs;
+use gpu_warden_config::{parse_interval, IntervalError, LogArgs};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -610,7 +610,7 @@ mod tests {
                 .and_then(|a| a.get_env())
                 .map(|e| e.to_string_lossy().into_owned())
         };
-        let (agent, extender) = (crate::config::Cli::command(), ExtenderCli::command());
+        let (agent, extender) = (gpu_warden_config::Cli::command(), ExtenderCli::command());
         for (id, agents, extenders) in [
             (
                 "web_tls_cert",

@@ -8,6 +8,15 @@
 //! and thin shells: [`watch`] (the Node cache and the pod watch), [`prometheus`] (the
 //! learned needs' source), [`server`] (HTTP) and [`metrics`].
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+#[cfg(test)]
+use crate as extender;
+use gpu_warden_act as act;
+use gpu_warden_guard as guard;
+use gpu_warden_model as model;
+use gpu_warden_publish as publish;
+
 pub mod config;
 pub mod core;
 pub mod judge;
@@ -43,7 +52,7 @@ pub enum ExtenderError {
     Tls(#[from] crate::publish::auth::FlagFileError),
     /// A certificate without its key, or the other way round.
     #[error(transparent)]
-    TlsPair(#[from] crate::config::tls::TlsPairError),
+    TlsPair(#[from] gpu_warden_config::tls::TlsPairError),
     /// The web config file with the old TLS flags.
     #[error("--web.config.file excludes --web-tls-cert and --web-tls-key: put the certificate in the web config file's tls_server_config")]
     WebConfigAndFlags,

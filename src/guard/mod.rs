@@ -2,6 +2,15 @@
 //! decision state machine, Event prose and the port decisions go out through. The enforcer
 //! shell that carries them out is `act::enforce`.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use crate as guard;
+use gpu_warden_model as model;
+#[cfg(test)]
+mod testkit {
+    pub use gpu_warden_fixtures as fixtures;
+}
+
 pub mod carry;
 pub mod decision;
 pub mod growth;

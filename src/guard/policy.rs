@@ -54,7 +54,7 @@ pub enum Mode {
 
 impl Mode {
     /// The configuration spelling (`off`, `dry-run`, `enforce`), also used in logs and /state.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Mode::Off => "off",
             Mode::DryRun => "dry-run",

@@ -2,6 +2,10 @@
 //! processes, pods, memory pressure, the injected clock, backoff, stable ids. No I/O, no
 //! runtime; imports nothing from the rest of the crate.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use crate as model;
+
 pub mod backoff;
 pub mod clock;
 pub mod cuda;

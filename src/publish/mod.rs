@@ -2,6 +2,15 @@
 //! server with the agent's own process families, the Node annotations' values and plan, and
 //! the `/state` document.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use crate as publish;
+use gpu_warden_model as model;
+#[cfg(test)]
+mod testkit {
+    pub use gpu_warden_fixtures as fixtures;
+}
+
 pub mod annotations;
 pub mod auth;
 pub mod basic_auth;

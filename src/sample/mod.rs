@@ -1,6 +1,12 @@
 //! Where snapshots come from: the [`GpuSource`] trait in gpu-warden's vocabulary, its
 //! NVML and simulated backends, and the sampler thread that polls one of them.
 
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+#[cfg(test)]
+use crate as sample;
+use gpu_warden_model as model;
+
 pub mod gpm;
 pub mod nvml;
 pub mod sampler;

@@ -908,7 +908,8 @@ mod tests {
 
     #[test]
     fn shipped_examples_parse() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        // The package is src/sample; the shipped scenarios are at the repository root.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         let mut n = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let p = entry.unwrap().path();

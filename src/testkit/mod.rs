@@ -1,10 +1,18 @@
 //! The test kit every test, soak and bench uses: table builders for snapshots and pods
 //! ([`fixtures`]), a simulated node on the real agent core ([`rig`]), the benchmark node
-//! generator ([`scenarios`]) and a bounded wait. It is part of the library so the
-//! integration tests and benches share one copy, behind the `testkit` feature (which they
-//! enable as a dev-dependency on this package) so the shipped library does not contain it.
+//! generator ([`scenarios`]) and a bounded wait. Its own crate, so the integration tests and
+//! benches share one copy as a dev-dependency and the shipped binary does not contain it.
 
-pub mod fixtures;
+// The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+use gpu_warden_agent as agent;
+use gpu_warden_attribute as attribute;
+use gpu_warden_guard as guard;
+use gpu_warden_model as model;
+use gpu_warden_publish as publish;
+use gpu_warden_sample as sample;
+
+pub use gpu_warden_fixtures as fixtures;
 pub mod rig;
 pub mod scenarios;
 

@@ -4,8 +4,8 @@
 //! publication hands to readers. `benches/alloc.rs` prints the figures for every stage.
 
 use gpu_warden::model::pressure::Pressure;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
-use gpu_warden::testkit::scenarios::BenchNode;
+use gpu_warden_testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::scenarios::BenchNode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,7 @@ fn sim_pods(node: &str) -> Vec<Value> {
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    gpu_warden::testkit::wait_for(what, Duration::from_secs(15), || f().then_some(()));
+    gpu_warden_testkit::wait_for(what, Duration::from_secs(15), || f().then_some(()));
 }
 
 /// The scenario on node `gpu-node-1`, with the simulated `/proc` at `proc_root`.

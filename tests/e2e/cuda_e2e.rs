@@ -10,8 +10,8 @@ use apiserver_double::ApiServer;
 use gpu_warden::model::cuda::CudaVersion;
 use gpu_warden::model::pressure::Pressure;
 use gpu_warden::publish::annotations::{AnnotationValues, GpuFigures};
-use gpu_warden::testkit::fixtures::pod;
-use gpu_warden::testkit::{wait_for, wait_for_seen};
+use gpu_warden_testkit::fixtures::pod;
+use gpu_warden_testkit::{wait_for, wait_for_seen};
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime};
 

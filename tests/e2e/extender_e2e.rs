@@ -11,7 +11,7 @@ use crate::support::*;
 use apiserver_double::ApiServer;
 use gpu_warden::model::pressure::Pressure;
 use gpu_warden::publish::annotations::{AnnotationValues, GpuFigures};
-use gpu_warden::testkit::wait_for;
+use gpu_warden_testkit::wait_for;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant, SystemTime};
 

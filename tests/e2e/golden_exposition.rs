@@ -13,7 +13,7 @@ use gpu_warden::publish::process_metrics::{self, ProcessSource, FAMILIES};
 use gpu_warden::publish::process_reader::SelfProcess;
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::scenario::Scenario;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};

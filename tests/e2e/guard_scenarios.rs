@@ -22,7 +22,7 @@ use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::publish::self_metrics::SelfMetrics;
 use gpu_warden::sample::scenario::Scenario;
 use gpu_warden::sample::sim::{placement_uid, scenario_pods};
-use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 

@@ -157,11 +157,11 @@ impl World {
             .with_read_timeout(Duration::from_millis(400))
             .with_read_bound(READ_BOUND)
             .with_stopper(Arc::new(stopper));
-        let pods: PodMap = gpu_warden::testkit::fixtures::pods([
-            gpu_warden::testkit::fixtures::pod(VICTIM_UID)
+        let pods: PodMap = gpu_warden_testkit::fixtures::pods([
+            gpu_warden_testkit::fixtures::pod(VICTIM_UID)
                 .name("victim")
                 .priority(0),
-            gpu_warden::testkit::fixtures::pod(SPARE_UID)
+            gpu_warden_testkit::fixtures::pod(SPARE_UID)
                 .name("spare")
                 .priority(5),
         ]);

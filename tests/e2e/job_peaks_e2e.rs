@@ -4,7 +4,7 @@
 use gpu_warden::agent::core::PEAK_REASON;
 use gpu_warden::guard::notes::Regarding;
 use gpu_warden::guard::policy::Policy;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
 use std::time::Duration;
 
 /// A job pod of GitLab project 4711 whose two processes peak together at 9500 MiB (at the

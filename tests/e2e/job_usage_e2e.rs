@@ -11,7 +11,7 @@ use gpu_warden::guard::policy::Policy;
 use gpu_warden::model::replicas::ReplicaView;
 use gpu_warden::model::snapshot::Snapshot;
 use gpu_warden::publish::job_usage::UNDERUSED_REASON;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 

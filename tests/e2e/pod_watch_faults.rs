@@ -19,7 +19,7 @@ fn pod(name: &str, uid: &str) -> serde_json::Value {
 }
 
 fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    gpu_warden::testkit::wait_for(what, Duration::from_secs(secs), || f().then_some(()));
+    gpu_warden_testkit::wait_for(what, Duration::from_secs(secs), || f().then_some(()));
 }
 
 /// A runtime, a double built by `builder` holding pod `a`, and a pod view of node `n1` on it
@@ -155,7 +155,7 @@ fn a_silent_stall_is_detected_and_a_quiet_watch_is_not() {
     // The proof can age out a moment before the watcher's own stall deadline fires (the
     // proof dates from just before the stalled watch began), so the view is unhealthy
     // first and says why a moment later; under load that moment is longer.
-    gpu_warden::testkit::wait_for_seen("the stall to be named", Duration::from_secs(2), || {
+    gpu_warden_testkit::wait_for_seen("the stall to be named", Duration::from_secs(2), || {
         let why = view.status().last_error.unwrap_or_default();
         if why.contains("stalled") {
             Ok(())
@@ -404,7 +404,7 @@ fn a_list_slower_than_the_floor_syncs_and_the_timeout_follows_the_latency() {
     server.inject(slow_list());
     let lists = list_times(&server).len();
     view.distrust("test: relist on a slow API");
-    gpu_warden::testkit::wait_for_seen("the abandoned LIST", Duration::from_secs(5), || {
+    gpu_warden_testkit::wait_for_seen("the abandoned LIST", Duration::from_secs(5), || {
         let st = view.status();
         if st
             .last_error

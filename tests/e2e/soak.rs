@@ -22,7 +22,7 @@ use gpu_warden::model::pod::{PodMap, PodViewStatus};
 use gpu_warden::sample::scenario::{ProcessSpec, Scenario, Trajectory};
 use gpu_warden::sample::sim::{placement_container_id, placement_uid, scenario_pods};
 use gpu_warden::sample::PollRequest;
-use gpu_warden::testkit::rig::{Rig, RigOptions};
+use gpu_warden_testkit::rig::{Rig, RigOptions};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};

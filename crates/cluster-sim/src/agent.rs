@@ -8,11 +8,11 @@
 
 use crate::engine::{wall, Engine};
 use crate::scenario::{NAMESPACE, PREFIX};
-use gpu_warden::extender::nodes::read_node;
-use gpu_warden::guard::decision::EvictionOutcome;
-use gpu_warden::model::pod::PodMap;
-use gpu_warden::model::replicas::{GpuReplicas, ReplicaView};
-use gpu_warden::model::snapshot::{
+use gpu_warden_extender::nodes::read_node;
+use gpu_warden_guard::decision::EvictionOutcome;
+use gpu_warden_model::pod::PodMap;
+use gpu_warden_model::replicas::{GpuReplicas, ReplicaView};
+use gpu_warden_model::snapshot::{
     GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Owner, PodRef, ProcessSample, Snapshot, MIB,
 };
 use std::collections::{BTreeMap, BTreeSet};

@@ -9,17 +9,17 @@
 use crate::outcome::{percentile, Event, EventKind, Outcome};
 use crate::scenario::{PolicyKind, Scenario, SimError, NAMESPACE, PREFIX};
 use crate::workload::{draw, Job};
-use gpu_warden::extender::config::PolicyFile;
-use gpu_warden::extender::core::ExtenderPolicy;
-use gpu_warden::extender::learned::LearnedNeeds;
-use gpu_warden::extender::ledger::Ledger;
-use gpu_warden::extender::nodes::NodeState;
-use gpu_warden::extender::wire::PodView;
-use gpu_warden::guard::policy::Mode;
-use gpu_warden::guard::state::Guard;
-use gpu_warden::model::pod::PodInfo;
-use gpu_warden::model::vram_request;
-use gpu_warden::publish::annotations::{AnnotationConfig, AnnotationPlanner};
+use gpu_warden_extender::config::PolicyFile;
+use gpu_warden_extender::core::ExtenderPolicy;
+use gpu_warden_extender::learned::LearnedNeeds;
+use gpu_warden_extender::ledger::Ledger;
+use gpu_warden_extender::nodes::NodeState;
+use gpu_warden_extender::wire::PodView;
+use gpu_warden_guard::policy::Mode;
+use gpu_warden_guard::state::Guard;
+use gpu_warden_model::pod::PodInfo;
+use gpu_warden_model::vram_request;
+use gpu_warden_publish::annotations::{AnnotationConfig, AnnotationPlanner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -87,7 +87,7 @@ pub(crate) fn pod_name(job: &Job, attempt: u32) -> String {
 }
 
 pub(crate) fn pod_uid(job: &Job, attempt: u32) -> String {
-    let h = gpu_warden::model::ids::fnv64(&["pod", &job.id.to_string(), &attempt.to_string()]);
+    let h = gpu_warden_model::ids::fnv64(&["pod", &job.id.to_string(), &attempt.to_string()]);
     format!(
         "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
         h >> 32,

@@ -8,8 +8,8 @@
 //! ledger's pods not shown yet leave none): its view behind the kubelet's.
 
 use crate::engine::Engine;
-use gpu_warden::extender::judge::committed;
-use gpu_warden::extender::nodes::NodeState;
+use gpu_warden_extender::judge::committed;
+use gpu_warden_extender::nodes::NodeState;
 
 /// Room below which a replica counts as idle for want of room, MiB.
 const TYPICAL_NEED_MIB: i64 = 4096;

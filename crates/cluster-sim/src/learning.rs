@@ -6,8 +6,8 @@
 
 use crate::engine::Engine;
 use crate::scenario::NAMESPACE;
-use gpu_warden::extender::learned::learn;
-use gpu_warden::publish::job_peaks::BUCKETS_MIB;
+use gpu_warden_extender::learned::learn;
+use gpu_warden_publish::job_peaks::BUCKETS_MIB;
 
 impl Engine<'_> {
     /// Records one pod's peak for its project.

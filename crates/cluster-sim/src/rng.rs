@@ -18,7 +18,7 @@ impl Rng {
     /// An independent stream named `label`, so adding draws to one stream does not shift
     /// every other one.
     pub fn fork(&self, label: &str) -> Rng {
-        let mut r = Rng::new(self.state ^ gpu_warden::model::ids::fnv64(&[label]));
+        let mut r = Rng::new(self.state ^ gpu_warden_model::ids::fnv64(&[label]));
         r.next_u64();
         r
     }

@@ -3,7 +3,7 @@
 //! components place and protect the jobs.
 
 use crate::workload::{Job, WorkloadModel};
-use gpu_warden::guard::policy::Policy;
+use gpu_warden_guard::policy::Policy;
 
 /// The namespace the runner creates job pods in.
 pub const NAMESPACE: &str = "gitlab-runner";

@@ -19,12 +19,12 @@
 use crate::engine::{annotations_of, labels_of, pod_name, pod_uid, wall, Engine, Queued, Run};
 use crate::outcome::EventKind;
 use crate::scenario::{EXTENDER_WEIGHT, NAMESPACE};
-use gpu_warden::extender::core::{
+use gpu_warden_extender::core::{
     evaluate, filter_result, prioritize_result, reservation_for, Candidates, Judged,
 };
-use gpu_warden::extender::need::NeedSource;
-use gpu_warden::model::pod::{ContainerInfo, PodInfo};
-use gpu_warden::model::replicas::{Allocations, GpuReplicas};
+use gpu_warden_extender::need::NeedSource;
+use gpu_warden_model::pod::{ContainerInfo, PodInfo};
+use gpu_warden_model::replicas::{Allocations, GpuReplicas};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -72,7 +72,7 @@ impl Engine<'_> {
 
     /// A seeded random number for the tie-break among equal scores.
     fn tie(&self, n: usize, q: &Queued) -> u64 {
-        gpu_warden::model::ids::fnv64(&[
+        gpu_warden_model::ids::fnv64(&[
             &self.sc.seed.to_string(),
             &self.jobs[q.job].id.to_string(),
             &q.attempt.to_string(),

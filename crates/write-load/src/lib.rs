@@ -15,13 +15,13 @@
 
 use cluster_sim::sim::{simulate, Cluster, EventKind, PolicyKind, Scenario, SimError};
 use cluster_sim::workload::{draw, Job, WorkloadModel};
-use gpu_warden::act::lease::{lease_object, lease_planner_config, LeaseConfig};
-use gpu_warden::guard::levels::Levels;
-use gpu_warden::guard::policy::Policy;
-use gpu_warden::model::pressure::Pressure;
-use gpu_warden::model::replicas::{GpuReplicas, ReplicaView};
-use gpu_warden::model::snapshot::{GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Snapshot, MIB};
-use gpu_warden::publish::annotations::{AnnotationConfig, AnnotationPlanner};
+use gpu_warden_act::lease::{lease_object, lease_planner_config, LeaseConfig};
+use gpu_warden_guard::levels::Levels;
+use gpu_warden_guard::policy::Policy;
+use gpu_warden_model::pressure::Pressure;
+use gpu_warden_model::replicas::{GpuReplicas, ReplicaView};
+use gpu_warden_model::snapshot::{GpuHealth, GpuIdentity, GpuSample, MemoryInfo, Snapshot, MIB};
+use gpu_warden_publish::annotations::{AnnotationConfig, AnnotationPlanner};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -101,7 +101,7 @@ pub fn disciplines() -> Vec<Discipline> {
         ..AnnotationConfig::default()
     };
     let slow_node = beside_lease(0);
-    let new_node = beside_lease(gpu_warden::publish::annotations::DEFAULT_OVER_PROMISE_BURST);
+    let new_node = beside_lease(gpu_warden_publish::annotations::DEFAULT_OVER_PROMISE_BURST);
 
     let lease_row = |name: String, node: AnnotationConfig| Discipline {
         name,

@@ -1,5 +1,6 @@
 //! What docs/architecture.md says the code looks like: the rooms table (who may import whom),
-//! the shells list and the I/O and runtime crates only shells may use. The page is the source
+//! the shells list, the I/O and runtime crates only shells may use, and the crates a pure
+//! room may depend on. The page is the source
 //! of truth; the checks read it rather than repeating it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +13,8 @@ pub struct Doc {
     /// Paths only shells may name: a crate (`tokio`) or a module of `std` (`std::fs`), as
     /// segments.
     pub io: Vec<Vec<String>>,
+    /// The crates outside the workspace a pure room's manifest may name.
+    pub pure_deps: BTreeSet<String>,
 }
 
 fn between<'a>(text: &'a str, tag: &str) -> Result<&'a str, String> {
@@ -56,5 +59,13 @@ pub fn parse(text: &str) -> Result<Doc, String> {
     let io = quoted(between(text, "io")?)
         .map(|p| p.split("::").map(str::to_string).collect())
         .collect();
-    Ok(Doc { rooms, shells, io })
+    let pure_deps = quoted(between(text, "pure-deps")?)
+        .map(str::to_string)
+        .collect();
+    Ok(Doc {
+        rooms,
+        shells,
+        io,
+        pure_deps,
+    })
 }

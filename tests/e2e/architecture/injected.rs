@@ -1,7 +1,7 @@
 //! The checks themselves: a small tree with each violation of issue 29 injected, and the
 //! lawful look-alikes next to them, so a check that misses one (or cries wolf) fails here.
 
-use super::{doc, rules, tidy};
+use super::{codemap, crates, doc, rules, tidy};
 use std::path::Path;
 
 const DOC: &str = "\
@@ -13,7 +13,8 @@ const DOC: &str = "\
 | `guard` | pure core | model |
 | `act` | shells | model, guard |
 <!-- /rooms -->
-Shells (<!-- io -->`tokio`, `kube`, `std::fs`, `std::net`, `std::process`, `std::thread`<!-- /io -->):
+Shells (<!-- io -->`tokio`, `kube`, `std::fs`, `std::net`, `std::process`, `std::thread`<!-- /io -->),
+pure rooms' crates (<!-- pure-deps -->`serde`, `thiserror`<!-- /pure-deps -->):
 <!-- shells -->
 - `act/e.rs`
 <!-- /shells -->
@@ -67,6 +68,10 @@ fn each_kind_of_room_and_io_violation_is_found() {
         "mod inner {\n    fn f() {\n        let _ = crate::act::go;\n    }\n}\n",
     );
     w("src/guard/above.rs", "use super::super::super::x;\n");
+    w(
+        "src/guard/borrowed.rs",
+        "#[allow(clippy::duplicate_mod)]\n#[path = \"../act/e.rs\"]\nmod x;\n",
+    );
     // Lawful: a sibling, the vocabulary room, std's pure modules, I/O in strings, comments
     // and test code, an upward name in a test module, a shell using tokio.
     w(
@@ -94,6 +99,7 @@ fn each_kind_of_room_and_io_violation_is_found() {
         "src/guard/in_macro.rs:2: uses `std::process`",
         "src/guard/nested.rs:3: room `guard` may not import `crate::act`",
         "src/guard/above.rs:1: a `super::` climbs above the crate root",
+        "src/guard/borrowed.rs:3: a `#[path]` module",
         "src/mystery/f.rs: its room `mystery` is not in the rooms table",
         "src/act/pure.rs:1: is pure but names `crate::act::e::Shell` of the shell act/e.rs",
     ];
@@ -189,6 +195,146 @@ fn a_path_to_nowhere_in_a_comment_or_a_doc_is_found() {
         "docs/guard.md: `model::Calendar` names nothing",
         "README.md: `docs/nowhere.md` does not exist",
         "Cargo.toml: `tests/podresources_kubelet.rs` does not exist",
+    ];
+    for w in want {
+        assert!(has(&found, w), "missed {w:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+}
+
+const ROOT_CLIPPY: &str =
+    "disallowed-methods = [\n  { path = \"std::time::Instant::now\", reason = \"clock\" },\n]\n";
+
+/// Every ban a pure room's clippy.toml must carry (the root's and the pure list).
+fn pure_clippy() -> String {
+    let paths = [
+        "std::time::Instant::now",
+        "std::fs::read",
+        "std::env::var",
+        "std::thread::spawn",
+        "std::process::exit",
+        "std::net::TcpStream",
+        "std::os::unix::net::UnixStream",
+        "std::io::stdin",
+        "std::io::stdout",
+        "std::io::stderr",
+        "std::println",
+        "std::eprintln",
+    ];
+    paths
+        .iter()
+        .map(|p| format!("  {{ path = \"{p}\", reason = \"pure\" }},\n"))
+        .collect()
+}
+
+fn manifest(room: &str, deps: &[&str], dev: &[&str]) -> String {
+    let line = |d: &&str| format!("{d} = {{ workspace = true }}\n");
+    format!(
+        "[package]\nname = \"gpu-warden-{room}\"\n\n[lib]\npath = \"mod.rs\"\n\n[dependencies]\n{}\n[dev-dependencies]\n{}",
+        deps.iter().map(line).collect::<String>(),
+        dev.iter().map(line).collect::<String>()
+    )
+}
+
+#[test]
+fn each_kind_of_manifest_violation_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let w = |rel: &str, text: &str| write(root, rel, text);
+    w("clippy.toml", ROOT_CLIPPY);
+    // Lawful: model pure with its bans; act as its row says, its tests on the fixtures.
+    w(
+        "src/model/Cargo.toml",
+        &manifest("model", &["serde", "thiserror"], &[]),
+    );
+    w("src/model/clippy.toml", &pure_clippy());
+    w(
+        "src/act/Cargo.toml",
+        &manifest(
+            "act",
+            &["gpu-warden-model", "gpu-warden-guard", "tokio", "kube"],
+            &["gpu-warden-fixtures"],
+        ),
+    );
+    // guard: a dependency beyond its row, an I/O crate in a pure room, a test reaching up,
+    // and no clippy.toml.
+    w(
+        "src/guard/Cargo.toml",
+        &manifest(
+            "guard",
+            &["gpu-warden-model", "gpu-warden-act", "tokio"],
+            &["gpu-warden-act", "gpu-warden-fixtures"],
+        ),
+    );
+    let doc = doc::parse(DOC).unwrap();
+    let found = crates::check(root, &doc);
+    let want = [
+        "src/guard/Cargo.toml: depends on the rooms [act, model] but its row of the rooms table says [model]",
+        "src/guard/Cargo.toml: the pure room `guard` depends on `tokio`",
+        "src/guard/clippy.toml: missing",
+    ];
+    for w in want {
+        assert!(has(&found, w), "missed {w:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+    // A pure room whose clippy.toml lost the root's clock ban and the printing bans; a room
+    // that is no crate; a test reaching further than the code.
+    w(
+        "src/model/clippy.toml",
+        &pure_clippy()
+            .lines()
+            .filter(|l| !l.contains("Instant") && !l.contains("\"std::println\""))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    w(
+        "src/guard/Cargo.toml",
+        &manifest("guard", &["gpu-warden-model"], &["gpu-warden-act"]),
+    );
+    w("src/guard/clippy.toml", &pure_clippy());
+    std::fs::remove_file(root.join("src/act/Cargo.toml")).unwrap();
+    let found = crates::check(root, &doc);
+    let want = [
+        "src/model/clippy.toml: lacks the root clippy.toml's `std::time::Instant::now`",
+        "src/model/clippy.toml: bans nothing under `std::println`",
+        "src/act/Cargo.toml: missing",
+        "src/guard/Cargo.toml: its tests use gpu-warden-act",
+    ];
+    for w in want {
+        assert!(has(&found, w), "missed {w:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+}
+
+#[test]
+fn a_file_missing_from_the_code_map_or_a_stale_name_in_it_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let w = |rel: &str, text: &str| write(root, rel, text);
+    for f in [
+        "src/guard/mod.rs",
+        "src/guard/rank.rs",
+        "src/guard/state/mod.rs",
+        "src/guard/state/step.rs",
+        "src/guard/state/outcomes_renamed.rs",
+        "src/guard/new.rs",
+        "src/config/mod.rs",
+        "src/config/values.rs",
+        "src/extra/mod.rs",
+    ] {
+        w(f, "\n");
+    }
+    let map = "# A\n## Code map\n\n### `src/guard/`\n`mod.rs`, `rank.rs` (ranking), `state/` (`mod.rs` \
+               observations, `step.rs` triggers, `outcomes.rs` outcomes).\n\n### `src/config/`\n\
+               The flags; `flag_values.rs` (the switch), `values.rs`, `mod.rs`.\n\n## Where to add\n\
+               `ghost.rs` is not in the map.\n";
+    let found = codemap::check(root, map);
+    let want = [
+        "the code map of src/guard/ names `outcomes.rs`, which is no file there",
+        "the code map of src/config/ names `flag_values.rs`, which is no file there",
+        "src/guard/state/outcomes_renamed.rs: not named",
+        "src/guard/new.rs: not named",
+        "src/extra/: no",
     ];
     for w in want {
         assert!(has(&found, w), "missed {w:?} in {found:#?}");

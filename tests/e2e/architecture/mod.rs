@@ -7,6 +7,9 @@
 //! (`rules`), or when a comment or a doc names a file or module that does not exist (`tidy`).
 //! `injected` proves each rule fails on the violation it is for.
 
+mod codemap;
+mod compiler;
+mod crates;
 mod doc;
 mod injected;
 mod rules;
@@ -43,6 +46,17 @@ fn the_code_keeps_the_shape_of_docs_architecture_md() {
         "architecture violations",
         rules::check_rooms(&root(), &doc()),
     );
+}
+
+#[test]
+fn each_room_is_a_crate_that_names_only_its_rooms() {
+    assert_none("crate manifests", crates::check(&root(), &doc()));
+}
+
+#[test]
+fn every_file_of_src_is_in_the_code_map_by_its_name() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    assert_none("code map", codemap::check(&root(), &text));
 }
 
 #[test]

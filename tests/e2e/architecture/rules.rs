@@ -89,6 +89,12 @@ pub fn check_rooms(root: &Path, doc: &Doc) -> Vec<String> {
                 continue;
             }
         };
+        for line in &facts.path_mods {
+            bad.push(format!(
+                "src/{in_src}:{line}: a `#[path]` module: a file is compiled in the crate of \
+                 its own room's folder, nowhere else"
+            ));
+        }
         let shell = doc.shells.contains(&in_src);
         let mut seen = BTreeSet::new();
         for n in &facts.named {
@@ -121,7 +127,8 @@ pub fn check_rooms(root: &Path, doc: &Doc) -> Vec<String> {
                     ));
                 }
             }
-            if p[0] == "crate" && in_src != "main.rs" {
+            // The facade (lib.rs) re-exports every room; main.rs wires them.
+            if p[0] == "crate" && in_src != "main.rs" && in_src != "lib.rs" {
                 if let Some(f) = file_of(&p[1..]).filter(|f| doc.shells.contains(*f)) {
                     uses_io.insert(in_src.clone());
                     if !shell && seen.insert(format!("shell {f}")) {

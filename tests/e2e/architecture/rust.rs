@@ -21,6 +21,9 @@ pub struct Named {
 
 pub struct Facts {
     pub named: Vec<Named>,
+    /// Where a `mod` takes its file from a `#[path]` (test code included): a file of
+    /// another room's folder compiled into this one.
+    pub path_mods: Vec<usize>,
     /// Lines that are neither test code nor comment-only.
     pub code_lines: usize,
 }
@@ -140,6 +143,8 @@ struct Scopes {
     /// (module, name) → (path as written, leading `::`, the module it was written in).
     aliases: BTreeMap<(Vec<String>, String), (Vec<String>, bool)>,
     children: BTreeSet<Vec<String>>,
+    /// Lines of `mod` items with a `#[path]` attribute, test code included.
+    path_mods: Vec<usize>,
 }
 
 struct Collect<'a> {
@@ -149,6 +154,9 @@ struct Collect<'a> {
 
 impl<'ast> Visit<'ast> for Collect<'_> {
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if m.attrs.iter().any(|a| a.path().is_ident("path")) {
+            self.scopes.path_mods.push(m.ident.span().start().line);
+        }
         self.module.push(m.ident.to_string());
         self.scopes.children.insert(self.module.clone());
         visit::visit_item_mod(self, m);
@@ -227,6 +235,12 @@ impl Check<'_> {
                             return Some(t);
                         }
                     }
+                }
+                // A room's crate by its package name (`gpu_warden_act::…`) is that room.
+                if let Some(room) = first.strip_prefix("gpu_warden_") {
+                    let mut out = vec!["crate".to_string(), room.to_string()];
+                    out.extend(segs[1..].iter().cloned());
+                    return Some(out);
                 }
                 let mut child = self.module.clone();
                 child.push(first.clone());
@@ -417,6 +431,7 @@ pub fn facts(text: &str, module: &[String]) -> Result<Facts, String> {
         .count();
     Ok(Facts {
         named: check.named,
+        path_mods: scopes.path_mods.clone(),
         code_lines,
     })
 }

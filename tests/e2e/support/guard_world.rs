@@ -206,7 +206,7 @@ impl GuardWorld {
 
     /// Waits for `f`; a timeout shows the agent's `/state` (read only then).
     pub fn wait(&self, what: &str, within: Duration, mut f: impl FnMut(&GuardWorld) -> bool) {
-        gpu_warden::testkit::wait_for_seen(what, within, || {
+        gpu_warden_testkit::wait_for_seen(what, within, || {
             if f(self) {
                 Ok(())
             } else {

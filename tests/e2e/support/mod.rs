@@ -9,7 +9,7 @@ pub mod guard_world;
 pub mod pod_resources;
 pub mod sim_signals;
 
-use gpu_warden::testkit::wait_for;
+use gpu_warden_testkit::wait_for;
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -84,7 +84,7 @@ pub fn metrics(port: u16) -> String {
 
 /// Waits up to 8 s for `ok`, then fails with what was last seen.
 pub fn wait_until(what: &str, mut probe: impl FnMut() -> (bool, String)) {
-    gpu_warden::testkit::wait_for_seen(what, Duration::from_secs(8), || match probe() {
+    gpu_warden_testkit::wait_for_seen(what, Duration::from_secs(8), || match probe() {
         (true, _) => Ok(()),
         (false, seen) => Err(seen),
     });
