@@ -33,7 +33,7 @@ NAME=${IMAGE_NAME:-ghcr.io/gpu-warden/gpu-warden}
 TAG=${IMAGE_TAG:-$VERSION}
 # The last change to what goes into the image, so a commit that touches only docs or tests
 # rebuilds the same image (same binary and .debs: same digest).
-inputs=(src examples build.rs link Cargo.toml Cargo.lock Dockerfile scripts/image-rootfs.sh scripts/image-build.sh)
+inputs=(src examples build.rs link Cargo.toml Cargo.lock crates/heap-trim crates/nvml-scoped Dockerfile scripts/image-rootfs.sh scripts/image-build.sh)
 # Not exported to cargo: the cc crate's build scripts (ring) read it, and a changed value
 # rebuilds every dependency.
 EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct -- "${inputs[@]}" 2>/dev/null || true)}

@@ -332,7 +332,8 @@ def main(kustomize_dir, helm_dir, artifact_dir):
         p.append(f"Chart.yaml apiVersion {meta.get('apiVersion')}, expected v2")
     with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
         import tomllib
-        version = tomllib.load(f)["package"]["version"]
+        # The workspace's one version: every crate of it says `version.workspace = true`.
+        version = tomllib.load(f)["workspace"]["package"]["version"]
     if meta.get("appVersion") != version:
         p.append(f"appVersion {meta.get('appVersion')} != the agent's version {version} (Cargo.toml)")
     if chart.schema is None:
