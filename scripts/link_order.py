@@ -152,9 +152,23 @@ def record(a):
     order = lambda names: sorted(names, key=lambda n: syms[n][0])  # noqa: E731
     kib = lambda names: sum(syms[n][1] for n in names) / 1024  # noqa: E731
     sim = {n for n in standalone if n in syms}
-    gpu = set()
+    # The H200 recording names the functions of the binary it ran; one built since (a rename,
+    # the rooms' crates of issue 40, a new compiler) finds them by stem, as `check` does.
+    by_stem = {}
+    for n in syms:
+        by_stem.setdefault(stem(n), []).append(n)
+    # A stem shared by more of the binary's functions than the recording ran (the instances of
+    # one generic function) cannot say which of them ran: those are left to the simulated runs.
+    gpu, ran = set(), {}
     for path in a.ran_on_gpu:
-        gpu |= {n for n in functions_in(path) if n in syms}
+        for n in functions_in(path):
+            if n in syms:
+                gpu.add(n)
+            else:
+                ran.setdefault(stem(n), set()).add(n)
+    for s, names in ran.items():
+        if len(by_stem.get(s, [])) <= len(names):
+            gpu |= set(by_stem.get(s, []))
     nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)}
     groups = [("run by both the GPU and the simulated agent", sim & gpu),
               ("run by the GPU agent alone", gpu - sim),
@@ -178,8 +192,9 @@ def stem(name):
     name = re.sub(r"17h[0-9a-f]{16}E$", "E", name)
     # A room's items before each room was its own crate (`gpu_warden::guard::…` →
     # `gpu_warden_guard::…`), so a list recorded before the split still counts where it can.
-    name = re.sub(r"10gpu_warden(\d)(act|agent|attribute|config|extender|guard|model|publish|sample)",
-                  lambda m: f"{11 + len(m.group(2))}gpu_warden_{m.group(2)}", name)
+    rooms = "act|agent|attribute|config|extender|guard|model|publish|sample"
+    name = re.sub(rf"10gpu_warden\d({rooms})", lambda m: f"{11 + len(m.group(1))}gpu_warden_{m.group(1)}", name)
+    name = re.sub(rf"gpu_warden\.\.({rooms})\.\.", r"gpu_warden_\1..", name)
     return re.sub(r"Cs[0-9A-Za-z]+_", "Cs_", name) if name.startswith("_R") else name
 
 
