@@ -479,6 +479,69 @@ mod tests {
         Cli::try_parse_from(std::iter::once("gpu-warden").chain(args.iter().copied()))
     }
 
+    /// Each variant of the other rooms' enums has exactly one spelling in its `Choices`
+    /// table, and the flag parses that spelling back to it: the table replaced `ValueEnum`,
+    /// whose match the compiler held exhaustive. The matches below keep that: a new variant
+    /// fails to compile here until it is listed, and then this test asks for its row.
+    #[test]
+    fn every_variant_of_the_domain_enums_is_a_flag_value() {
+        fn listed_h(h: HostnameLabel) {
+            match h {
+                HostnameLabel::Hostname | HostnameLabel::Lower | HostnameLabel::Off => {}
+            }
+        }
+        fn listed_p(p: PodLabels) {
+            match p {
+                PodLabels::Off | PodLabels::On | PodLabels::PerPod => {}
+            }
+        }
+        fn listed_m(m: Mode) {
+            match m {
+                Mode::Off | Mode::DryRun | Mode::Enforce => {}
+            }
+        }
+        fn check<T: PartialEq + Copy + std::fmt::Debug>(
+            flag: &str,
+            table: Choices<T>,
+            all: &[T],
+            listed: fn(T),
+            read: fn(&Cli) -> T,
+        ) {
+            for v in all {
+                listed(*v);
+                let rows: Vec<_> = table.0.iter().filter(|(t, _, _)| t == v).collect();
+                assert_eq!(rows.len(), 1, "{flag}: {v:?} has {} rows", rows.len());
+                let cli = parse(&[flag, rows[0].1]).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(read(&cli), *v, "{flag} {}", rows[0].1);
+            }
+            assert_eq!(table.0.len(), all.len(), "{flag}: a row for no variant");
+        }
+        use HostnameLabel as H;
+        check(
+            "--hostname-label",
+            HOSTNAME_LABELS,
+            &[H::Hostname, H::Lower, H::Off],
+            listed_h,
+            |c| c.hostname_label,
+        );
+        check(
+            "--dcgm-pod-labels",
+            POD_LABELS,
+            &[PodLabels::Off, PodLabels::On, PodLabels::PerPod],
+            listed_p,
+            |c| c.dcgm_pod_labels,
+        );
+        check(
+            "--guard-mode",
+            GUARD_MODES,
+            &[Mode::Off, Mode::DryRun, Mode::Enforce],
+            listed_m,
+            |c| c.guard_mode.unwrap_or_default(),
+        );
+        let e = parse(&["--guard-mode", "evict"]).unwrap_err().to_string();
+        assert!(e.contains("dry-run") && e.contains("enforce"), "{e}");
+    }
+
     #[test]
     fn the_job_usage_flags_default_to_the_policy_and_refuse_bad_values_in_one_line() {
         use crate::publish::job_usage::{DEFAULT_MAX_SHARE, DEFAULT_MIN_HELD};
