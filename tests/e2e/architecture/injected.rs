@@ -30,6 +30,14 @@ fn has(found: &[String], frag: &str) -> bool {
     found.iter().any(|f| f.contains(frag))
 }
 
+/// Each of `want` is found, and nothing else is.
+fn exactly(found: &[String], want: &[&str]) {
+    for w in want {
+        assert!(has(found, w), "missed {w:?} in {found:#?}");
+    }
+    assert_eq!(found.len(), want.len(), "{found:#?}");
+}
+
 #[test]
 fn each_kind_of_room_and_io_violation_is_found() {
     let dir = tempfile::tempdir().unwrap();
@@ -103,15 +111,12 @@ fn each_kind_of_room_and_io_violation_is_found() {
         "src/mystery/f.rs: its room `mystery` is not in the rooms table",
         "src/act/pure.rs:1: is pure but names `crate::act::e::Shell` of the shell act/e.rs",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
     assert!(!has(&found, "fine.rs"), "{found:#?}");
     assert!(
         !has(&found, "src/act/e.rs"),
         "a shell may use tokio: {found:#?}"
     );
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
 }
 
 #[test]
@@ -141,10 +146,7 @@ fn the_size_rule_counts_code_wherever_it_sits() {
         "crates/double/src/http.rs: 601 lines",
         "src/small.rs is allowed over the size limit but is not over it",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
 }
 
 #[test]
@@ -196,10 +198,7 @@ fn a_path_to_nowhere_in_a_comment_or_a_doc_is_found() {
         "README.md: `docs/nowhere.md` does not exist",
         "Cargo.toml: `tests/podresources_kubelet.rs` does not exist",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
 }
 
 const ROOT_CLIPPY: &str =
@@ -273,10 +272,7 @@ fn each_kind_of_manifest_violation_is_found() {
         "src/guard/Cargo.toml: the pure room `guard` depends on `tokio`",
         "src/guard/clippy.toml: missing",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
     // A pure room whose clippy.toml lost the root's clock ban and the printing bans; a room
     // that is no crate; a test reaching further than the code.
     w(
@@ -300,10 +296,7 @@ fn each_kind_of_manifest_violation_is_found() {
         "src/act/Cargo.toml: missing",
         "src/guard/Cargo.toml: its tests use gpu-warden-act",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
 }
 
 #[test]
@@ -336,8 +329,5 @@ fn a_file_missing_from_the_code_map_or_a_stale_name_in_it_is_found() {
         "src/guard/new.rs: not named",
         "src/extra/: no",
     ];
-    for w in want {
-        assert!(has(&found, w), "missed {w:?} in {found:#?}");
-    }
-    assert_eq!(found.len(), want.len(), "{found:#?}");
+    exactly(&found, &want);
 }
