@@ -9,7 +9,8 @@
 //! learned needs' source), [`server`] (HTTP) and [`metrics`].
 
 // The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
-// `crate::model::…` in every room alike (docs/architecture.md, "Crates").
+// `crate::model::…` in every room alike (docs/architecture.md, "Crates"). The config room
+// is written `gpu_warden_config::…`: `config` here is the extender's own flags and policy.
 #[cfg(test)]
 use crate as extender;
 use gpu_warden_act as act;
