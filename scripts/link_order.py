@@ -154,21 +154,11 @@ def record(a):
     sim = {n for n in standalone if n in syms}
     # The H200 recording names the functions of the binary it ran; one built since (a rename,
     # the rooms' crates of issue 40, a new compiler) finds them by stem, as `check` does.
-    by_stem = {}
-    for n in syms:
-        by_stem.setdefault(stem(n), []).append(n)
-    # A stem shared by more of the binary's functions than the recording ran (the instances of
-    # one generic function) cannot say which of them ran: those are left to the simulated runs.
-    gpu, ran = set(), {}
+    ran = set()
     for path in a.ran_on_gpu:
-        for n in functions_in(path):
-            if n in syms:
-                gpu.add(n)
-            else:
-                ran.setdefault(stem(n), set()).add(n)
-    for s, names in ran.items():
-        if len(by_stem.get(s, [])) <= len(names):
-            gpu |= set(by_stem.get(s, []))
+        ran |= set(functions_in(path))
+    gpu = {n for n in ran if n in syms}
+    gpu |= under_new_names(ran - gpu, syms)
     nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)}
     groups = [("run by both the GPU and the simulated agent", sim & gpu),
               ("run by the GPU agent alone", gpu - sim),
@@ -196,6 +186,23 @@ def stem(name):
     name = re.sub(rf"10gpu_warden\d({rooms})", lambda m: f"{11 + len(m.group(1))}gpu_warden_{m.group(1)}", name)
     name = re.sub(rf"gpu_warden\.\.({rooms})\.\.", r"gpu_warden_\1..", name)
     return re.sub(r"Cs[0-9A-Za-z]+_", "Cs_", name) if name.startswith("_R") else name
+
+
+def under_new_names(names, candidates):
+    """The functions of `candidates` that `names` (functions of an older binary) are now, found
+    by stem. A stem that more candidates share than `names` has (the instances of one generic
+    function) cannot say which of them is meant and is left out."""
+    wanted, by_stem = {}, {}
+    for n in names:
+        wanted.setdefault(stem(n), []).append(n)
+    for n in candidates:
+        by_stem.setdefault(stem(n), []).append(n)
+    found = set()
+    for key, old in wanted.items():
+        new = by_stem.get(key, [])
+        if len(new) <= len(old):
+            found.update(new)
+    return found
 
 
 def windows(spans):
@@ -234,21 +241,8 @@ def check(a):
     # Stale: the functions missing from the binary under their listed names are mostly the
     # same functions under new ones, laid out as without the list. Where they sit now is the
     # regression, measured in fault-around windows.
-    # A stem the binary has more functions of than the list misses (generic instances) is
-    # left out: the estimate counts only what it can place.
     taken = set(present)
-    by_stem, missing = {}, {}
-    for n in syms:
-        if n not in taken:
-            by_stem.setdefault(stem(n), []).append(n)
-    for n in listed:
-        if n not in taken:
-            missing.setdefault(stem(n), []).append(n)
-    found = set()
-    for key, names in missing.items():
-        candidates = by_stem.get(key, [])
-        if len(candidates) <= len(names):
-            found.update(candidates)
+    found = under_new_names({n for n in listed if n not in taken}, [n for n in syms if n not in taken])
     hot = [syms[n] for n in taken | found]
     now = windows(hot) * WINDOW
     packed = -(-sum(size for _, size in hot) // WINDOW) * WINDOW
