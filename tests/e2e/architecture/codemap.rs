@@ -7,7 +7,7 @@ use super::rules::{files, rel};
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The backticked words of `text`, without a trailing `()` or similar.
+/// The backticked words of `text`, trimmed.
 fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split('`').skip(1).step_by(2).map(str::trim)
 }

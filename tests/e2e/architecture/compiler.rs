@@ -37,13 +37,13 @@ fn copy(from: &Path, to: &Path) {
     }
 }
 
-struct Copy {
+struct WorkspaceCopy {
     _dir: tempfile::TempDir,
     root: PathBuf,
 }
 
-impl Copy {
-    fn new() -> Copy {
+impl WorkspaceCopy {
+    fn new() -> WorkspaceCopy {
         let target = root().join("target");
         std::fs::create_dir_all(&target).unwrap();
         let dir = tempfile::tempdir_in(&target).unwrap();
@@ -51,7 +51,7 @@ impl Copy {
         for p in COPIED {
             copy(&root().join(p), &copy_root.join(p));
         }
-        Copy {
+        WorkspaceCopy {
             _dir: dir,
             root: copy_root,
         }
@@ -230,7 +230,7 @@ const CASES: &[Case] = &[
 
 #[test]
 fn each_bypass_is_refused_by_the_compiler_or_clippy() {
-    let copy = Copy::new();
+    let copy = WorkspaceCopy::new();
     let (ok, out) = copy.clippy(&["gpu-warden-model", "gpu-warden-guard"]);
     assert!(ok, "the unchanged copy must pass clippy:\n{out}");
     let mut missed = Vec::new();
