@@ -12,6 +12,9 @@
 #   SWEEP="guard*5%s=two:4,16,64,128,250;guard*5%s=two%h=a10g:4,16,64,128,250"
 #   SWEEP="guard*5%s=ws%r=3s:64;guard*5%s=ws%r=3s%h=a10g:64"   (the slow fresh read)
 #
+# TRAIN_GIB sizes today's trainer (default 100 GiB, for the H200's 141 GiB); on an H100's
+# 80 GiB, TRAIN_GIB=42 leaves the same ~32 GiB free (the a10g headroom needs no change).
+#
 #   OUT=/tmp/out BUDGET=520 SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
 #       target/release/gpu-warden target/release/apiserver-double [before-binary]
 #
@@ -38,7 +41,7 @@ set +e
 # BACKSTOP_S / KILL_AFTER_S: the backstop's margins (hw/test_guard_report.py shortens them).
 PYTHONUNBUFFERED=1 timeout --signal=TERM --kill-after="${KILL_AFTER_S:-20}" "$((budget + ${BACKSTOP_S:-30}))" \
   python3 "$(dirname "$0")/guard_h200.py" --agent "$agent" --double "$double" --runs 5 \
-  --skip-attribution --budget "$budget" --out "$out" ${idle[@]+"${idle[@]}"} \
+  --skip-attribution --budget "$budget" --out "$out" ${idle[@]+"${idle[@]}"} ${TRAIN_GIB:+--train-gib "$TRAIN_GIB"} \
   --sweep "${SWEEP:-guard*5%h=a10g:4,16,64,128,250;guard*5:4,16,64,128,250}" 2>&1 | tee "$out/sweep.log"
 rc=${PIPESTATUS[0]}
 set -e
