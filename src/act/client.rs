@@ -35,7 +35,11 @@ pub enum KubeError {
 /// `~/.kube/config` when it exists). `Ok(None)` when there is no configuration at all (the
 /// agent then runs standalone); a configuration that is there but broken (missing file,
 /// not YAML, no current context, no service-account token) is an error.
-pub async fn connect() -> Result<Option<KubeClients>, KubeError> {
+/// Boxed: docs/architecture.md, "Crates".
+pub fn connect() -> futures::future::BoxFuture<'static, Result<Option<KubeClients>, KubeError>> {
+    Box::pin(connect_inner())
+}
+async fn connect_inner() -> Result<Option<KubeClients>, KubeError> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()) {
         let config = kube::Config::incluster().map_err(|e| {
             KubeError::BadConfig(format!(

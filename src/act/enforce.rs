@@ -182,7 +182,15 @@ impl Enforcer {
     ///
     /// Then the decision's Events are sent, best effort and bounded by the Events timeout;
     /// their failures are logged and change no outcome. Never panics, never errors.
-    pub async fn execute(
+    /// Boxed: docs/architecture.md, "Crates".
+    pub fn execute<'a>(
+        &'a self,
+        decision: &'a Decision,
+        pods: &'a PodMap,
+    ) -> futures::future::BoxFuture<'a, Vec<(String, EvictionOutcome)>> {
+        Box::pin(self.execute_inner(decision, pods))
+    }
+    async fn execute_inner(
         &self,
         decision: &Decision,
         pods: &PodMap,

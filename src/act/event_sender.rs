@@ -38,7 +38,15 @@ impl EventSender {
     }
 
     /// Creates the Event of `draft`, observed at `at`.
-    pub async fn send(&self, draft: &EventDraft, at: SystemTime) -> Result<(), EventError> {
+    /// Boxed: docs/architecture.md, "Crates".
+    pub fn send<'a>(
+        &'a self,
+        draft: &'a EventDraft,
+        at: SystemTime,
+    ) -> futures::future::BoxFuture<'a, Result<(), EventError>> {
+        Box::pin(self.send_inner(draft, at))
+    }
+    async fn send_inner(&self, draft: &EventDraft, at: SystemTime) -> Result<(), EventError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &draft.namespace);
         match api
             .create(

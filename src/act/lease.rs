@@ -407,7 +407,16 @@ fn with_carry(
 /// Reads the guard's carried state from this agent's Lease once, at start (`None`: no
 /// Lease, or nothing carried). Bounded by `timeout`: an agent whose API server does not
 /// answer starts without it, and says so.
-pub async fn read_carried(
+/// Boxed: docs/architecture.md, "Crates".
+pub fn read_carried<'a>(
+    client: kube::Client,
+    cfg: &'a LeaseConfig,
+    prefix: &'a str,
+    timeout: Duration,
+) -> futures::future::BoxFuture<'a, Result<Option<String>, LeaseError>> {
+    Box::pin(read_carried_inner(client, cfg, prefix, timeout))
+}
+async fn read_carried_inner(
     client: kube::Client,
     cfg: &LeaseConfig,
     prefix: &str,

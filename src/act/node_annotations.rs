@@ -179,7 +179,16 @@ pub fn spawn_annotator_with(
 /// For an agent started with annotations switched off: keys left by an earlier run (or by
 /// a crashed one, which could not remove them) would otherwise look like a node that
 /// stopped reporting, and a consumer that ignores the staleness rule would trust them.
-pub async fn remove_annotations(
+/// Boxed: docs/architecture.md, "Crates".
+pub fn remove_annotations<'a>(
+    client: kube::Client,
+    node: &'a str,
+    prefix: &'a str,
+    timeout: Duration,
+) -> futures::future::BoxFuture<'a, Result<(), AnnotatorError>> {
+    Box::pin(remove_annotations_inner(client, node, prefix, timeout))
+}
+async fn remove_annotations_inner(
     client: kube::Client,
     node: &str,
     prefix: &str,

@@ -107,9 +107,14 @@ pub async fn run(parts: AgentParts, shutdown: impl Future<Output = ()>) -> Resul
         poll_interval: cadence.poll,
         bodies: Arc::new(ScrapeBodies::new(process, cadence.poll)),
     };
-    let http_task = tokio::spawn(http::serve(listener, http_state, http_limits, async move {
-        let _ = stop_http_rx.wait_for(|stop| *stop).await;
-    }));
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        http_state,
+        http_limits,
+        Box::pin(async move {
+            let _ = stop_http_rx.wait_for(|stop| *stop).await;
+        }),
+    ));
     let stops: Vec<CompanionStop> = companions
         .into_iter()
         .map(|start| start(pub_rx.clone()))

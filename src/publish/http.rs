@@ -19,6 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -294,12 +295,21 @@ async fn authorize(
     }
 }
 
-/// Serves until `shutdown` resolves, then lets open requests finish for up to 5 s.
-pub async fn serve(
+/// Serves until `shutdown` resolves, then lets open requests finish for up to 5 s. Boxed,
+/// like every shell room's entry point another crate awaits: docs/architecture.md, "Crates".
+pub fn serve(
     listener: TcpListener,
     state: HttpState,
     limits: HttpLimits,
-    shutdown: impl Future<Output = ()>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(serve_inner(listener, state, limits, shutdown))
+}
+async fn serve_inner(
+    listener: TcpListener,
+    state: HttpState,
+    limits: HttpLimits,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) {
     let auth = limits.security.auth.clone();
     let handler = move |req: Request<Incoming>| {

@@ -176,7 +176,14 @@ impl ReplicaReceiver {
 /// mounted but the socket is not there yet (the kubelet restarting as the agent starts), it
 /// waits for the socket, trying every interval, after one log line. Must be called inside a
 /// tokio runtime. The task ends when every receiver is dropped.
-pub async fn start(cfg: FeedConfig, pods: Arc<dyn PodSource>) -> Option<ReplicaReceiver> {
+/// Boxed: docs/architecture.md, "Crates".
+pub fn start(
+    cfg: FeedConfig,
+    pods: Arc<dyn PodSource>,
+) -> futures::future::BoxFuture<'static, Option<ReplicaReceiver>> {
+    Box::pin(start_inner(cfg, pods))
+}
+async fn start_inner(cfg: FeedConfig, pods: Arc<dyn PodSource>) -> Option<ReplicaReceiver> {
     let client = match connect(&cfg).await {
         Ok(c) => Some(c),
         Err(e @ PodResourcesError::Absent { .. })
