@@ -15,7 +15,8 @@
 # headroom is set up with TRAIN_GIB=42 (the same ~32 GiB free on 80 GiB), and the cost run
 # gets its 260 s. The SWEEP strings are docs/validation.md §9c's cells.
 set -u
-R=/tmp/outstanding
+# OUTSTANDING_DIR: where the batch keeps its state (hw/test_guard_report.py sets its own).
+R=${OUTSTANDING_DIR:-/tmp/outstanding}
 case ${1:-} in
 wait)
   s=${2:-530}; t0=$(date +%s)

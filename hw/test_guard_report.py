@@ -387,6 +387,62 @@ time.sleep(60)
 """
 
 
+class Outstanding(unittest.TestCase):
+    """hw/outstanding_h200.sh: the card decides the plan, the budget is what is left, the batch
+    outlives the call, and what comes back leaves the binaries out."""
+
+    def batch(self, total_mib, left):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        for sub in ("hw", "bin", "b", "p/whl", "out"):
+            os.makedirs(os.path.join(d, sub))
+        for name in ("outstanding_h200.sh", "guard_sweep_h200.sh"):
+            shutil.copy(os.path.join(HERE, name), os.path.join(d, "hw"))
+        with open(os.path.join(d, "hw", "guard_h200.py"), "w") as f:
+            f.write(STUB)
+        with open(os.path.join(d, "hw", "perf_h200.py"), "w") as f:
+            f.write("import json, os, sys\nargs = sys.argv[1:]\n"
+                    "json.dump(args, open(os.path.join(args[args.index('--out') + 1], 'argv.json'), 'w'))\n")
+        with open(os.path.join(d, "bin", "nvidia-smi"), "w") as f:
+            f.write(f"#!/bin/sh\necho {total_mib}\n")
+        os.chmod(os.path.join(d, "bin", "nvidia-smi"), 0o755)
+        with open(os.path.join(d, "b", "gpu-warden"), "wb") as f:
+            f.write(b"x" * 4096)
+        env = dict(os.environ, OUT=os.path.join(d, "out"), LEFT=str(left), WAIT_S="60", STUB_MODE="ok",
+                   OUTSTANDING_DIR=os.path.join(d, "r"), PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
+        p = subprocess.run(["bash", os.path.join(d, "hw", "outstanding_h200.sh"), "start", os.path.join(d, "b"),
+                            os.path.join(d, "p")], env=env, capture_output=True, text=True, timeout=90)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = os.path.join(d, "r")
+        self.assertTrue(os.path.exists(os.path.join(r, "all.done")), p.stdout)
+        names = subprocess.run(["tar", "tzf", os.path.join(d, "out", "outstanding.tgz")], capture_output=True,
+                               text=True).stdout.split()
+        self.assertFalse([n for n in names if "/bin/" in n or "/pbin/" in n], names)
+        sweep = os.path.join(r, "guard", "argv.json")
+        peers = os.path.join(r, "peers", "argv.json")
+        return (json.load(open(sweep)) if os.path.exists(sweep) else None,
+                json.load(open(peers)) if os.path.exists(peers) else None)
+
+    def test_an_h200_gives_the_sweep_all_the_time(self):
+        sweep, peers = self.batch(143771, 1000)
+        self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
+        self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
+        self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws:"))
+        self.assertIsNone(peers)
+
+    def test_an_h100_runs_the_a10g_cells_first_then_the_cost_run(self):
+        sweep, peers = self.batch(81559, 1000)
+        self.assertEqual(sweep[sweep.index("--budget") + 1], "590")
+        self.assertEqual(sweep[sweep.index("--train-gib") + 1], "42")
+        self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws%h=a10g:"))
+        self.assertIn("--agent-baseline", peers)
+
+    def test_too_little_time_for_a_sweep_runs_the_cost_run_alone(self):
+        sweep, peers = self.batch(81559, 450)
+        self.assertIsNone(sweep)
+        self.assertIn("--agent-baseline", peers)
+
+
 class Cli(unittest.TestCase):
     def test_help_and_report_only_without_pynvml(self):
         for script in ("guard_h200.py", "guard_report.py"):

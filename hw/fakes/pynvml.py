@@ -25,19 +25,19 @@ def _stat(pid):
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         ns = [l.split()[-1] for l in open(f"/proc/{pid}/status") if l.startswith("NSpid:")]
-        return fields[0], fields[19], ns[0] if ns else str(pid)
+        return fields[0], fields[19], ns[0] if ns else str(pid), str(os.stat(f"/proc/{pid}/ns/pid").st_ino)
     except (OSError, IndexError):
         return None
 
 
-def _alive(pid, start, nspid):
+def _alive(pid, key):
     s = _stat(pid)
-    return s is not None and s[0] != "Z" and s[1] == start and s[2] == nspid
+    return s is not None and s[0] != "Z" and tuple(s[1:]) == key
 
 
-def _find(start, nspid):
+def _find(key):
     for name in os.listdir("/proc"):
-        if name.isdigit() and _alive(int(name), start, nspid):
+        if name.isdigit() and _alive(int(name), key):
             return int(name)
     return None
 
@@ -47,10 +47,10 @@ def _entries():
     for name in os.listdir(_DIR):
         if name.startswith("."):
             continue
-        start, nspid = name.split(".")
+        key = tuple(name.split("."))  # start time, pid in its namespace, the namespace's inode
         pid = _pid_of.get(name)
-        if pid is None or not _alive(pid, start, nspid):
-            pid = _find(start, nspid)
+        if pid is None or not _alive(pid, key):
+            pid = _find(key)
         if pid is None:
             try:
                 os.remove(os.path.join(_DIR, name))

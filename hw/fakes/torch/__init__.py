@@ -1,8 +1,9 @@
 """The calls hw/gpu_load.py makes of PyTorch, without a GPU (hw/fakes/README.md).
 
-Each process keeps its "VRAM" in $FAKE_GPU_DIR/<start time>.<pid>: the start time (clock
-ticks since boot) is the same seen from every PID namespace, and the pid is the process's own
-(os.getpid(), its pid inside its namespace), so hw/fakes/pynvml.py can find its host pid.
+Each process keeps its "VRAM" in $FAKE_GPU_DIR/<start time>.<pid>.<PID namespace inode>: the
+start time (clock ticks since boot) and the namespace's inode are the same seen from every PID
+namespace, and the pid is the process's own (os.getpid(), its pid inside its namespace), so
+hw/fakes/pynvml.py can find its host pid.
 """
 import os
 import types
@@ -30,16 +31,23 @@ def _others():
     return total
 
 
+def _pidns():
+    """The PID namespace's inode: two jobs started in the same clock tick, each in a namespace
+    of its own, have the same start time and the same pid there (hw/test_guard_report.py's
+    `two` shape: both greedy jobs are launched at once)."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def _book(delta):
     global _used, _file
     if _file is None:
         start = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]
-        _file = os.path.join(_DIR, f"{start}.{os.getpid()}")
+        _file = os.path.join(_DIR, f"{start}.{os.getpid()}.{_pidns()}")
         delta += _CONTEXT
     if delta > 0 and _others() + _used + delta > _TOTAL:
         raise OutOfMemoryError(f"CUDA out of memory (fake): tried to allocate {delta >> 20} MiB")
     _used += delta
-    tmp = os.path.join(_DIR, f".{os.getpid()}.tmp")
+    tmp = os.path.join(_DIR, f".{os.getpid()}.{_pidns()}.tmp")
     with open(tmp, "w") as f:
         f.write(str(_used))
     os.replace(tmp, _file)
