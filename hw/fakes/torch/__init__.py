@@ -47,7 +47,7 @@ def _book(delta):
     if delta > 0 and _others() + _used + delta > _TOTAL:
         raise OutOfMemoryError(f"CUDA out of memory (fake): tried to allocate {delta >> 20} MiB")
     _used += delta
-    tmp = os.path.join(_DIR, f".{os.getpid()}.{_pidns()}.tmp")
+    tmp = os.path.join(_DIR, f".{os.path.basename(_file)}.tmp")
     with open(tmp, "w") as f:
         f.write(str(_used))
     os.replace(tmp, _file)
