@@ -158,7 +158,7 @@ def record(a):
     for path in a.ran_on_gpu:
         ran |= set(functions_in(path))
     gpu = {n for n in ran if n in syms}
-    gpu |= under_new_names(ran - gpu, syms)
+    gpu |= under_new_names(ran - gpu, syms, taken=gpu)
     nvml = {n for n in syms if any(re.search(p, n) for p in NVML_PATTERNS)}
     groups = [("run by both the GPU and the simulated agent", sim & gpu),
               ("run by the GPU agent alone", gpu - sim),
@@ -188,15 +188,18 @@ def stem(name):
     return re.sub(r"Cs[0-9A-Za-z]+_", "Cs_", name) if name.startswith("_R") else name
 
 
-def under_new_names(names, candidates):
-    """The functions of `candidates` that `names` (functions of an older binary) are now, found
-    by stem. A stem that more candidates share than `names` has (the instances of one generic
+def under_new_names(names, syms, taken):
+    """The functions of `syms` that `names` (functions of an older binary) are now, found by
+    stem. `taken` are already found under their own names, so they are no candidates (one
+    instance of a generic function kept its name, another was renamed: the renamed one is
+    found). A stem that more candidates share than `names` has (the instances of one generic
     function) cannot say which of them is meant and is left out."""
     wanted, by_stem = {}, {}
     for n in names:
         wanted.setdefault(stem(n), []).append(n)
-    for n in candidates:
-        by_stem.setdefault(stem(n), []).append(n)
+    for n in syms:
+        if n not in taken:
+            by_stem.setdefault(stem(n), []).append(n)
     found = set()
     for key, old in wanted.items():
         new = by_stem.get(key, [])
@@ -242,7 +245,7 @@ def check(a):
     # same functions under new ones, laid out as without the list. Where they sit now is the
     # regression, measured in fault-around windows.
     taken = set(present)
-    found = under_new_names({n for n in listed if n not in taken}, [n for n in syms if n not in taken])
+    found = under_new_names({n for n in listed if n not in taken}, syms, taken)
     hot = [syms[n] for n in taken | found]
     now = windows(hot) * WINDOW
     packed = -(-sum(size for _, size in hot) // WINDOW) * WINDOW

@@ -19,6 +19,7 @@ pub use gpu_warden_attribute as attribute;
 pub use gpu_warden_config as config;
 pub use gpu_warden_extender as extender;
 pub use gpu_warden_guard as guard;
+pub use gpu_warden_kubeapi as kubeapi;
 pub use gpu_warden_model as model;
 pub use gpu_warden_publish as publish;
 pub use gpu_warden_sample as sample;

@@ -67,6 +67,11 @@ CASES = [
 ]
 
 
+def generic(salt):
+    """One instance of a generic function: every instance has the same legacy stem."""
+    return f"_ZN4core3ptr13drop_in_place17h{salt:016x}E"
+
+
 def main():
     for name, listed, syms, want_code, want, unwanted in CASES:
         code, out = verdict(listed, syms)
@@ -74,6 +79,17 @@ def main():
         problems += [f"lacks {w!r}" for w in want if w not in out]
         problems += [f"has {u!r}" for u in unwanted if u in out]
         report(not problems, name, problems + ([out.strip()] if problems else []))
+    # `record` and `check` find renamed functions by one rule: of two listed instances of a
+    # generic function, one kept its name and one was renamed; the renamed one is found (the
+    # one that kept its name is no candidate), and a third new instance makes the stem
+    # ambiguous, so none is.
+    kept, renamed, new, other = generic(1), generic(2), generic(3), generic(4)
+    found = link_order.under_new_names({renamed}, {kept: (0, 8), new: (8, 8)}, taken={kept})
+    report(found == {new}, "a renamed instance beside one that kept its name is found",
+           [] if found == {new} else [f"found {found}"])
+    found = link_order.under_new_names({renamed}, {kept: (0, 8), new: (8, 8), other: (16, 8)}, taken={kept})
+    report(found == set(), "an instance that two new ones could be is left out",
+           [] if found == set() else [f"found {found}"])
     return summary("check_link_order")
 
 

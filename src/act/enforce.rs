@@ -28,13 +28,14 @@ use crate::guard::policy::{Mode, Policy};
 use crate::guard::ports::{ConfirmRequest, Confirmation, DecisionExecutor, StopStatus};
 use crate::guard::rank::Victim;
 use crate::guard::recheck;
+use crate::kubeapi::Pods;
 use crate::model::clock::Clock;
 use crate::model::pod::PodMap;
 use crate::publish::self_metrics::SelfMetrics;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -318,9 +319,9 @@ impl Enforcer {
         name: &str,
         timeout: Duration,
     ) -> Result<Result<Pod, kube::Error>, tokio::time::error::Elapsed> {
-        let api: Api<Pod> = Api::namespaced(self.evict.clone(), namespace);
+        let pods = Pods::namespaced(self.evict.clone(), namespace);
         let t0 = self.clock.mono();
-        let read = tokio::time::timeout(timeout, api.get(name)).await;
+        let read = tokio::time::timeout(timeout, pods.get(name)).await;
         let mut bound = self.read_timeout.lock().unwrap_or_else(|e| e.into_inner());
         match &read {
             Err(_) => bound.timed_out(timeout),

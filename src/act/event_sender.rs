@@ -8,8 +8,8 @@
 
 use super::events;
 use crate::guard::notes::EventDraft;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, PostParams};
+use crate::kubeapi::Events;
+use kube::api::PostParams;
 use std::time::SystemTime;
 
 /// Why an Event was not created: the API group tried and the client's error.
@@ -47,14 +47,9 @@ impl EventSender {
         Box::pin(self.send_inner(draft, at))
     }
     async fn send_inner(&self, draft: &EventDraft, at: SystemTime) -> Result<(), EventError> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &draft.namespace);
-        match api
-            .create(
-                &PostParams::default(),
-                &events::events_v1(draft, &self.node, at),
-            )
-            .await
-        {
+        let api = Events::namespaced(self.client.clone(), &draft.namespace);
+        let event = events::events_v1(draft, &self.node, at);
+        match api.create(&PostParams::default(), &event).await {
             // A 2xx whose body does not parse is still a created Event.
             Ok(_) | Err(kube::Error::SerdeError(_)) => Ok(()),
             Err(source) => Err(EventError {

@@ -16,13 +16,14 @@
 
 use crate::act::writer_loop::{jitter_seed, NotStopped, Running, Schedule, Writer, WriterLoop};
 use crate::guard::carry::CARRY_KEY;
+use crate::kubeapi::Leases;
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;
 use crate::publish::annotations::{AnnotationConfig, AnnotationPatch, AnnotationPlanner};
 use crate::publish::state::Published;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -179,7 +180,7 @@ pub fn spawn_lease(
     let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30), seed);
     let schedule = Schedule::new(backoff, Some(cfg.renew_interval));
     let writer = LeaseWriter {
-        api: Api::namespaced(client, &cfg.namespace),
+        api: Leases::namespaced(client, &cfg.namespace),
         carry,
         carry_key,
         carry_written: None,
@@ -205,7 +206,7 @@ pub fn spawn_lease(
 /// The Lease's side of the writer loop (`src/act/writer_loop.rs`): the optimistic update,
 /// the guard's carried state beside the figures, and the figures taken off at shutdown.
 struct LeaseWriter {
-    api: Api<Lease>,
+    api: Leases,
     /// The guard's carried state (its JSON), when the Lease keeps it.
     carry: Option<watch::Receiver<Option<String>>>,
     /// Its annotation key.
@@ -422,7 +423,7 @@ async fn read_carried_inner(
     prefix: &str,
     timeout: Duration,
 ) -> Result<Option<String>, LeaseError> {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let api = Leases::namespaced(client, &cfg.namespace);
     let lease = match tokio::time::timeout(timeout, api.get_opt(&cfg.name)).await {
         Ok(Ok(l)) => l,
         Ok(Err(source)) => {

@@ -7,6 +7,7 @@
 use crate as act;
 use gpu_warden_attribute as attribute;
 use gpu_warden_guard as guard;
+use gpu_warden_kubeapi as kubeapi;
 use gpu_warden_model as model;
 use gpu_warden_publish as publish;
 #[cfg(test)]

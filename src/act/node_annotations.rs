@@ -8,14 +8,14 @@
 //! because a stale free figure is worse than none.
 
 use crate::act::writer_loop::{jitter_seed, NotStopped, Running, Schedule, Writer, WriterLoop};
+use crate::kubeapi::Nodes;
 use crate::model::clock::Clock;
 use crate::publish::annotations::{
     removal_patch, AnnotationConfig, AnnotationPatch, AnnotationPlanner,
 };
 use crate::publish::self_metrics::SelfMetrics;
 use crate::publish::state::Published;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -148,7 +148,7 @@ pub fn spawn_annotator_with(
     let seed = jitter_seed(clock.as_ref(), &[&node]);
     let removal = removal_patch(&cfg.prefix);
     let writer = NodeWriter {
-        api: Api::all(client),
+        api: Nodes::all(client),
         params: PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
@@ -199,7 +199,7 @@ async fn remove_annotations_inner(
         ..PatchParams::default()
     };
     patch_node(
-        &Api::all(client),
+        &Nodes::all(client),
         node,
         &params,
         &removal_patch(prefix),
@@ -210,7 +210,7 @@ async fn remove_annotations_inner(
 
 /// One JSON merge patch of the Node, bounded by `timeout`.
 async fn patch_node(
-    api: &Api<Node>,
+    api: &Nodes,
     node: &str,
     params: &PatchParams,
     body: &serde_json::Value,
@@ -233,7 +233,7 @@ async fn patch_node(
 /// The Node's side of the writer loop (`src/act/writer_loop.rs`): one merge patch per
 /// planned patch, the patch counters, and the keys' removal at shutdown.
 struct NodeWriter {
-    api: Api<Node>,
+    api: Nodes,
     params: PatchParams,
     node: String,
     clock: Arc<dyn Clock>,

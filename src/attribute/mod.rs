@@ -4,6 +4,7 @@
 // The rooms this crate may use (its Cargo.toml), under their room names, so a path reads
 // `crate::model::…` in every room alike (docs/architecture.md, "Crates").
 use crate as attribute;
+use gpu_warden_kubeapi as kubeapi;
 use gpu_warden_model as model;
 
 pub mod attributor;

@@ -127,8 +127,10 @@ pub fn index<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodMap {
 }
 
 /// Builds the map from Pod objects as JSON (the simulator's scenario pods, fixtures);
-/// objects that do not parse as a Pod are skipped.
-pub fn index_json(objects: impl IntoIterator<Item = serde_json::Value>) -> PodMap {
+/// objects that do not parse as a Pod are skipped. Not generic on purpose: a generic
+/// signature would compile `Pod`'s deserializer again in every crate that calls it
+/// (docs/architecture.md, "Crates").
+pub fn index_json(objects: Vec<serde_json::Value>) -> PodMap {
     let pods: Vec<Pod> = objects
         .into_iter()
         .filter_map(|o| serde_json::from_value(o).ok())

@@ -38,12 +38,13 @@
 use super::pods::pod_info;
 use super::ports::PodSource;
 use super::view_bounds::{self, ApiLatency, RequestBounds};
+use crate::kubeapi::Pods;
 use crate::model::backoff::Backoff;
 use crate::model::pod::{PodMap, PodViewStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, WatchEvent, WatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -250,7 +251,7 @@ impl WatchedPods {
         let control = Arc::new(Control::default());
         let seed = crate::model::ids::fnv64(&[node]);
         let watcher = Watcher {
-            api: Api::all(client),
+            api: Pods::all(client),
             st: state.clone(),
             ctl: control.clone(),
             node: node.to_string(),
@@ -290,7 +291,7 @@ enum Ended {
 
 /// The watch task's own state.
 struct Watcher {
-    api: Api<Pod>,
+    api: Pods,
     st: Arc<Mutex<ViewState>>,
     ctl: Arc<Control>,
     node: String,

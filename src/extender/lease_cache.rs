@@ -9,12 +9,11 @@ use super::metrics::ExtenderMetrics;
 use super::nodes::{read_node, NodeState};
 use super::watch::NodeLookup;
 use crate::act::lease::LEASE_LABEL;
+use crate::kubeapi::Leases;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt;
-use kube::Api;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -189,7 +188,6 @@ pub fn spawn_live_nodes(
     nodes: Arc<dyn NodeLookup>,
     metrics: ExtenderMetrics,
 ) -> Arc<LiveNodes> {
-    let api: Api<Lease> = Api::namespaced(client, namespace);
     let cfg = watcher::Config::default().labels(&format!("{}={}", LEASE_LABEL.0, LEASE_LABEL.1));
     let (store, writer) = reflector::store();
     let synced = Arc::new(AtomicBool::new(false));
@@ -208,7 +206,7 @@ pub fn spawn_live_nodes(
             tracing::info!(leases = waiter.state().len(), namespace = %ns, "lease cache synced");
         }
     });
-    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
+    let stream = reflector::reflector(writer, Leases::namespaced(client, namespace).watched(cfg));
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         let mut failing = false;

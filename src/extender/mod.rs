@@ -15,6 +15,7 @@
 use crate as extender;
 use gpu_warden_act as act;
 use gpu_warden_guard as guard;
+use gpu_warden_kubeapi as kubeapi;
 use gpu_warden_model as model;
 use gpu_warden_publish as publish;
 

@@ -11,12 +11,11 @@ use super::ledger::Ledger;
 use super::metrics::ExtenderMetrics;
 use super::nodes::{read_node, NodeState};
 use super::wire::PodView;
+use crate::kubeapi::{Nodes, Pods};
 use crate::model::clock::Clock;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use kube::Api;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -167,14 +166,13 @@ pub fn spawn_node_cache(
     prefix: &str,
     metrics: ExtenderMetrics,
 ) -> Arc<NodeCache> {
-    let api: Api<Node> = Api::all(client);
     let mut cfg = watcher::Config::default();
     if let Some(s) = selector {
         cfg = cfg.labels(s);
     }
     let cache = Arc::new(NodeCache::new(prefix));
     let c = cache.clone();
-    let stream = watcher::watcher(api, cfg).default_backoff();
+    let stream = Nodes::all(client).watched(cfg);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         let mut failing = false;
@@ -391,9 +389,8 @@ impl LedgerFeed {
 
 /// Starts the watch of this scheduler's pods and the ledger's TTL sweep.
 pub fn spawn_pod_feed(client: kube::Client, scheduler_name: &str, feed: Arc<LedgerFeed>) {
-    let api: Api<Pod> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("spec.schedulerName={scheduler_name}"));
-    let stream = watcher::watcher(api, cfg).default_backoff();
+    let stream = Pods::all(client).watched(cfg);
     let f = feed.clone();
     tokio::spawn(async move {
         futures::pin_mut!(stream);

@@ -1,6 +1,6 @@
 //! What docs/architecture.md says the code looks like: the rooms table (who may import whom),
-//! the shells list, the I/O and runtime crates only shells may use, and the crates a pure
-//! room may depend on. The page is the source
+//! the shells list, the I/O and runtime crates only shells may use, the crates a pure
+//! room may depend on, and kube's typed calls only `kubeapi` may make. The page is the source
 //! of truth; the checks read it rather than repeating it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +15,8 @@ pub struct Doc {
     pub io: Vec<Vec<String>>,
     /// The crates outside the workspace a pure room's manifest may name.
     pub pure_deps: BTreeSet<String>,
+    /// Paths only the `kubeapi` room may name: kube's generic typed calls.
+    pub kubeapi_only: Vec<Vec<String>>,
 }
 
 fn between<'a>(text: &'a str, tag: &str) -> Result<&'a str, String> {
@@ -56,8 +58,10 @@ pub fn parse(text: &str) -> Result<Doc, String> {
     let shells = quoted(between(text, "shells")?)
         .map(str::to_string)
         .collect();
-    let io = quoted(between(text, "io")?)
-        .map(|p| p.split("::").map(str::to_string).collect())
+    let segments = |p: &str| p.split("::").map(str::to_string).collect();
+    let io = quoted(between(text, "io")?).map(segments).collect();
+    let kubeapi_only = quoted(between(text, "kubeapi-only")?)
+        .map(segments)
         .collect();
     let pure_deps = quoted(between(text, "pure-deps")?)
         .map(str::to_string)
@@ -67,5 +71,6 @@ pub fn parse(text: &str) -> Result<Doc, String> {
         shells,
         io,
         pure_deps,
+        kubeapi_only,
     })
 }

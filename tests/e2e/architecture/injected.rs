@@ -11,12 +11,15 @@ const DOC: &str = "\
 |---|---|---|
 | `model` | vocabulary | — |
 | `guard` | pure core | model |
-| `act` | shells | model, guard |
+| `act` | shells | model, kubeapi, guard |
+| `kubeapi` | typed calls | — |
 <!-- /rooms -->
 Shells (<!-- io -->`tokio`, `kube`, `std::fs`, `std::net`, `std::process`, `std::thread`<!-- /io -->),
-pure rooms' crates (<!-- pure-deps -->`serde`, `thiserror`<!-- /pure-deps -->):
+pure rooms' crates (<!-- pure-deps -->`serde`, `thiserror`<!-- /pure-deps -->),
+typed calls (<!-- kubeapi-only -->`kube::Api`, `kube::api::Api`, `kube::runtime::watcher::watcher`<!-- /kubeapi-only -->):
 <!-- shells -->
-- `act/e.rs`
+- `act/e.rs`, `act/call.rs`, `act/watch.rs`
+- `kubeapi/mod.rs`, `kubeapi/pods.rs`
 <!-- /shells -->
 ";
 
@@ -91,6 +94,26 @@ fn each_kind_of_room_and_io_violation_is_found() {
         "use tokio::net::TcpStream;\nuse crate::guard::z;\n",
     );
     w("src/mystery/f.rs", "\n");
+    // kube's typed calls outside `kubeapi`, by either name and through a module alias; the
+    // lawful look-alikes: `kubeapi` itself, kube's watcher module (its `Config`, its
+    // `Event`), a pure file's root alias of the room, and test code.
+    w(
+        "src/act/call.rs",
+        "use kube::api::{Api, PostParams};\nfn f(c: kube::Client) {\n    let _: kube::Api<P> = Api::all(c);\n}\n#[cfg(test)]\nmod tests {\n    use kube::Api;\n}\n",
+    );
+    w(
+        "src/act/watch.rs",
+        "use kube::runtime::watcher as w;\nfn f() {\n    let _ = w::Config::default();\n    let _ = w::watcher(api, cfg);\n}\n",
+    );
+    w(
+        "src/kubeapi/pods.rs",
+        "use kube::api::Api;\nuse kube::runtime::watcher;\nfn f() {\n    watcher::watcher(api, cfg);\n}\n",
+    );
+    w(
+        "src/kubeapi/mod.rs",
+        "mod pods;\nuse kube::runtime::watcher;\n",
+    );
+    w("src/act/root.rs", "use gpu_warden_kubeapi as kubeapi;\n");
     w("src/act/pure.rs", "use crate::act::e::Shell;\n");
     let doc = doc::parse(DOC).unwrap();
     let found = rules::check_rooms(root, &doc);
@@ -110,6 +133,9 @@ fn each_kind_of_room_and_io_violation_is_found() {
         "src/guard/borrowed.rs:3: a `#[path]` module",
         "src/mystery/f.rs: its room `mystery` is not in the rooms table",
         "src/act/pure.rs:1: is pure but names `crate::act::e::Shell` of the shell act/e.rs",
+        "src/act/call.rs:1: names `kube::api::Api`: a typed Kubernetes API call is made through `kubeapi`",
+        "src/act/call.rs:3: names `kube::Api`",
+        "src/act/watch.rs:4: names `kube::runtime::watcher::watcher`",
     ];
     assert!(!has(&found, "fine.rs"), "{found:#?}");
     assert!(
@@ -251,7 +277,13 @@ fn each_kind_of_manifest_violation_is_found() {
         "src/act/Cargo.toml",
         &manifest(
             "act",
-            &["gpu-warden-model", "gpu-warden-guard", "tokio", "kube"],
+            &[
+                "gpu-warden-model",
+                "gpu-warden-kubeapi",
+                "gpu-warden-guard",
+                "tokio",
+                "kube",
+            ],
             &["gpu-warden-fixtures"],
         ),
     );

@@ -1,7 +1,7 @@
 //! The rules over a tree laid out like this repository (`src/`, `crates/*/src`,
 //! `docs/architecture.md`): rooms import only what the rooms table lets them, only shells
-//! name I/O and runtime crates, every file belongs to a room, and no non-test code file
-//! grows past the size limit.
+//! name I/O and runtime crates, only `kubeapi` makes kube's typed calls, every file belongs to
+//! a room, and no non-test code file grows past the size limit.
 
 use super::doc::Doc;
 use super::rust::{facts, module_of};
@@ -127,8 +127,10 @@ pub fn check_rooms(root: &Path, doc: &Doc) -> Vec<String> {
                     ));
                 }
             }
-            // The facade (lib.rs) re-exports every room; main.rs wires them.
-            if p[0] == "crate" && in_src != "main.rs" && in_src != "lib.rs" {
+            // The facade (lib.rs) re-exports every room; main.rs wires them. A crate root's
+            // alias of a room (`use gpu_warden_kubeapi as kubeapi;`, the path `crate::kubeapi`
+            // alone) names no item of it.
+            if p[0] == "crate" && p.len() > 2 && in_src != "main.rs" && in_src != "lib.rs" {
                 if let Some(f) = file_of(&p[1..]).filter(|f| doc.shells.contains(*f)) {
                     uses_io.insert(in_src.clone());
                     if !shell && seen.insert(format!("shell {f}")) {
@@ -139,6 +141,16 @@ pub fn check_rooms(root: &Path, doc: &Doc) -> Vec<String> {
                             p.join("::")
                         ));
                     }
+                }
+            }
+            if let Some(call) = doc.kubeapi_only.iter().find(|c| p.starts_with(c)) {
+                if room != "kubeapi" && seen.insert(format!("kubeapi {}", call.join("::"))) {
+                    bad.push(format!(
+                        "src/{in_src}:{}: names `{}`: a typed Kubernetes API call is made \
+                         through `kubeapi`, compiled once there",
+                        n.line,
+                        call.join("::")
+                    ));
                 }
             }
             if let Some(io) = doc.io.iter().find(|io| p.starts_with(io)) {
