@@ -2,6 +2,7 @@
 //! conversion is pure; the watch that feeds it lives in `attribute::watch`.
 
 use super::ports::PodSource;
+use crate::kubeapi;
 use crate::model::pod::{
     strip_runtime_scheme, ContainerInfo, PodInfo, PodMap, PodViewStatus, MIRROR_ANNOTATION,
 };
@@ -127,13 +128,13 @@ pub fn index<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodMap {
 }
 
 /// Builds the map from Pod objects as JSON (the simulator's scenario pods, fixtures);
-/// objects that do not parse as a Pod are skipped. Not generic on purpose: a generic
-/// signature would compile `Pod`'s deserializer again in every crate that calls it
-/// (docs/architecture.md, "Crates").
+/// objects that do not parse as a Pod are skipped. Decoded by `kubeapi`, and not generic, so
+/// `Pod`'s deserializer is not compiled again here or in the callers (docs/architecture.md,
+/// "Crates").
 pub fn index_json(objects: Vec<serde_json::Value>) -> PodMap {
     let pods: Vec<Pod> = objects
-        .into_iter()
-        .filter_map(|o| serde_json::from_value(o).ok())
+        .iter()
+        .filter_map(|o| kubeapi::decode::pod(o).ok())
         .collect();
     index(pods.iter())
 }

@@ -7,6 +7,7 @@
 //! uses it; docs/architecture.md, "Crates", and docs/performance.md for what that cost). The
 //! callers keep their own timeouts, retries and error wording: this room only makes the call.
 
+pub mod decode;
 mod events;
 mod leases;
 mod nodes;
