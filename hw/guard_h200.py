@@ -46,7 +46,7 @@ the greedy job's log), timeline.csv.gz (the 10 ms samples) and guard-vram.png. `
 bounds the whole harness, report included; SIGTERM ends it early with a report of the
 finished runs. `--report-only RUNS.json [--timeline timeline.csv.gz]` renders a report
 again without a GPU (also `python3 hw/guard_report.py RUNS.json --out DIR`); the offline
-tests are `python3 hw/test_guard_report.py`.
+tests are `python3 hw/test_guard_report.py` (CI runs them: scripts/test.sh).
 """
 import argparse
 import csv
@@ -379,7 +379,12 @@ def start_double(args, pods, workdir, tag, kubelet="faithful", slow_reads=""):
                           "--kubeconfig-out", kc, "--bookmark-interval", "1s"]
                          + (["--slow-pod-reads", slow_reads] if slow_reads else []),
                          stdout=subprocess.PIPE, stderr=open(os.path.join(workdir, "double.log"), "a"))
-    p.stdout.readline()  # the URL: the server is up
+    try:
+        p.stdout.readline()  # the URL: the server is up
+    except BaseException:
+        # SIGTERM (Interrupted) while it starts: the caller never got it to stop.
+        stop(p)
+        raise
     return p, kc
 
 
@@ -392,16 +397,22 @@ def start_agent(args, kc, workdir, policy, binary=None):
                          # Both streams to agent.log (the agent logs to stderr; a line on stdout,
                          # should there be one, is kept too): each run's part of it goes to $OUT.
                          env=env, stdout=open(os.path.join(workdir, "agent.log"), "a"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            st = json.loads(http_get(f"http://127.0.0.1:{port}/state"))
-            if st.get("guard") and st["guard"].get("held") is None:
-                return a, port
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("agent did not become ready with a synced pod view")
+    # Not ready in time, or SIGTERM (Interrupted) while it starts: the caller never got the
+    # agent to stop, so it is stopped here (it outlived the harness).
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                st = json.loads(http_get(f"http://127.0.0.1:{port}/state"))
+                if st.get("guard") and st["guard"].get("held") is None:
+                    return a, port
+            except Exception:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("agent did not become ready with a synced pod view")
+    except BaseException:
+        stop(a)
+        raise
 
 
 def cpu_ticks(pid):
@@ -417,14 +428,17 @@ def idle_cpu(args, pods, workdir, policy, condition):
     rows = []
     for binary in filter(None, args.idle_agents.split(",")):
         d, kc = start_double(args, pods, workdir, "idle")
-        a, _ = start_agent(args, kc, workdir, policy, binary)
-        time.sleep(2)
-        hz = os.sysconf("SC_CLK_TCK")
-        c0, t0 = cpu_ticks(a.pid), time.time()
-        time.sleep(args.idle_seconds)
-        c1, t1 = cpu_ticks(a.pid), time.time()
-        stop(a)
-        stop(d)
+        a = None
+        try:  # stopped on SIGTERM too: neither is in main()'s procs
+            a, _ = start_agent(args, kc, workdir, policy, binary)
+            time.sleep(2)
+            hz = os.sysconf("SC_CLK_TCK")
+            c0, t0 = cpu_ticks(a.pid), time.time()
+            time.sleep(args.idle_seconds)
+            c1, t1 = cpu_ticks(a.pid), time.time()
+        finally:
+            stop(a)
+            stop(d)
         pct = (c1 - c0) / hz / (t1 - t0) * 100
         rows.append(dict(binary=binary, condition=condition, seconds=round(t1 - t0, 1), cpu_pct=round(pct, 3)))
         log("idle cpu", binary, condition, f"{pct:.3f} %")
@@ -859,10 +873,13 @@ def main():
                                       f"base load running, calm ({hr})")
             if not args.skip_attribution and hr == "today":
                 d, kc = start_double(args, base_pods, workdir, "attr")
-                a, port = start_agent(args, kc, workdir, write_policy(args, workdir, args.fast_interval, hr))
-                attribution_check(args, workdir, port, pods_by_pid)
-                stop(a)
-                stop(d)
+                a = None
+                try:  # stopped on SIGTERM too: neither is in procs
+                    a, port = start_agent(args, kc, workdir, write_policy(args, workdir, args.fast_interval, hr))
+                    attribution_check(args, workdir, port, pods_by_pid)
+                finally:
+                    stop(a)
+                    stop(d)
             for label, mode, fast, greedy_gpus, rates, runs, opts in sweep:
                 if (opts["h"], opts["s"]) != (hr, shape):
                     continue
@@ -924,11 +941,13 @@ def main():
                         t0 = time.time()
                         for k, g, delay in gkeys:
                             glogs[k] = os.path.join(workdir, f"greedy-{hr}-{tag}-{int(rate)}-{run}-{k}.log")
-                            gprocs[k] = load(g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
-                                                 "--chunk-mib", str(chunk_for(args, rate)),
-                                                 "--start-delay", str(delay), "--seconds", f"{seconds:.2f}"],
-                                             greedy[k].cgroup, glogs[k], pid1=opts["p"])
-                            procs[("run", "greedy", k)] = gprocs[k]
+                            # Into procs in the same statement: a SIGTERM between two would leave
+                            # this job (a session of its own) running after the harness.
+                            procs[("run", "greedy", k)] = gprocs[k] = load(
+                                g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
+                                    "--chunk-mib", str(chunk_for(args, rate)),
+                                    "--start-delay", str(delay), "--seconds", f"{seconds:.2f}"],
+                                greedy[k].cgroup, glogs[k], pid1=opts["p"])
                         for k, g, _ in gkeys:
                             ready = wait_ready(glogs[k], 30)
                             if not ready:

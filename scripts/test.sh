@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # gpu-warden's whole test suite, as CI runs it (.ci/run calls this script):
 #   formatting, clippy with warnings as errors, every unit and integration test of the
-#   workspace, the criterion benches in quick mode, the real-Prometheus test and the
-#   offline deployment checks (deploy/check.sh: kustomize overlays, the Helm chart through
-#   Helm's engine, and the container image built with buildah and run from its unpacked
-#   root filesystem; a release build for it). Installs the system packages it needs when
-#   run as root.
+#   workspace, the criterion benches in quick mode, the real-Prometheus test, the GPU test
+#   harness's offline tests (hw/test_guard_report.py) and the offline deployment checks
+#   (deploy/check.sh: kustomize overlays, the Helm chart through Helm's engine, and the
+#   container image built with buildah and run from its unpacked root filesystem; a release
+#   build for it). Installs the system packages it needs when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v curl >/dev/null || need+=(curl)
+command -v unshare >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${need[*]}"
@@ -44,6 +45,9 @@ if [ -d benches ] && ls benches/*.rs >/dev/null 2>&1; then
 fi
 echo "== real Prometheus"
 tests/prometheus/run.sh target/debug/gpu-warden
+echo "== GPU test harness (hw/test_guard_report.py, on hw/fakes)"
+# A broken GPU harness fails here, not on a device call; as root, PID namespaces must work (no skip).
+GUARD_TEST_PIDNS=$([ "$(id -u)" = 0 ] && echo 1 || echo 0) python3 hw/test_guard_report.py
 if [ -x deploy/check.sh ]; then
   echo "== deployment checks"
   # The binary the tests ran: `cargo build -p gpu-warden` alone resolves the dependencies'
