@@ -10,8 +10,8 @@
 # (`gpu-warden-before`), `nvml_floor`, `scrape_load` and the nvitop-exporter wheels (`whl/`,
 # docs/performance.md says which). Both are copied before anything runs, so a later call's
 # carry cannot replace a binary the harness is about to exec. On an H200 the sweep gets all the
-# time (LEFT less 150 s for the start and the transfers) and the cost run is skipped; on an
-# H100 the a10g cells (an emulation that needs no more than 24 GiB) come first, today's
+# time (LEFT less 150 s for the start and the transfers) and the cost run is skipped, unless
+# less than 900 s is left (then the cost run gets its 260 s first); on an H100 the a10g cells (an emulation that needs no more than 24 GiB) come first, today's
 # headroom is set up with TRAIN_GIB=42 (the same ~32 GiB free on 80 GiB), and the cost run
 # gets its 260 s. The SWEEP strings are docs/validation.md §9c's cells.
 set -u
@@ -39,23 +39,30 @@ here=$(cd "$(dirname "$0")" && pwd)
 LEFT=$(cat $R/left)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.csv
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+COST_FIRST=0
 if [ "$total" -gt 120000 ]; then TRAIN_GIB=100; BUDGET=$((LEFT - 150)); PEERS=0
+  # Under 900 s the sweep could finish one row of cells at most, which resolves nothing, while
+  # the cost run (issue 40's last figure, on the card it names) fits: it goes first.
+  if [ "$LEFT" -lt 900 ]; then BUDGET=$((LEFT - 150 - 260)); PEERS=1; COST_FIRST=1; fi
   SWEEP="guard*5%s=ws:64,128,16,250,4;guard*5%s=two:128,250,16,4;guard*5%s=ws%h=a10g:64,128,250,16,4;guard*5%s=two%h=a10g:64,250,128,16,4;guard*2%s=runner%h=a10g:4"
 else TRAIN_GIB=42; BUDGET=$((LEFT - 150 - 260)); PEERS=1
   SWEEP="guard*5%s=ws%h=a10g:64,128,250,16,4;guard*5%s=two%h=a10g:64,250,128,16,4;guard*2%s=runner%h=a10g:4;guard*5%s=ws:64,128,16,250,4;guard*5%s=two:64,128,250,16,4"
 fi
-echo "BUDGET=$BUDGET PEERS=$PEERS TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
-if [ "$BUDGET" -gt 60 ]; then
+echo "BUDGET=$BUDGET PEERS=$PEERS COST_FIRST=$COST_FIRST TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
+sweep() {
+  [ "$BUDGET" -gt 60 ] || return 0
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \
     bash "$here/guard_sweep_h200.sh" $R/bin/gpu-warden $R/bin/apiserver-double > $R/guard.log 2>&1
   echo "rc=$?" >> $R/guard.log
-fi
-if [ "$PEERS" = 1 ]; then
+}
+peers() {
+  [ "$PEERS" = 1 ] || return 0
   python3 -m pip install -q --no-index --no-deps --target /tmp/nvt $R/pbin/whl/*.whl > $R/pip.log 2>&1
   PYTHONUNBUFFERED=1 timeout 260 python3 "$here/perf_h200.py" --plan peers --agent $R/bin/gpu-warden \
     --agent-baseline $R/pbin/gpu-warden-before --baseline-label "gpu-warden before issue 40 (0b89742, one crate)" \
     --floor $R/pbin/nvml_floor --scrape-load $R/pbin/scrape_load --nvitop-site /tmp/nvt --peer-procs 2 \
     --peer-seconds 45 --crowded "" --per-call-iterations 50 --deadline-seconds 230 --out $R/peers > $R/peers.log 2>&1
   echo "rc=$?" >> $R/peers.log
-fi
+}
+if [ "$COST_FIRST" = 1 ]; then peers; sweep; else sweep; peers; fi
 date -u +%T > $R/all.done

@@ -437,6 +437,10 @@ class Outstanding(unittest.TestCase):
         self.assertFalse([n for n in names if "/bin/" in n or "/pbin/" in n], names)
         sweep = os.path.join(r, "guard", "argv.json")
         peers = os.path.join(r, "peers", "argv.json")
+        # Which ran first: each stand-in writes its argv as it starts, and the batch runs them
+        # one after the other.
+        ran = [(os.stat(f).st_mtime_ns, n) for n, f in (("sweep", sweep), ("peers", peers)) if os.path.exists(f)]
+        self.first = min(ran)[1] if ran else None
         return (json.load(open(sweep)) if os.path.exists(sweep) else None,
                 json.load(open(peers)) if os.path.exists(peers) else None)
 
@@ -449,10 +453,19 @@ class Outstanding(unittest.TestCase):
 
     def test_an_h100_runs_the_a10g_cells_first_then_the_cost_run(self):
         sweep, peers = self.batch(81559, 1000)
+        self.assertEqual(self.first, "sweep")
         self.assertEqual(sweep[sweep.index("--budget") + 1], "590")
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "42")
         self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws%h=a10g:"))
         self.assertIn("--agent-baseline", peers)
+
+    def test_an_h200_with_little_time_left_runs_the_cost_run_first(self):
+        # Under 900 s the sweep could finish one row at most; issue 40's cost run fits.
+        sweep, peers = self.batch(143771, 800)
+        self.assertEqual(self.first, "peers")
+        self.assertIn("--agent-baseline", peers)
+        self.assertEqual(sweep[sweep.index("--budget") + 1], "390")
+        self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
 
     def test_too_little_time_for_a_sweep_runs_the_cost_run_alone(self):
         sweep, peers = self.batch(81559, 450)
