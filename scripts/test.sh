@@ -46,8 +46,14 @@ fi
 echo "== real Prometheus"
 tests/prometheus/run.sh target/debug/gpu-warden
 echo "== GPU test harness (hw/test_guard_report.py, on hw/fakes)"
-# A broken GPU harness fails here, not on a device call; as root, PID namespaces must work (no skip).
-GUARD_TEST_PIDNS=$([ "$(id -u)" = 0 ] && echo 1 || echo 0) python3 hw/test_guard_report.py
+# A broken GPU harness fails here, not on a device call. Its live tests need PID namespaces
+# (the device runs each job's shell in one): required wherever `unshare` can make one, so they
+# are never skipped by accident; said, not failed, where this machine cannot.
+pidns=0
+if unshare --pid --fork --kill-child --mount-proc true 2>/dev/null; then pidns=1
+else echo "WARN: unshare --pid does not work here (not root, or no PID namespaces): the harness's live tests are skipped"
+fi
+GUARD_TEST_PIDNS=$pidns python3 hw/test_guard_report.py
 if [ -x deploy/check.sh ]; then
   echo "== deployment checks"
   # The binary the tests ran: `cargo build -p gpu-warden` alone resolves the dependencies'
