@@ -2,7 +2,7 @@
 # gpu-warden's whole test suite, as CI runs it (.ci/run calls this script):
 #   formatting, clippy with warnings as errors, every unit and integration test of the
 #   workspace, the criterion benches in quick mode, the real-Prometheus test, the GPU test
-#   harness's offline tests (hw/test_guard_report.py) and the offline deployment checks
+#   harnesses' offline tests (hw/test_guard_report.py, hw/test_perf_h200.py) and the offline deployment checks
 #   (deploy/check.sh: kustomize overlays, the Helm chart through Helm's engine, and the
 #   container image built with buildah and run from its unpacked root filesystem; a release
 #   build for it). Installs the system packages it needs when run as root.
@@ -45,7 +45,7 @@ if [ -d benches ] && ls benches/*.rs >/dev/null 2>&1; then
 fi
 echo "== real Prometheus"
 tests/prometheus/run.sh target/debug/gpu-warden
-echo "== GPU test harness (hw/test_guard_report.py, on hw/fakes)"
+echo "== GPU test harnesses (hw/test_guard_report.py on hw/fakes, hw/test_perf_h200.py)"
 # A broken GPU harness fails here, not on a device call. Its live tests need PID namespaces
 # (the device runs each job's shell in one): required wherever `unshare` can make one, so they
 # are never skipped by accident; said, not failed, where this machine cannot.
@@ -54,6 +54,7 @@ if unshare --pid --fork --kill-child --mount-proc true 2>/dev/null; then pidns=1
 else echo "WARN: unshare --pid does not work here (not root, or no PID namespaces): the harness's live tests are skipped"
 fi
 GUARD_TEST_PIDNS=$pidns python3 hw/test_guard_report.py
+python3 hw/test_perf_h200.py
 if [ -x deploy/check.sh ]; then
   echo "== deployment checks"
   # The binary the tests ran: `cargo build -p gpu-warden` alone resolves the dependencies'
