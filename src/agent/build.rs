@@ -421,7 +421,7 @@ impl Wiring {
         match (clients, scenario) {
             (Some(c), _) => WatchedPods::spawn(c.direct.clone(), &self.node),
             (None, Some(sc)) => Arc::new(StaticPods(Arc::new(pods::index_json(
-                sim::scenario_pods(sc, &self.node),
+                &sim::scenario_pods(sc, &self.node),
             )))),
             (None, None) => Arc::new(StaticPods::default()),
         }

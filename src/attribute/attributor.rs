@@ -292,7 +292,7 @@ mod tests {
         use crate::attribute::pods::index_json;
         const HASH: &str = "8daa50c3a64c9ff60bb9eab7b44b56fd";
         const STATIC_CID: &str = "2884d57c0e100d7a9a2f9487ce0bc2986bca3430e988af7a4865aff061f51ac5";
-        let pods = index_json(vec![
+        let pods = index_json(&[
             serde_json::json!({
                 "metadata": {"name": "job-1", "namespace": "ci", "uid": UID},
                 "spec": {"containers": [{"name": "build"}]},

@@ -131,7 +131,7 @@ pub fn index<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> PodMap {
 /// objects that do not parse as a Pod are skipped. Decoded by `kubeapi`, and not generic, so
 /// `Pod`'s deserializer is not compiled again here or in the callers (docs/architecture.md,
 /// "Crates").
-pub fn index_json(objects: Vec<serde_json::Value>) -> PodMap {
+pub fn index_json(objects: &[serde_json::Value]) -> PodMap {
     let pods: Vec<Pod> = objects
         .iter()
         .filter_map(|o| kubeapi::decode::pod(o).ok())

@@ -132,7 +132,7 @@ impl Rig {
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ));
         let pods = options.pods.unwrap_or_else(|| {
-            Arc::new(StaticPods(Arc::new(index_json(scenario_pods(
+            Arc::new(StaticPods(Arc::new(index_json(&scenario_pods(
                 &scenario,
                 &options.node,
             )))))
