@@ -11,9 +11,10 @@
 # docs/performance.md says which). Both are copied before anything runs, so a later call's
 # carry cannot replace a binary the harness is about to exec. On an H200 the sweep gets all the
 # time (LEFT less 150 s for the start and the transfers) and the cost run is skipped, unless
-# less than 900 s is left (then the cost run gets its 260 s first); on an H100 the a10g cells (an emulation that needs no more than 24 GiB) come first, today's
-# headroom is set up with TRAIN_GIB=42 (the same ~32 GiB free on 80 GiB), and the cost run
-# gets its 260 s. The SWEEP strings are docs/validation.md §9c's cells.
+# less than 900 s is left (then the cost run gets its 260 s first); on an H100 the a10g cells
+# (an emulation that needs no more than 24 GiB) come first, today's headroom is set up with
+# TRAIN_GIB=42 (the same ~32 GiB free on 80 GiB), and the cost run gets its 260 s. The SWEEP
+# strings are docs/validation.md §9c's cells.
 set -u
 # OUTSTANDING_DIR: where the batch keeps its state (hw/test_guard_report.py sets its own).
 R=${OUTSTANDING_DIR:-/tmp/outstanding}
