@@ -451,13 +451,15 @@ class Outstanding(unittest.TestCase):
         self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws:"))
         self.assertIsNone(peers)
 
-    def test_an_h100_runs_the_a10g_cells_first_then_the_cost_run(self):
+    def test_an_h100_runs_the_cells_it_has_not_run_and_no_cost_run(self):
+        # Its ws a10g row and its cost figure are recorded (docs/evidence/*h100*).
         sweep, peers = self.batch(81559, 1000)
-        self.assertEqual(self.first, "sweep")
-        self.assertEqual(sweep[sweep.index("--budget") + 1], "590")
+        self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "42")
-        self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws%h=a10g:"))
-        self.assertIn("--agent-baseline", peers)
+        cells = sweep[sweep.index("--sweep") + 1]
+        self.assertTrue(cells.startswith("guard*5%s=two%h=a10g:"), cells)
+        self.assertNotIn("s=ws%h=a10g", cells)
+        self.assertIsNone(peers)
 
     def test_an_h200_with_little_time_left_runs_the_cost_run_first(self):
         # Under 900 s the sweep could finish one row at most; issue 40's cost run fits.
@@ -468,7 +470,7 @@ class Outstanding(unittest.TestCase):
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
 
     def test_too_little_time_for_a_sweep_runs_the_cost_run_alone(self):
-        sweep, peers = self.batch(81559, 450)
+        sweep, peers = self.batch(143771, 450)
         self.assertIsNone(sweep)
         self.assertIn("--agent-baseline", peers)
 
