@@ -821,7 +821,9 @@ def main():
                             if (o["h"], o["s"]) == (hr, shape) for rate in rates for run in range(runs)]
                 continue
             # The base load of this headroom and shape: a trainer (or the declared runner job)
-            # and steady CI pods on each GPU.
+            # and steady CI pods on each GPU. Their logs are the shape's own: a readiness
+            # wait on a log that an earlier shape at this headroom wrote to passed at once, so
+            # a run began while its neighbours still started (2026-12-05, runner at a10g).
             train_args, (train_ns, train_prio, train_ann), small_gibs, host_gib = base_load(args, hr, shape)
             n_small = len(small_gibs)
             train = {g: Pod(train_ns, f"train{suffix(g) or '-0'}", "trainer", train_prio,
@@ -834,7 +836,7 @@ def main():
             setup = dict(free_before=nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB)
             if hr == "a10g":
                 # Hold all but an A10G's 23 028 usable MiB (the holder's own context included).
-                hlog = os.path.join(workdir, "a10g-holder.log")
+                hlog = os.path.join(workdir, f"a10g-holder-{shape}.log")
                 keep = 23028 + 600
                 procs[("holder", 0)] = hold(max(0, setup["free_before"] - keep), hlog)
                 if not wait_ready(hlog, 60):
@@ -843,17 +845,17 @@ def main():
             if args.idle_agents and not idle_rows:
                 idle_rows += idle_cpu(args, base_pods, workdir, write_policy(args, workdir, args.fast_interval, hr),
                                       f"idle GPU ({hr})")
-            tlog = {g: os.path.join(workdir, f"train-{hr}-{g}.log") for g in gpus}
+            tlog = {g: os.path.join(workdir, f"train-{hr}-{shape}-{g}.log") for g in gpus}
             logs = list(tlog.values())
             for g in gpus:
                 procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
                 for i in range(n_small):
-                    lp = os.path.join(workdir, f"small-{hr}-{g}-{i}.log")
+                    lp = os.path.join(workdir, f"small-{hr}-{shape}-{g}-{i}.log")
                     procs[("small", g, i)] = load(g, ["--hold-gib", str(small_gibs[i]), "--seconds", "3600"],
                                                   small[(g, i)].cgroup, lp)
                     logs.append(lp)
             if host_gib:
-                hlog = os.path.join(workdir, f"host-{hr}.log")
+                hlog = os.path.join(workdir, f"host-{hr}-{shape}.log")
                 procs[("host", gpus[0])] = load(gpus[0], ["--hold-gib", str(host_gib), "--seconds", "3600"], None, hlog)
                 logs.append(hlog)
             for lp in logs:
@@ -862,7 +864,7 @@ def main():
             for g in gpus:
                 pods_by_pid[pid_of(tlog[g])] = (train_ns, train[g].name, "trainer")
                 for i in range(n_small):
-                    pods_by_pid[pid_of(os.path.join(workdir, f"small-{hr}-{g}-{i}.log"))] = \
+                    pods_by_pid[pid_of(os.path.join(workdir, f"small-{hr}-{shape}-{g}-{i}.log"))] = \
                         ("ci", small[(g, i)].name, "build")
             time.sleep(1)
             setup["free_with_base_load"] = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB

@@ -744,8 +744,13 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual((runner["metadata"]["namespace"], runner["spec"]["priority"]), ("ci", 0))
         self.assertEqual(runner["metadata"]["annotations"], {"gpu-warden.io/vram-request-mib": "57344"})
         self.assertEqual(pod(starts[2], "train-0")["metadata"]["namespace"], "ml")
-        small = [l for l in os.listdir(self.work) if l.startswith("small-today-0-")]
-        self.assertEqual(sorted(small), ["small-today-0-0.log", "small-today-0-1.log"])
+        # Each shape's base load logs to its own files, each with one "ready": a log shared by
+        # the shapes of a headroom answered the next shape's readiness wait at once.
+        small = sorted(l for l in os.listdir(self.work) if l.startswith("small-today-"))
+        self.assertEqual(small, ["small-today-runner-0-0.log", "small-today-runner-0-1.log",
+                                 "small-today-two-0-0.log", "small-today-ws-0-0.log"])
+        for name in small + [l for l in os.listdir(self.work) if l.startswith("train-today-")]:
+            self.assertEqual(open(os.path.join(self.work, name)).read().count('"ready"'), 1, name)
 
     def test_the_budget_skips_runs_that_would_not_end_in_it(self):
         # 70 s: the headroom's setup fits (45 s kept for it), then runs of ~5 s until the
