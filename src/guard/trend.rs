@@ -207,8 +207,17 @@ impl Trend {
     /// [`Trend::sustained_growth`]), the shortest first; `None` otherwise. Fast growth shows
     /// in the short window at once, chunked or slower growth only in a longer one.
     pub fn sustained_growth_lasting(&self, now: Duration) -> Option<f64> {
+        self.sustained_growth_lasting_since(now, Duration::ZERO)
+    }
+
+    /// Like [`Trend::sustained_growth_lasting`], judging only the windows that begin at or
+    /// after `since`. Why: after a decision the growth the windows still hold from before
+    /// it is the victims' own, stopped since; counted, it made a trainer's evaluation
+    /// workspace, starting in the cooldown, look like a sustained climb.
+    pub fn sustained_growth_lasting_since(&self, now: Duration, since: Duration) -> Option<f64> {
         std::iter::once(EARLY_WINDOW)
             .chain(LASTING_WINDOWS)
+            .filter(|w| now.saturating_sub(*w) >= since)
             .find_map(|w| self.sustained_over(now, w))
     }
 
@@ -694,5 +703,25 @@ mod tests {
         assert!((100.0..=140.0).contains(&gib_s), "{gib_s}");
         // Readings outside the window do not count: 200 ms later nothing is judged.
         assert_eq!(t.sustained_growth(ms(260)), None);
+    }
+
+    #[test]
+    fn windows_that_begin_before_a_decision_are_not_judged_after_it() {
+        // A steady climb for a second (5 ms readings): every window shows it…
+        let mut t = Trend::default();
+        for at in (0..=1000).step_by(5) {
+            t.push(ms(at), (1000 + 4 * at) * MIB);
+        }
+        assert!(t.sustained_growth_lasting(ms(1000)).is_some());
+        assert!(t
+            .sustained_growth_lasting_since(ms(1000), ms(900))
+            .is_some());
+        // …but none that began before `since` is judged: growth from before a decision is
+        // the victims' own.
+        assert_eq!(t.sustained_growth_lasting_since(ms(1000), ms(950)), None);
+        assert_eq!(
+            t.sustained_growth_lasting_since(ms(1000), Duration::ZERO),
+            t.sustained_growth_lasting(ms(1000))
+        );
     }
 }

@@ -583,3 +583,28 @@ fn n_a_restarted_agent_evicts_nobody_while_its_victim_terminates() {
     assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
     assert_eq!(neighbour_ooms(&w, &[300]), Vec::<u32>::new());
 }
+
+/// Two greedy jobs a second apart, the second as fast as the first (on the H200 at an
+/// A10G's headroom, 16–250 GiB/s: the second filled the GPU 60–90 ms after it began to grow
+/// while the cooldown asked for the processes at most every 200 ms, so the escalated
+/// decision came after the trainer's workspace had no room). A climb the troughs show asks
+/// for the processes at once, as it does outside a cooldown, and the second grower is
+/// stopped about as soon as the first was.
+#[test]
+fn o_a_second_grower_as_fast_as_the_first_is_stopped_as_soon() {
+    let train = "  - {pid: 100, gpu: 0, name: train, memory: {workspace: {base: 4000, mib: 500, every: 300ms, holds: 150ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n";
+    let procs = format!(
+        "{train}{SMALL}  - {{pid: 301, gpu: 0, name: python, start: 3s, memory: {{linear: {{from: 300, per_second: 16000}}}}, pod: {{namespace: ci, name: ci-g1, container: build, priority: 0}}}}\n  - {{pid: 302, gpu: 0, name: python, start: 4s, memory: {{linear: {{from: 300, per_second: 16000}}}}, pod: {{namespace: ci, name: ci-g2, container: build, priority: 0}}}}\n"
+    );
+    let mut w = World::new(&scenario(&procs), STOP).stepping(Duration::from_millis(5));
+    w.run_for(Duration::from_secs(12));
+    assert_eq!(
+        w.evicted_names(),
+        vec!["ci-g1", "ci-g2"],
+        "{:?}",
+        w.attempts()
+    );
+    // Nobody hit OOM, the greedy jobs included: the GPU never filled (a trainer whose
+    // workspace comes back while it is full loses its step; here it came back in a trough).
+    assert_eq!(w.rig.sim.ooms(), Default::default());
+}

@@ -2208,6 +2208,51 @@ mod tests {
     }
 
     #[test]
+    fn a_cooldown_asks_for_the_processes_at_once_when_the_troughs_climb() {
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("b")],
+            vec![proc_in("a", 0, 3000), proc_in("b", 0, 100)],
+        );
+        let d = one(w.poll(0.0, 9600));
+        w.guard
+            .record_outcome(d.id, "a", EvictionOutcome::Evicted, secs(0.01));
+        assert!(w.poll(0.2, 9600).is_empty(), "nobody grew");
+        // Below hard on every tick while the victim holds its memory, up and down (a
+        // workspace): the cooldown asks for a full poll only every ESCALATION_POLL.
+        let mut asked = Vec::new();
+        for i in 1..=20u32 {
+            let t = 0.2 + f64::from(i) * 0.01;
+            w.guard
+                .observe_memory(&[(0, mem(TOTAL, 9600 + 100 * u64::from(i % 2)))], secs(t));
+            if w.guard.take_refresh_request() {
+                asked.push(i);
+            }
+        }
+        assert_eq!(
+            asked,
+            vec![escalate::ESCALATION_POLL.as_millis() as u32 / 10]
+        );
+        assert!(w.poll(0.4, 9600).is_empty());
+        // A neighbour's memory gone back, then a climb (a second grower, 20 GiB/s): asked
+        // for once the 60 ms window holds the climb alone, well inside the bound (tick 40).
+        let mut first = None;
+        for i in 1..=30u32 {
+            let t = 0.4 + f64::from(i) * 0.005;
+            w.guard
+                .observe_memory(&[(0, mem(TOTAL, 8000 + 100 * u64::from(i)))], secs(t));
+            if w.guard.take_refresh_request() {
+                first = Some(i);
+                break;
+            }
+        }
+        assert!(
+            first.is_some_and(|i| i <= 14),
+            "asked at tick {first:?} (5 ms apart)"
+        );
+    }
+
+    #[test]
     fn gpus_missing_from_a_snapshot_are_forgotten() {
         let mut g = Guard::new(Policy::default());
         g.observe(

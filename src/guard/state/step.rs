@@ -236,16 +236,23 @@ impl Guard {
             Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, now),
             _ => time_to_full,
         };
-        let sustained = st.trend.sustained_growth_lasting(now);
+        // While cooling down, only the readings since: the climb before it was the victims'.
+        let sustained = match &cooling_from {
+            Some((.., since)) => st.trend.sustained_growth_lasting_since(now, *since),
+            None => st.trend.sustained_growth_lasting(now),
+        };
         if !fresh {
             // While cooling down the full poll asked for is bounded: a fast tick under
             // pressure comes every few ms while the victims hold their memory until the
-            // kubelet's SIGKILL.
+            // kubelet's SIGKILL. Not while the troughs climb: a second grower fills an
+            // A10G's headroom in 60–90 ms, inside that bound (issue 38, on the H200), and a
+            // workspace that comes and goes or a victim's held memory never looks so.
             let stale = self
                 .seen
                 .at
                 .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
-            self.refresh_wanted |= cooling_from.is_none() || stale;
+            let climbing = sustained.is_some_and(|r| r >= 1.0);
+            self.refresh_wanted |= cooling_from.is_none() || stale || climbing;
             return None;
         }
 
