@@ -3,9 +3,11 @@
 //! stopped (`onDecision: stop`, SIGSTOP, before the fresh read: it is undone if the read
 //! disagrees) or killed (`kill`, SIGKILL, only after the fresh read agrees); after the
 //! eviction's outcome they are resumed (SIGCONT) whenever the eviction did not happen, kept
-//! stopped while it is in doubt, and forgotten once it happened (the kubelet's SIGKILL ends
-//! them). Every signal goes to a pid verified at that moment to be in the victim pod's
-//! cgroup and to have started before the decision ([`crate::guard::stop::check`]).
+//! stopped while it is in doubt, and killed (SIGKILL) once the API server accepted it
+//! ([`crate::guard::stop::after`] says why). Every signal goes to a pid verified at that
+//! moment to be in the victim pod's cgroup and to have started before the decision
+//! ([`crate::guard::stop::check`]); a held process is signalled only while its pid still
+//! names the process that started at the recorded time.
 //!
 //! The signals go through the [`ProcessSignals`] port (the real one is `act::signal`);
 //! the bookkeeping is [`StopBook`].
@@ -294,30 +296,33 @@ impl Stopper {
     }
 
     /// Applies the eviction's `outcome` to the victim's stopped processes: resumes them if
-    /// the eviction did not happen. Returns what was done, if anything.
+    /// the eviction did not happen, kills them once it did. Returns what was done, if
+    /// anything.
     pub fn after(
         &self,
         decision_id: u64,
         victim: &Victim,
         outcome: &EvictionOutcome,
     ) -> Option<String> {
-        let settled = lock(&self.book).settle(&victim.uid, &stop::after(outcome));
-        let (stopped, why) = settled?;
-        let text = self.resume(&stopped, &why);
+        let next = stop::after(outcome);
+        let stopped = lock(&self.book).settle(&victim.uid, &next)?;
+        let text = self.finish(&stopped, &next);
         self.note(decision_id, victim, text.clone());
         Some(text)
     }
 
     /// What the guard learned of an eviction in doubt: resumes the pod's processes if it was
-    /// not carried out, forgets them if it was.
+    /// not carried out, kills them if it was, forgets them if the pod is gone anyway.
     pub fn resolved(&self, uid: &str, outcome: &EvictionOutcome) {
         let next = match outcome {
-            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => Next::Forget,
+            EvictionOutcome::Evicted => Next::Kill,
+            EvictionOutcome::AlreadyGone => Next::Forget,
             EvictionOutcome::InDoubt(_) => Next::Keep,
             _ => Next::Resume("the eviction in doubt was not carried out".into()),
         };
-        if let Some((stopped, why)) = lock(&self.book).settle(uid, &next) {
-            let text = self.resume(&stopped, &why);
+        let settled = lock(&self.book).settle(uid, &next);
+        if let Some(stopped) = settled {
+            let text = self.finish(&stopped, &next);
             let mut recent = lock(&self.recent);
             recent.push_back(ActionRecord {
                 decision_id: stopped.decision_id,
@@ -339,6 +344,48 @@ impl Stopper {
         for (_, stopped) in all {
             self.resume(&stopped, why);
         }
+    }
+
+    /// Signals a pod's settled processes as `next` says; what was done, for the Events.
+    fn finish(&self, s: &stop::Stopped, next: &Next) -> String {
+        match next {
+            Next::Resume(why) => self.resume(s, why),
+            Next::Kill => self.kill_held(s),
+            Next::Keep | Next::Forget => String::new(),
+        }
+    }
+
+    /// SIGKILLs a pod's stopped processes once its eviction happened.
+    fn kill_held(&self, s: &stop::Stopped) -> String {
+        let mut killed = 0;
+        for h in &s.procs {
+            match self.signals.signal(h.pid, h.start_ticks, Sig::Kill) {
+                Ok(()) => killed += 1,
+                // Exited, or the pid is another's now: nothing of the pod's left to end.
+                Err(SignalError::Gone(_) | SignalError::NotSame { .. }) => {}
+                Err(e) => self.count_held_error(s, h.pid, &e),
+            }
+        }
+        self.count(result::KILLED, killed);
+        let text = if killed == 0 {
+            "its stopped GPU processes had exited by the time it was evicted".to_string()
+        } else {
+            format!("killed {} once evicted", processes(killed))
+        };
+        tracing::warn!(decision = s.decision_id, pod = %s.pod, "{text}");
+        text
+    }
+
+    fn count_held_error(&self, s: &stop::Stopped, pid: u32, e: &SignalError) {
+        self.count(
+            if matches!(e, SignalError::Denied(_)) {
+                result::DENIED
+            } else {
+                result::ERROR
+            },
+            1,
+        );
+        tracing::error!(pod = %s.pod, pid, error = %e, "cannot kill a stopped process of an evicted pod");
     }
 
     fn resume(&self, s: &stop::Stopped, why: &str) -> String {
@@ -407,11 +454,28 @@ pub fn annotate(drafts: &mut Vec<EventDraft>, decision: &Decision, actions: &[(S
                 }
             }
             Regarding::Node { .. } => {
-                let done: Vec<String> = actions
-                    .iter()
-                    .filter_map(|(uid, t)| {
-                        let v = decision.candidates.iter().find(|v| &v.uid == uid)?;
-                        Some(format!("{}/{} {t}", v.namespace, v.name))
+                // One entry per pod, its actions in order, as on the pod's own Event.
+                let mut uids: Vec<&str> = Vec::new();
+                for (uid, _) in actions {
+                    if !uids.contains(&uid.as_str()) {
+                        uids.push(uid);
+                    }
+                }
+                let done: Vec<String> = uids
+                    .into_iter()
+                    .filter_map(|uid| {
+                        let v = decision.candidates.iter().find(|v| v.uid == uid)?;
+                        let texts: Vec<&str> = actions
+                            .iter()
+                            .filter(|(u, _)| u == uid)
+                            .map(|(_, t)| t.as_str())
+                            .collect();
+                        Some(format!(
+                            "{}/{} {}",
+                            v.namespace,
+                            v.name,
+                            texts.join(", then ")
+                        ))
                     })
                     .collect();
                 d.note = format!("{} Processes: {}.", d.note, done.join("; "));

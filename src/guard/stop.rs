@@ -6,9 +6,12 @@
 //! An eviction reaches the victim's processes only when the kubelet kills them —
 //! `max(grace, 2 s)` later, a SIGTERM to PID 1 only in between, which a GitLab job's shell
 //! ignores — so a job growing at GiB/s keeps growing after the guard decided. Stopping its
-//! GPU processes (SIGSTOP) when the guard decides stops the growth at once; their memory
-//! comes back with the kubelet's SIGKILL. A stop is undone (SIGCONT) whenever the eviction
-//! does not happen.
+//! GPU processes (SIGSTOP) when the guard decides stops the growth at once. Once the API
+//! server accepted the eviction they are killed (SIGKILL): the pod is going, a stopped
+//! process can do nothing with the grace period, and its memory is what the neighbours
+//! need — the kubelet's own SIGKILL would give it back `max(grace, 2 s)` later, and on the
+//! H200 a second greedy job took an A10G's headroom in that time (docs/validation.md §9e).
+//! A stop is undone (SIGCONT) whenever the eviction does not happen.
 
 use super::decision::EvictionOutcome;
 pub use super::policy::OnDecision;
@@ -108,16 +111,18 @@ pub enum Next {
     Resume(String),
     /// It may still happen (in doubt): keep them stopped until the doubt resolves.
     Keep,
-    /// It happened (or the pod is gone anyway): the kubelet's SIGKILL ends them; forget them.
+    /// It happened (the API server accepted it): SIGKILL them now.
+    Kill,
+    /// The pod is gone anyway (already gone, or its UID lost): nothing the guard asked for
+    /// ends them, the kubelet's reconciliation does; forget them.
     Forget,
 }
 
 /// What an outcome means for the pod's stopped processes.
 pub fn after(outcome: &EvictionOutcome) -> Next {
     match outcome {
-        EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone | EvictionOutcome::Lost(_) => {
-            Next::Forget
-        }
+        EvictionOutcome::Evicted => Next::Kill,
+        EvictionOutcome::AlreadyGone | EvictionOutcome::Lost(_) => Next::Forget,
         EvictionOutcome::InDoubt(_) => Next::Keep,
         EvictionOutcome::Blocked(_) => {
             Next::Resume("eviction refused by a PodDisruptionBudget".into())
@@ -173,16 +178,16 @@ impl StopBook {
         }
     }
 
-    /// Applies `next` to pod `uid`: the processes to SIGCONT now (empty unless `Resume`),
-    /// with the reason.
-    pub fn settle(&mut self, uid: &str, next: &Next) -> Option<(Stopped, String)> {
+    /// Applies `next` to pod `uid`: the processes to signal now as `next` says (SIGCONT
+    /// for `Resume`, SIGKILL for `Kill`; none otherwise), each returned once.
+    pub fn settle(&mut self, uid: &str, next: &Next) -> Option<Stopped> {
         match next {
             Next::Keep => None,
             Next::Forget => {
                 self.pods.remove(uid);
                 None
             }
-            Next::Resume(why) => self.pods.remove(uid).map(|s| (s, why.clone())),
+            Next::Resume(_) | Next::Kill => self.pods.remove(uid),
         }
     }
 
@@ -286,8 +291,9 @@ mod tests {
             retry_after_ms: 1000,
         };
         let rows: Vec<(EvictionOutcome, &str)> = vec![
-            (EvictionOutcome::Evicted, "forget"),
+            (EvictionOutcome::Evicted, "kill"),
             (EvictionOutcome::AlreadyGone, "forget"),
+            (EvictionOutcome::Lost("new UID".into()), "forget"),
             (EvictionOutcome::InDoubt("no answer".into()), "keep"),
             (EvictionOutcome::Blocked("429 PDB".into()), "resume"),
             (throttled, "resume"),
@@ -303,6 +309,7 @@ mod tests {
             let got = match after(&o) {
                 Next::Resume(_) => "resume",
                 Next::Keep => "keep",
+                Next::Kill => "kill",
                 Next::Forget => "forget",
             };
             assert_eq!(got, want, "{o:?}");
@@ -316,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn the_book_resumes_each_process_once() {
+    fn the_book_resumes_or_kills_each_process_once() {
         let mut b = StopBook::default();
         let p = |pid| Held {
             pid,
@@ -328,12 +335,18 @@ mod tests {
         b.hold("u3", "ci/c", 1, &[], Duration::ZERO);
         assert_eq!(b.held().len(), 2, "nothing stopped, nothing held");
         assert_eq!(b.settle("u2", &Next::Keep), None);
-        let (s, why) = b.settle("u1", &Next::Resume("refused".into())).unwrap();
+        let s = b.settle("u1", &Next::Resume("refused".into())).unwrap();
         assert_eq!(s.procs, vec![p(10), p(11)]);
-        assert_eq!(why, "refused");
         assert_eq!(b.settle("u1", &Next::Resume("again".into())), None);
+        assert_eq!(b.settle("u1", &Next::Kill), None);
         assert_eq!(b.settle("u2", &Next::Forget), None);
         assert!(b.is_empty());
+        b.hold("u5", "ci/e", 2, &[p(50)], Duration::ZERO);
+        assert_eq!(
+            b.settle("u5", &Next::Kill).map(|s| s.procs),
+            Some(vec![p(50)])
+        );
+        assert_eq!(b.settle("u5", &Next::Kill), None, "killed once");
         b.hold("u4", "ci/d", 2, &[p(40)], Duration::ZERO);
         let all = b.take_all();
         assert_eq!(all.len(), 1);

@@ -216,6 +216,28 @@ impl World {
         self.children[1].id()
     }
 
+    /// Whether child `i` (0 the victim, 1 the spare) ended by SIGKILL: its exit is waited
+    /// for (a killed process exits at once; the bound is a safety net for a test that
+    /// fails).
+    fn killed(&mut self, i: usize) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.children[i].try_wait() {
+                Ok(Some(status)) => return status.signal() == Some(9),
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    /// Whether child `i` has not exited (running or stopped), now.
+    fn alive(&mut self, i: usize) -> bool {
+        matches!(self.children[i].try_wait(), Ok(None))
+    }
+
     /// The guard's one decision, at its own clock's now (the stopper compares start times
     /// with it).
     fn decide(&mut self) -> Decision {
@@ -267,10 +289,11 @@ const READ_BOUND: Duration = Duration::from_secs(2);
 const EVICTION: &str = "/api/v1/namespaces/ci/pods/victim/eviction";
 const POD: &str = "/api/v1/namespaces/ci/pods/victim";
 
-/// Evicted: stopped before the fresh read, still stopped when the eviction is posted and
-/// after it (the kubelet's SIGKILL ends it); the Event says so.
+/// Evicted: stopped before the fresh read, still stopped when the eviction is posted, and
+/// killed once the API server accepted it (its memory back at once, not at the kubelet's
+/// SIGKILL `max(grace, 2 s)` later); the Event says both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evicted_victim_stays_stopped_until_the_kubelet_kills_it() -> Result {
+async fn an_evicted_victim_is_stopped_then_killed_once_evicted() -> Result {
     let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
     let d = w.decide();
     let outcomes = w.execute(&d).await;
@@ -284,9 +307,13 @@ async fn an_evicted_victim_stays_stopped_until_the_kubelet_kills_it() -> Result 
         "stopped before the fresh read"
     );
     assert_eq!(w.state_at("POST"), vec!['T']);
-    assert_eq!(state(w.victim_pid()), 'T');
+    assert!(w.killed(0), "killed once evicted");
     assert_ne!(state(w.spare_pid()), 'T', "only the victim");
-    assert_eq!((w.stops("stopped"), w.stops("resumed")), (1, 0));
+    assert!(w.alive(1), "only the victim");
+    assert_eq!(
+        (w.stops("stopped"), w.stops("killed"), w.stops("resumed")),
+        (1, 1, 0)
+    );
     let notes: Vec<String> = w
         .server
         .events()
@@ -294,9 +321,9 @@ async fn an_evicted_victim_stays_stopped_until_the_kubelet_kills_it() -> Result 
         .map(|e| e.object["note"].as_str().unwrap_or("").to_string())
         .collect();
     assert!(
-        notes
-            .iter()
-            .any(|n| n.starts_with("At decision: stopped 1 GPU process; evicting.")),
+        notes.iter().any(|n| n.starts_with(
+            "At decision: stopped 1 GPU process; evicting, then killed 1 GPU process once evicted."
+        )),
         "{notes:#?}"
     );
     let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
@@ -365,11 +392,8 @@ async fn a_skipped_victim_is_resumed() -> Result {
     );
     assert_eq!(w.state_at("GET"), vec!['T']);
     assert_ne!(state(w.victim_pid()), 'T', "resumed");
-    assert_eq!(
-        state(w.spare_pid()),
-        'T',
-        "the spare was evicted: stays stopped"
-    );
+    assert!(w.alive(0), "resumed, not killed");
+    assert!(w.killed(1), "the spare was evicted: killed");
     Ok(())
 }
 
@@ -402,8 +426,8 @@ async fn an_aborted_walk_resumes_the_victim() -> Result {
 /// A slow or failing API server is not a verdict on the pod (issue 38: a 3 s read against a
 /// 2 s limit resumed the stopped grower, and its neighbours lost 43 allocations a run): a
 /// read that times out, or fails with a 5xx, is tried again while the victim stays stopped,
-/// and once the server answers the victim is evicted — stopped from the decision to the
-/// kubelet's SIGKILL.
+/// and once the server answers the victim is evicted — stopped from the decision until the
+/// eviction is accepted, then killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_or_failing_fresh_read_keeps_the_victim_stopped_until_it_answers() -> Result {
     // (what, fault on the first read, reads answered at least: a read the client gave up
@@ -435,11 +459,7 @@ async fn a_slow_or_failing_fresh_read_keeps_the_victim_stopped_until_it_answers(
         );
         assert!(at_reads.iter().all(|s| *s == 'T'), "{what}: {at_reads:?}");
         assert_eq!(w.state_at("POST"), vec!['T'], "{what}");
-        assert_eq!(
-            state(w.victim_pid()),
-            'T',
-            "{what}: stopped until the kubelet kills it"
-        );
+        assert!(w.killed(0), "{what}: killed once evicted");
         assert_eq!(w.stops("resumed"), 0, "{what}");
     }
     Ok(())
@@ -509,6 +529,31 @@ async fn an_eviction_in_doubt_keeps_the_victim_stopped_until_resolved_not_carrie
     // Resolved once: a second resolution signals nothing.
     w.enforcer.resolved(VICTIM_UID, &not_done);
     assert_eq!(w.stops("resumed"), 1);
+    Ok(())
+}
+
+/// In doubt, then resolved as carried out (the pod seen terminating): the victim, held
+/// stopped through the doubt, is killed then, once; a pod already gone is only forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_in_doubt_resolved_as_carried_out_kills_the_victim() -> Result {
+    let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
+    w.fault(EVICTION, Method::POST, FaultAction::Hang);
+    let d = w.decide();
+    let outcomes = w.execute(&d).await;
+    assert!(
+        matches!(outcomes[0].1, EvictionOutcome::InDoubt(_)),
+        "{outcomes:?}"
+    );
+    assert_eq!(state(w.victim_pid()), 'T', "held while in doubt");
+    w.enforcer.resolved(VICTIM_UID, &EvictionOutcome::Evicted);
+    assert!(
+        w.killed(0),
+        "killed once the eviction is known to have happened"
+    );
+    w.enforcer.resolved(VICTIM_UID, &EvictionOutcome::Evicted);
+    assert_eq!((w.stops("killed"), w.stops("resumed")), (1, 0), "once");
+    let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
+    assert_eq!(st["stopped"], json!([]), "{st}");
     Ok(())
 }
 

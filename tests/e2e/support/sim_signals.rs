@@ -11,17 +11,32 @@ use gpu_warden::model::clock::{Clock, ManualClock};
 use gpu_warden::model::proc_stat::ProcError;
 use gpu_warden::sample::sim::SimHandle;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// The simulator and its `/proc`, known once the rig that owns them is built.
+/// The simulator and its `/proc`, known once the rig that owns them is built, and how long
+/// a killed process's memory takes to come back.
 #[derive(Clone, Default)]
-pub struct SimTarget(Arc<OnceLock<(SimHandle, PathBuf)>>);
+pub struct SimTarget(Arc<OnceLock<(SimHandle, PathBuf)>>, Arc<AtomicU64>);
 
 impl SimTarget {
     /// Points the signals at the rig's simulator and `/proc`.
     pub fn set(&self, sim: SimHandle, proc_root: PathBuf) {
         let _ = self.0.set((sim, proc_root));
+    }
+
+    /// A SIGKILL's process ends `d` after the signal (the driver tearing down a large CUDA
+    /// context); 0 by default.
+    pub fn set_teardown(&self, d: Duration) {
+        self.1.store(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn teardown(&self) -> Duration {
+        Duration::from_nanos(self.1.load(Ordering::Relaxed))
     }
 }
 
@@ -65,7 +80,7 @@ impl ProcessSignals for SimSignals {
         match sig {
             Sig::Stop => sim.stop(&[pid], at),
             Sig::Cont => sim.resume(&[pid]),
-            Sig::Kill => sim.kill(&[pid], at),
+            Sig::Kill => sim.kill(&[pid], at + self.target.teardown()),
         }
         Ok(())
     }
