@@ -4,9 +4,10 @@
 //! ignores SIGTERM — gets SIGTERM; every process of the pod gets SIGKILL at
 //! `max(grace, 2 s)` (kubelet's `killContainer` floors the grace at
 //! `minimumGracePeriodInSeconds = 2`). Until then an evicted job keeps its memory and,
-//! unless the guard stopped it, keeps allocating. `onDecision: stop` halts it at once
-//! (memory back at the SIGKILL); `kill` gives the memory back ≈60 ms after the decision,
-//! i.e. by the next step.
+//! unless the guard stopped it, keeps allocating. `onDecision: stop` halts it at once and
+//! kills it once the eviction is accepted (at once here: the simulated API server refuses
+//! nothing), `kill` kills it before the eviction: either gives the memory back ≈60 ms after
+//! the decision, i.e. by the next step. Only `evict` leaves it to the kubelet's SIGKILL.
 
 use crate::engine::Engine;
 use crate::outcome::EventKind;
@@ -37,7 +38,7 @@ impl Engine<'_> {
         r.info.terminating = true;
         let (stopped, release) = match on {
             OnDecision::Evict => (false, t + grace),
-            OnDecision::Stop => (true, t + grace),
+            OnDecision::Stop => (true, t + step),
             OnDecision::Kill => (true, t + step),
         };
         r.stopped = stopped;
