@@ -404,21 +404,19 @@ time.sleep(60)
 
 
 class Outstanding(unittest.TestCase):
-    """hw/outstanding_h200.sh: the card decides the plan, the budget is what is left, the batch
-    outlives the call, and what comes back leaves the binaries out."""
+    """hw/outstanding_h200.sh: the card decides today's trainer, the budget is what is left,
+    the failing cells come first, the batch outlives the call, and what comes back leaves the
+    binaries out."""
 
     def batch(self, total_mib, left):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
-        for sub in ("hw", "bin", "b", "p/whl", "out"):
+        for sub in ("hw", "bin", "b", "out"):
             os.makedirs(os.path.join(d, sub))
         for name in ("outstanding_h200.sh", "guard_sweep_h200.sh"):
             shutil.copy(os.path.join(HERE, name), os.path.join(d, "hw"))
         with open(os.path.join(d, "hw", "guard_h200.py"), "w") as f:
             f.write(STUB)
-        with open(os.path.join(d, "hw", "perf_h200.py"), "w") as f:
-            f.write("import json, os, sys\nargs = sys.argv[1:]\n"
-                    "json.dump(args, open(os.path.join(args[args.index('--out') + 1], 'argv.json'), 'w'))\n")
         with open(os.path.join(d, "bin", "nvidia-smi"), "w") as f:
             f.write(f"#!/bin/sh\necho {total_mib}\n")
         os.chmod(os.path.join(d, "bin", "nvidia-smi"), 0o755)
@@ -427,52 +425,36 @@ class Outstanding(unittest.TestCase):
         # WAIT_S: the batch's own wait on all.done, a safety net (it ends as soon as the file is there).
         env = dict(os.environ, OUT=os.path.join(d, "out"), LEFT=str(left), WAIT_S="300", STUB_MODE="ok",
                    OUTSTANDING_DIR=os.path.join(d, "r"), PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
-        p = subprocess.run(["bash", os.path.join(d, "hw", "outstanding_h200.sh"), "start", os.path.join(d, "b"),
-                            os.path.join(d, "p")], env=env, capture_output=True, text=True, timeout=360)
+        p = subprocess.run(["bash", os.path.join(d, "hw", "outstanding_h200.sh"), "start", os.path.join(d, "b")],
+                           env=env, capture_output=True, text=True, timeout=360)
         self.assertEqual(p.returncode, 0, p.stderr)
         r = os.path.join(d, "r")
         self.assertTrue(os.path.exists(os.path.join(r, "all.done")), p.stdout)
         names = subprocess.run(["tar", "tzf", os.path.join(d, "out", "outstanding.tgz")], capture_output=True,
                                text=True).stdout.split()
-        self.assertFalse([n for n in names if "/bin/" in n or "/pbin/" in n], names)
+        self.assertFalse([n for n in names if "/bin/" in n], names)
         sweep = os.path.join(r, "guard", "argv.json")
-        peers = os.path.join(r, "peers", "argv.json")
-        # Which ran first: each stand-in writes its argv as it starts, and the batch runs them
-        # one after the other.
-        ran = [(os.stat(f).st_mtime_ns, n) for n, f in (("sweep", sweep), ("peers", peers)) if os.path.exists(f)]
-        self.first = min(ran)[1] if ran else None
-        return (json.load(open(sweep)) if os.path.exists(sweep) else None,
-                json.load(open(peers)) if os.path.exists(peers) else None)
+        return json.load(open(sweep)) if os.path.exists(sweep) else None
 
-    def test_an_h200_gives_the_sweep_all_the_time(self):
-        sweep, peers = self.batch(143771, 1000)
+    def test_an_h200_runs_the_failing_cells_first_with_the_time_left(self):
+        sweep = self.batch(143771, 1000)
         self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
-        self.assertTrue(sweep[sweep.index("--sweep") + 1].startswith("guard*5%s=ws:"))
-        self.assertIsNone(peers)
+        cells = sweep[sweep.index("--sweep") + 1].split(";")
+        self.assertEqual(cells[:2], ["guard*5%s=two%h=a10g:128,250,64,16,4", "guard*5%s=two:250,128,64,16,4"])
+        # Every shape at both headrooms, and the slow fresh read at both.
+        for shape in ("two", "ws", "runner"):
+            for hr in ("", "%h=a10g"):
+                self.assertTrue(any(c.startswith(f"guard*5%s={shape}{hr}:") for c in cells), (shape, hr, cells))
+        self.assertEqual(sum("%r=3s" in c for c in cells), 2)
 
-    def test_an_h100_runs_the_cells_it_has_not_run_and_no_cost_run(self):
-        # Its ws a10g row and its cost figure are recorded (docs/evidence/*h100*).
-        sweep, peers = self.batch(81559, 1000)
-        self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
+    def test_an_h100_sets_todays_trainer_for_80_gib(self):
+        sweep = self.batch(81559, 1000)
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "42")
-        cells = sweep[sweep.index("--sweep") + 1]
-        self.assertTrue(cells.startswith("guard*5%s=two%h=a10g:"), cells)
-        self.assertNotIn("s=ws%h=a10g", cells)
-        self.assertIsNone(peers)
+        self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
 
-    def test_an_h200_with_little_time_left_runs_the_cost_run_first(self):
-        # Under 900 s the sweep could finish one row at most; issue 40's cost run fits.
-        sweep, peers = self.batch(143771, 800)
-        self.assertEqual(self.first, "peers")
-        self.assertIn("--agent-baseline", peers)
-        self.assertEqual(sweep[sweep.index("--budget") + 1], "390")
-        self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
-
-    def test_too_little_time_for_a_sweep_runs_the_cost_run_alone(self):
-        sweep, peers = self.batch(143771, 450)
-        self.assertIsNone(sweep)
-        self.assertIn("--agent-baseline", peers)
+    def test_too_little_time_runs_nothing_and_still_ends(self):
+        self.assertIsNone(self.batch(143771, 200))
 
 
 class Cli(unittest.TestCase):
