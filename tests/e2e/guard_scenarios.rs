@@ -501,13 +501,25 @@ fn l_four_jobs_of_one_runner_lose_only_the_grower() {
     assert_eq!(neighbour_ooms(&w, &[104]), Vec::<u32>::new());
 }
 
-/// Two greedy jobs starting a second apart, with the stop at decision's kill once the first
-/// is evicted (`teardown`: how long its memory then takes to come back).
-fn two_greedy_jobs(teardown: Duration) -> World {
+/// Two greedy jobs (`ci-g1` at 3 s, `ci-g2` at 4 s, each from `from` MiB at `per_second`)
+/// beside `train` and a small CI pod, memory read every `step`, a killed victim's memory back
+/// `teardown` after its kill: both go, alone, and no neighbour hits OOM.
+fn two_greedy(
+    train: &str,
+    from: u32,
+    per_second: u32,
+    step: Duration,
+    teardown: Duration,
+) -> World {
+    let job = |pid: u32, name: &str, start: u32| {
+        format!("  - {{pid: {pid}, gpu: 0, name: python, start: {start}s, memory: {{linear: {{from: {from}, per_second: {per_second}}}}}, pod: {{namespace: ci, name: {name}, container: build, priority: 0}}}}\n")
+    };
     let procs = format!(
-        "{TRAIN}{SMALL}  - {{pid: 301, gpu: 0, name: python, start: 3s, memory: {{linear: {{from: 200, per_second: 3000}}}}, pod: {{namespace: ci, name: ci-g1, container: build, priority: 0}}}}\n  - {{pid: 302, gpu: 0, name: python, start: 4s, memory: {{linear: {{from: 200, per_second: 3000}}}}, pod: {{namespace: ci, name: ci-g2, container: build, priority: 0}}}}\n"
+        "{train}{SMALL}{}{}",
+        job(301, "ci-g1", 3),
+        job(302, "ci-g2", 4)
     );
-    let mut w = World::new(&scenario(&procs), STOP).stepping(Duration::from_millis(10));
+    let mut w = World::new(&scenario(&procs), STOP).stepping(step);
     w.target.set_teardown(teardown);
     w.run_for(Duration::from_secs(12));
     assert_eq!(
@@ -517,13 +529,31 @@ fn two_greedy_jobs(teardown: Duration) -> World {
         w.attempts()
     );
     assert_eq!(neighbour_ooms(&w, &[301, 302]), Vec::<u32>::new());
+    w
+}
+
+/// Two greedy jobs starting a second apart, with the stop at decision's kill once the first
+/// is evicted (`teardown`: how long its memory then takes to come back): both go, alone,
+/// nobody else hits OOM, the decisions are (ordinary, escalated) as `decided`, and a Node
+/// Event says `node_says`.
+fn two_greedy_jobs(teardown: Duration, decided: (u64, u64), node_says: &str) {
+    let w = two_greedy(TRAIN, 200, 3000, Duration::from_millis(10), teardown);
     let m = &w.last_metrics;
     assert!(
         m.contains("gpu_warden_guard_decision_evictions_bucket{le=\"1\"} 2\n")
             && m.contains("gpu_warden_guard_decision_evictions_count 2\n"),
         "one pod per decision: {m}"
     );
-    w
+    assert_eq!(
+        (decisions(&w, false), decisions(&w, true)),
+        decided,
+        "(ordinary, escalated): {m}"
+    );
+    let node = node_notes(&w);
+    assert!(
+        node.iter().any(|n| n.contains(node_says)),
+        "a Node Event says {node_says:?}: {node:?}"
+    );
 }
 
 fn node_notes(w: &World) -> Vec<String> {
@@ -551,19 +581,10 @@ fn decisions(w: &World, escalated: bool) -> u64 {
 /// ordinary decision; both go alone and nobody hits OOM.
 #[test]
 fn m_two_greedy_jobs_a_second_apart_are_both_taken_and_nobody_else() {
-    let w = two_greedy_jobs(Duration::ZERO);
-    assert_eq!(
-        (decisions(&w, false), decisions(&w, true)),
+    two_greedy_jobs(
+        Duration::ZERO,
         (2, 0),
-        "{}",
-        w.last_metrics
-    );
-    let node = node_notes(&w);
-    assert!(
-        node.iter().any(|n| n.contains(
-            "ci/ci-g1 stopped 1 GPU process; evicting, then killed 1 GPU process once evicted"
-        )),
-        "the Node Event says the stopped victim was killed once evicted: {node:?}"
+        "ci/ci-g1 stopped 1 GPU process; evicting, then killed 1 GPU process once evicted",
     );
 }
 
@@ -573,19 +594,7 @@ fn m_two_greedy_jobs_a_second_apart_are_both_taken_and_nobody_else() {
 /// counted as such — and nobody else is evicted or hits OOM.
 #[test]
 fn m2_the_cooldown_gives_way_to_a_second_grower_while_the_first_s_memory_is_held() {
-    let w = two_greedy_jobs(Duration::from_secs(3));
-    assert_eq!(
-        (decisions(&w, false), decisions(&w, true)),
-        (1, 1),
-        "{}",
-        w.last_metrics
-    );
-    let node = node_notes(&w);
-    assert!(
-        node.iter()
-            .any(|n| n.contains("escalated after decision 1")),
-        "the Node Event of the second decision says it escalated and on what: {node:?}"
-    );
+    two_greedy_jobs(Duration::from_secs(3), (1, 1), "escalated after decision 1");
 }
 
 /// Issue 38: the agent restarts — started without a Lease, so nothing is carried — while
@@ -638,16 +647,13 @@ fn n_a_restarted_agent_evicts_nobody_while_its_victim_terminates() {
 #[test]
 fn o_a_second_grower_as_fast_as_the_first_is_stopped_as_soon() {
     let train = "  - {pid: 100, gpu: 0, name: train, memory: {workspace: {base: 4000, mib: 500, every: 300ms, holds: 150ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n";
-    let procs = format!(
-        "{train}{SMALL}  - {{pid: 301, gpu: 0, name: python, start: 3s, memory: {{linear: {{from: 300, per_second: 16000}}}}, pod: {{namespace: ci, name: ci-g1, container: build, priority: 0}}}}\n  - {{pid: 302, gpu: 0, name: python, start: 4s, memory: {{linear: {{from: 300, per_second: 16000}}}}, pod: {{namespace: ci, name: ci-g2, container: build, priority: 0}}}}\n"
-    );
-    let mut w = World::new(&scenario(&procs), STOP).stepping(Duration::from_millis(5));
-    w.run_for(Duration::from_secs(12));
-    assert_eq!(
-        w.evicted_names(),
-        vec!["ci-g1", "ci-g2"],
-        "{:?}",
-        w.attempts()
+    // The first victim's memory held 3 s after its kill, so the second meets the cooldown.
+    let w = two_greedy(
+        train,
+        300,
+        16000,
+        Duration::from_millis(5),
+        Duration::from_secs(3),
     );
     // Nobody hit OOM, the greedy jobs included: the GPU never filled (a trainer whose
     // workspace comes back while it is full loses its step; here it came back in a trough).

@@ -238,6 +238,20 @@ impl World {
         matches!(self.children[i].try_wait(), Ok(None))
     }
 
+    /// A world whose one eviction went unanswered: in doubt, the victim held stopped.
+    async fn in_doubt() -> Result<World> {
+        let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
+        w.fault(EVICTION, Method::POST, FaultAction::Hang);
+        let d = w.decide();
+        let outcomes = w.execute(&d).await;
+        assert!(
+            matches!(outcomes[0].1, EvictionOutcome::InDoubt(_)),
+            "{outcomes:?}"
+        );
+        assert_eq!(state(w.victim_pid()), 'T', "held while in doubt");
+        Ok(w)
+    }
+
     /// The guard's one decision, at its own clock's now (the stopper compares start times
     /// with it).
     fn decide(&mut self) -> Decision {
@@ -511,15 +525,7 @@ async fn a_throttled_or_forbidden_eviction_resumes_the_victim() -> Result {
 /// the guard resolves the doubt as not carried out; then it is resumed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_in_doubt_keeps_the_victim_stopped_until_resolved_not_carried_out() -> Result {
-    let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
-    w.fault(EVICTION, Method::POST, FaultAction::Hang);
-    let d = w.decide();
-    let outcomes = w.execute(&d).await;
-    assert!(
-        matches!(outcomes[0].1, EvictionOutcome::InDoubt(_)),
-        "{outcomes:?}"
-    );
-    assert_eq!(state(w.victim_pid()), 'T', "held while in doubt");
+    let mut w = World::in_doubt().await?;
     let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
     assert_eq!(st["stopped"][0]["uid"], VICTIM_UID, "{st}");
     let not_done = EvictionOutcome::Failed("not carried out".into());
@@ -536,15 +542,7 @@ async fn an_eviction_in_doubt_keeps_the_victim_stopped_until_resolved_not_carrie
 /// stopped through the doubt, is killed then, once; a pod already gone is only forgotten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_in_doubt_resolved_as_carried_out_kills_the_victim() -> Result {
-    let mut w = World::new(Mode::Enforce, OnDecision::Stop).await?;
-    w.fault(EVICTION, Method::POST, FaultAction::Hang);
-    let d = w.decide();
-    let outcomes = w.execute(&d).await;
-    assert!(
-        matches!(outcomes[0].1, EvictionOutcome::InDoubt(_)),
-        "{outcomes:?}"
-    );
-    assert_eq!(state(w.victim_pid()), 'T', "held while in doubt");
+    let mut w = World::in_doubt().await?;
     w.enforcer.resolved(VICTIM_UID, &EvictionOutcome::Evicted);
     assert!(
         w.killed(0),
