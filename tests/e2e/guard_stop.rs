@@ -525,7 +525,7 @@ async fn a_throttled_or_forbidden_eviction_resumes_the_victim() -> Result {
 /// the guard resolves the doubt as not carried out; then it is resumed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_in_doubt_keeps_the_victim_stopped_until_resolved_not_carried_out() -> Result {
-    let mut w = World::in_doubt().await?;
+    let w = World::in_doubt().await?;
     let st = serde_json::to_value(w.enforcer.status()).unwrap_or_default();
     assert_eq!(st["stopped"][0]["uid"], VICTIM_UID, "{st}");
     let not_done = EvictionOutcome::Failed("not carried out".into());
