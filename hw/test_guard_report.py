@@ -750,7 +750,7 @@ class EndToEnd(unittest.TestCase):
         # The restart's own wait once reused the name of the budget's deadline: a sweep that
         # restarted a trainer then ran on past its budget.
         def kill_trainer():
-            os.kill(gh.ready_pid(os.path.join(self.work, "train-today-0.log")), signal.SIGKILL)
+            os.kill(gh.ready_pid(os.path.join(self.work, "train-today-trainer-0.log")), signal.SIGKILL)
         rc, out, text, _ = self.harness("guard*20:64", 70, after_runs=(1, kill_trainer))
         self.assertEqual(rc, 0, text[-3000:])
         d = json.load(open(os.path.join(out, "guard-runs.json")))
