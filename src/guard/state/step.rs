@@ -243,10 +243,11 @@ impl Guard {
         };
         if !fresh {
             // While cooling down the full poll asked for is bounded: a fast tick under
-            // pressure comes every few ms while the victims hold their memory until the
-            // kubelet's SIGKILL. Not while the troughs climb: a second grower fills an
-            // A10G's headroom in 60–90 ms, inside that bound (issue 38, on the H200), and a
-            // workspace that comes and goes or a victim's held memory never looks so.
+            // pressure comes every few ms while the victims still hold their memory (in
+            // doubt, evict-only, a slow teardown). Not while the troughs climb: a second
+            // grower fills an A10G's headroom in 60–90 ms, inside that bound (issue 38, on
+            // the H200), and a workspace that comes and goes or a victim's held memory never
+            // looks so.
             let stale = self
                 .seen
                 .at
