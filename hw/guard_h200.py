@@ -846,14 +846,15 @@ def main():
                 idle_rows += idle_cpu(args, base_pods, workdir, write_policy(args, workdir, args.fast_interval, hr),
                                       f"idle GPU ({hr})")
             tlog = {g: os.path.join(workdir, f"train-{hr}-{shape}-{g}.log") for g in gpus}
+            slog = {(g, i): os.path.join(workdir, f"small-{hr}-{shape}-{g}-{i}.log")
+                    for g in gpus for i in range(n_small)}
             logs = list(tlog.values())
             for g in gpus:
                 procs[("train", g)] = load(g, train_args, train[g].cgroup, tlog[g])
                 for i in range(n_small):
-                    lp = os.path.join(workdir, f"small-{hr}-{shape}-{g}-{i}.log")
                     procs[("small", g, i)] = load(g, ["--hold-gib", str(small_gibs[i]), "--seconds", "3600"],
-                                                  small[(g, i)].cgroup, lp)
-                    logs.append(lp)
+                                                  small[(g, i)].cgroup, slog[(g, i)])
+                    logs.append(slog[(g, i)])
             if host_gib:
                 hlog = os.path.join(workdir, f"host-{hr}-{shape}.log")
                 procs[("host", gpus[0])] = load(gpus[0], ["--hold-gib", str(host_gib), "--seconds", "3600"], None, hlog)
@@ -864,8 +865,7 @@ def main():
             for g in gpus:
                 pods_by_pid[pid_of(tlog[g])] = (train_ns, train[g].name, "trainer")
                 for i in range(n_small):
-                    pods_by_pid[pid_of(os.path.join(workdir, f"small-{hr}-{shape}-{g}-{i}.log"))] = \
-                        ("ci", small[(g, i)].name, "build")
+                    pods_by_pid[pid_of(slog[(g, i)])] = ("ci", small[(g, i)].name, "build")
             time.sleep(1)
             setup["free_with_base_load"] = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB
             setups[hr] = setup

@@ -94,6 +94,16 @@ mod result {
     pub const NOT_PERMITTED: &str = "not_permitted";
 }
 
+/// The `result` label a signal's failure is counted under.
+fn result_of(e: &SignalError) -> &'static str {
+    match e {
+        SignalError::Gone(_) => result::GONE,
+        SignalError::NotSame { .. } => result::REFUSED,
+        SignalError::Denied(_) => result::DENIED,
+        SignalError::Other(_) => result::ERROR,
+    }
+}
+
 /// How many recent actions `/state` shows.
 const RECENT: usize = 32;
 
@@ -227,13 +237,7 @@ impl Stopper {
     }
 
     fn count_error(&self, decision_id: u64, v: &Victim, pid: u32, e: &SignalError) {
-        let r = match e {
-            SignalError::Gone(_) => result::GONE,
-            SignalError::NotSame { .. } => result::REFUSED,
-            SignalError::Denied(_) => result::DENIED,
-            SignalError::Other(_) => result::ERROR,
-        };
-        self.count(r, 1);
+        self.count(result_of(e), 1);
         tracing::warn!(decision = decision_id, pod = %v.name, namespace = %v.namespace, pid, error = %e, "signal not delivered");
     }
 
@@ -355,17 +359,27 @@ impl Stopper {
         }
     }
 
-    /// SIGKILLs a pod's stopped processes once its eviction happened.
-    fn kill_held(&self, s: &stop::Stopped) -> String {
-        let mut killed = 0;
+    /// Sends `sig` to each of a pod's held processes that is still the one recorded; how
+    /// many got it. One that exited, or whose pid is another's now, needs nothing; any
+    /// other failure goes to `failed`.
+    fn signal_held(&self, s: &stop::Stopped, sig: Sig, failed: impl Fn(u32, SignalError)) -> usize {
+        let mut done = 0;
         for h in &s.procs {
-            match self.signals.signal(h.pid, h.start_ticks, Sig::Kill) {
-                Ok(()) => killed += 1,
-                // Exited, or the pid is another's now: nothing of the pod's left to end.
+            match self.signals.signal(h.pid, h.start_ticks, sig) {
+                Ok(()) => done += 1,
                 Err(SignalError::Gone(_) | SignalError::NotSame { .. }) => {}
-                Err(e) => self.count_held_error(s, h.pid, &e),
+                Err(e) => failed(h.pid, e),
             }
         }
+        done
+    }
+
+    /// SIGKILLs a pod's stopped processes once its eviction happened.
+    fn kill_held(&self, s: &stop::Stopped) -> String {
+        let killed = self.signal_held(s, Sig::Kill, |pid, e| {
+            self.count(result_of(&e), 1);
+            tracing::error!(pod = %s.pod, pid, error = %e, "cannot kill a stopped process of an evicted pod");
+        });
         self.count(result::KILLED, killed);
         let text = if killed == 0 {
             "its stopped GPU processes had exited by the time it was evicted".to_string()
@@ -376,30 +390,10 @@ impl Stopper {
         text
     }
 
-    fn count_held_error(&self, s: &stop::Stopped, pid: u32, e: &SignalError) {
-        self.count(
-            if matches!(e, SignalError::Denied(_)) {
-                result::DENIED
-            } else {
-                result::ERROR
-            },
-            1,
-        );
-        tracing::error!(pod = %s.pod, pid, error = %e, "cannot kill a stopped process of an evicted pod");
-    }
-
     fn resume(&self, s: &stop::Stopped, why: &str) -> String {
-        let mut resumed = 0;
-        for h in &s.procs {
-            match self.signals.signal(h.pid, h.start_ticks, Sig::Cont) {
-                Ok(()) => resumed += 1,
-                // A process that exited, or whose pid is another's now, needs no resume.
-                Err(SignalError::Gone(_) | SignalError::NotSame { .. }) => {}
-                Err(e) => {
-                    tracing::error!(pod = %s.pod, pid = h.pid, error = %e, "cannot resume a stopped process")
-                }
-            }
-        }
+        let resumed = self.signal_held(s, Sig::Cont, |pid, e| {
+            tracing::error!(pod = %s.pod, pid, error = %e, "cannot resume a stopped process");
+        });
         self.count(result::RESUMED, resumed);
         let text = format!("resumed {}: {why}", processes(resumed));
         tracing::warn!(decision = s.decision_id, pod = %s.pod, "{text}");

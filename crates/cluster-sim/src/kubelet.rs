@@ -38,8 +38,7 @@ impl Engine<'_> {
         r.info.terminating = true;
         let (stopped, release) = match on {
             OnDecision::Evict => (false, t + grace),
-            OnDecision::Stop => (true, t + step),
-            OnDecision::Kill => (true, t + step),
+            OnDecision::Stop | OnDecision::Kill => (true, t + step),
         };
         r.stopped = stopped;
         r.release_at_s = Some(release);
