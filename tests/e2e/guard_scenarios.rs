@@ -10,7 +10,7 @@
 //! Simulated time advances 100 ms a step: a full poll every second, memory-only readings in
 //! between while the guard asks for the fast watch.
 
-use crate::support::sim_signals::{SimSignals, SimTarget};
+use crate::support::sim_signals::{self, SimSignals, SimTarget};
 use apiserver_double::{ApiServer, EvictionOutcome as Answer, FaultAction, SteppedClock};
 use gpu_warden::act::enforce::Enforcer;
 use gpu_warden::act::stop::Stopper;
@@ -582,7 +582,7 @@ fn decisions(w: &World, escalated: bool) -> u64 {
 #[test]
 fn m_two_greedy_jobs_a_second_apart_are_both_taken_and_nobody_else() {
     two_greedy_jobs(
-        Duration::ZERO,
+        sim_signals::TEARDOWN,
         (2, 0),
         "ci/ci-g1 stopped 1 GPU process; evicting, then killed 1 GPU process once evicted",
     );

@@ -15,10 +15,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// How long a killed process's memory takes to come back by default: the CUDA context's
+/// teardown measured on the H200 (docs/guard.md, "Stopping the growth at decision": ≈60 ms).
+pub const TEARDOWN: Duration = Duration::from_millis(60);
+
 /// The simulator and its `/proc`, known once the rig that owns them is built, and how long
 /// a killed process's memory takes to come back.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SimTarget(Arc<OnceLock<(SimHandle, PathBuf)>>, Arc<AtomicU64>);
+
+impl Default for SimTarget {
+    fn default() -> Self {
+        let t = SimTarget(Arc::default(), Arc::default());
+        t.set_teardown(TEARDOWN);
+        t
+    }
+}
 
 impl SimTarget {
     /// Points the signals at the rig's simulator and `/proc`.
@@ -26,8 +38,8 @@ impl SimTarget {
         let _ = self.0.set((sim, proc_root));
     }
 
-    /// A SIGKILL's process ends `d` after the signal (the driver tearing down a large CUDA
-    /// context); 0 by default.
+    /// A SIGKILL's process ends `d` after the signal ([`TEARDOWN`] by default; longer: a
+    /// driver tearing down a large CUDA context).
     pub fn set_teardown(&self, d: Duration) {
         self.1.store(
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
