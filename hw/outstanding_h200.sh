@@ -10,10 +10,11 @@
 # BIN holds the dist `gpu-warden` and a release `apiserver-double`, copied before anything runs,
 # so a later call's carry cannot replace a binary the harness is about to exec. The sweep gets
 # the time left (LEFT less 150 s for the start and the transfers), the cells in the order that
-# says most first: the two-grower cells that failed (§9e), then the one-grower shapes at the
-# A10G's headroom, then today's, then the slow fresh read. On an H100 today's headroom is set
-# up with TRAIN_GIB=42 (about the same free memory on 80 GiB); the a10g headroom is an
-# emulation and means the same on either card.
+# says most first: the two-grower cells that failed (§9e), then the trainer's workspace with the
+# slow fresh read first (the stop path changed), at the A10G's headroom and today's, then the
+# runner shape. The harness groups cells by headroom and shape in order of first mention.
+# On an H100 today's headroom is set up with TRAIN_GIB=42 (about the same free memory on
+# 80 GiB); the a10g headroom is an emulation and means the same on either card.
 set -u
 # OUTSTANDING_DIR: where the batch keeps its state (hw/test_guard_report.py sets its own).
 R=${OUTSTANDING_DIR:-/tmp/outstanding}
@@ -42,9 +43,9 @@ total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head
 if [ "$total" -gt 120000 ]; then TRAIN_GIB=100; else TRAIN_GIB=42; fi
 BUDGET=$((LEFT - 150))
 SWEEP="guard*5%s=two%h=a10g:128,250,64,16,4;guard*5%s=two:250,128,64,16,4"
-SWEEP="$SWEEP;guard*5%s=ws%h=a10g:250,128,64,16,4;guard*5%s=runner%h=a10g:250,128,64,16,4"
-SWEEP="$SWEEP;guard*5%s=ws:64,128,250,16,4;guard*5%s=runner:64,128,250,16,4"
-SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws%r=3s%h=a10g:64"
+SWEEP="$SWEEP;guard*5%s=ws%r=3s%h=a10g:64;guard*5%s=ws%h=a10g:250,128,64,16,4"
+SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws:64,128,250,16,4"
+SWEEP="$SWEEP;guard*5%s=runner%h=a10g:250,128,64,16,4;guard*5%s=runner:64,128,250,16,4"
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \
