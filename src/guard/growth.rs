@@ -13,6 +13,9 @@ use crate::model::snapshot::{Owner, ProcessSample};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
+/// The key under which a poll sums the processes outside any pod (no pod UID is empty).
+const OUTSIDE_PODS: &str = "";
+
 /// Most full polls kept. Polls come every `interval` and, under pressure, on every fast
 /// trigger too; the window is a few seconds, so this bounds memory whatever the cadence.
 const MAX_SAMPLES: usize = 64;
@@ -40,6 +43,9 @@ pub struct Growth {
     /// holding more (the H200's runner run 2, docs/validation.md §9). [`PodGrowth::on_gpu`]
     /// bounds it by the GPU's own sustained climb.
     pub ahead: u64,
+    /// What it climbed above its high-water mark since the previous full poll: its share
+    /// of the GPU's climb in between ([`PodGrowth::on_gpu`]).
+    pub climbed: u64,
 }
 
 /// The recent full polls, newest last.
@@ -63,10 +69,14 @@ impl PodGrowth {
     pub fn record(&mut self, now: Duration, gpus: BTreeSet<u32>, processes: &[ProcessSample]) {
         let mut use_bytes: HashMap<(u32, String), u64> = HashMap::new();
         for p in processes.iter().filter(|p| gpus.contains(&p.gpu)) {
-            if let Owner::Pod(r) = &p.owner {
-                let e = use_bytes.entry((p.gpu, r.uid.clone())).or_default();
-                *e = e.saturating_add(p.used_bytes.unwrap_or(0));
-            }
+            // Processes outside any pod are summed under a key no pod UID takes: their
+            // climb is part of the GPU's, which `on_gpu` shares out.
+            let uid = match &p.owner {
+                Owner::Pod(r) => r.uid.clone(),
+                _ => OUTSIDE_PODS.to_string(),
+            };
+            let e = use_bytes.entry((p.gpu, uid)).or_default();
+            *e = e.saturating_add(p.used_bytes.unwrap_or(0));
         }
         // A clock that went backwards (a test, or a restarted core) starts the history over.
         if self.samples.back().is_some_and(|s| s.at > now) {
@@ -143,7 +153,7 @@ impl PodGrowth {
         let bytes = now_use.saturating_sub(then_use);
         // The previous poll is at least the thinning spacing back (`record`), so one
         // quick pair of polls cannot turn a few MiB into a rate.
-        let lately = self
+        let (climbed, lately) = self
             .samples
             .iter()
             .rev()
@@ -153,18 +163,20 @@ impl PodGrowth {
                 let before = prev.use_bytes.get(&key).copied().unwrap_or(0);
                 let climbed = now_use.saturating_sub(before.max(then_use));
                 let took = latest.at.saturating_sub(prev.at).as_secs_f64();
-                if took > 0.0 {
+                let lately = if took > 0.0 {
                     climbed as f64 / took * self.window.as_secs_f64()
                 } else {
                     0.0
-                }
+                };
+                (climbed, lately)
             })
-            .unwrap_or(0.0);
+            .unwrap_or((0, 0.0));
         Growth {
             bytes,
             over: latest.at.saturating_sub(reference.at),
             // `as` saturates a float too large for u64.
             ahead: (lately as u64).max(bytes),
+            climbed,
         }
     }
 
@@ -192,19 +204,38 @@ impl PodGrowth {
     /// job climbing look alike; only the GPU's readings in between tell a climb from a step,
     /// and in the simulation's workspaces an unbounded rate took more pods that were not
     /// growing (docs/scheduling.md).
+    ///
+    /// A pod is projected at no less than its share of that climb: what it climbed above its
+    /// high-water mark since the previous full poll, among everything on the GPU that did.
+    /// Why: its own rate is measured over the time since the previous poll, most of which a
+    /// job that started in between did not exist; on the H100, 3 ms into a 128 GiB/s climb,
+    /// a job holding 0.8 GiB was projected at 4 GiB and the steady 6.6 GiB pod beside it
+    /// was evicted first (issue 38, runner at an A10G's headroom).
     pub fn on_gpu(&self, gpu: u32, climb: Option<f64>) -> HashMap<String, Growth> {
         let Some(latest) = self.samples.back() else {
             return HashMap::new();
         };
         let bound = climb.map_or(0.0, |r| r.max(0.0) * self.window.as_secs_f64());
-        latest
+        let all: Vec<(&String, Growth)> = latest
             .use_bytes
             .keys()
             .filter(|(g, _)| *g == gpu)
-            .map(|(_, uid)| {
-                let mut g = self.of(gpu, uid);
+            .map(|(_, uid)| (uid, self.of(gpu, uid)))
+            .collect();
+        let climbed_all = all
+            .iter()
+            .map(|(_, g)| g.climbed)
+            .fold(0, u64::saturating_add);
+        all.into_iter()
+            .filter(|(uid, _)| uid.as_str() != OUTSIDE_PODS)
+            .map(|(uid, mut g)| {
+                let share = if climbed_all > 0 {
+                    bound * (g.climbed as f64 / climbed_all as f64)
+                } else {
+                    0.0
+                };
                 // `as` saturates a float too large for u64.
-                g.ahead = g.ahead.min(bound as u64).max(g.bytes);
+                g.ahead = g.ahead.max(share as u64).min(bound as u64).max(g.bytes);
                 (uid.clone(), g)
             })
             .collect()
@@ -302,16 +333,59 @@ mod tests {
             "1000 MiB/s over 5 s: {:?}",
             on["greedy"]
         );
+        // The only pod that climbed: the GPU's climb is all its own.
         let on = h.on_gpu(0, mib_s(100_000.0));
         assert_eq!(
             on["greedy"].ahead / MIB,
-            40_000,
-            "its own rate: {:?}",
+            500_000,
+            "the GPU's climb: {:?}",
             on["greedy"]
         );
         let on = h.on_gpu(0, None);
         assert_eq!(on["greedy"].ahead, on["greedy"].bytes, "{:?}", on["greedy"]);
         assert_eq!(on["greedy"].bytes, 1900 * MIB);
+    }
+
+    /// The H100's runner run at 128 GiB/s (issue 38): a full poll a second before the job
+    /// started, the next 3 ms into its climb. Its own rate since that poll (0.8 GiB over
+    /// 1 s) projected it behind a steady 6.6 GiB pod; all of the GPU's climb in between was
+    /// its, and so is the projection. A workspace back at its height and a steady pod share
+    /// none of it; two climbers share it by what each climbed, processes outside any pod
+    /// included.
+    #[test]
+    fn a_pod_is_projected_at_its_share_of_the_gpus_climb() {
+        let mut h = PodGrowth::new(s(5.0));
+        let base = |ws: u64| vec![proc_in("steady", 0, 6754), proc_in("runner", 0, 4700 + ws)];
+        h.record(s(0.0), gpus(&[0]), &base(2048));
+        h.record(s(1.0), gpus(&[0]), &base(0));
+        let mut now = base(2048);
+        now.push(proc_in("greedy", 0, 800));
+        h.record(s(2.0), gpus(&[0]), &now);
+        let mib_s = |m: f64| Some(m * MIB as f64);
+        // The GPU climbs at 20 GiB/s (its fast readings): 100 GiB over the 5-s window.
+        let on = h.on_gpu(0, mib_s(20_480.0));
+        assert_eq!(on["greedy"].ahead / MIB, 102_400, "{:?}", on["greedy"]);
+        assert_eq!(on["steady"].ahead, 0);
+        assert_eq!(on["runner"].ahead, 0, "back at its high-water mark");
+        assert!(!on.contains_key(OUTSIDE_PODS));
+        // Without the GPU's climb nothing is projected beyond what it grew.
+        assert_eq!(h.on_gpu(0, None)["greedy"].ahead, 800 * MIB);
+
+        // A second climber and a host process climbing: shares by what each climbed.
+        let mut next = base(2048);
+        next.extend([
+            proc_in("greedy", 0, 1400),
+            proc_in("other", 0, 300),
+            host_proc(7, 0, 300),
+        ]);
+        h.record(s(3.0), gpus(&[0]), &next);
+        let on = h.on_gpu(0, mib_s(10_240.0));
+        // Climbed since the previous poll: greedy 600 (above its 800 mark), other 300, the
+        // host 300; of the 50 GiB ahead, half, a quarter, and the host's quarter to nobody.
+        // Their own rates (600 and 300 MiB over 1 s) would say 3000 and 1500 MiB.
+        assert_eq!(on["greedy"].ahead / MIB, 25_600, "{:?}", on["greedy"]);
+        assert_eq!(on["other"].ahead / MIB, 12_800, "{:?}", on["other"]);
+        assert_eq!(on["steady"].ahead, 0);
     }
 
     #[test]

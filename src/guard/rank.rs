@@ -729,6 +729,7 @@ mod tests {
             bytes: mib * MIB,
             over: Duration::from_millis(1000),
             ahead: mib * MIB,
+            ..Growth::default()
         };
         let growth = HashMap::from([("greedy".to_string(), grew(3300))]);
         let cases: &[(&str, Vec<PodBuilder>, Vec<&str>)] = &[
@@ -792,6 +793,7 @@ mod tests {
                     bytes: 800 * MIB,
                     over: Duration::from_millis(1100),
                     ahead: ahead_mib * MIB,
+                    ..Growth::default()
                 },
             )]);
             rank_growing(

@@ -659,3 +659,19 @@ fn o_a_second_grower_as_fast_as_the_first_is_stopped_as_soon() {
     // workspace comes back while it is full loses its step; here it came back in a trough).
     assert_eq!(w.rig.sim.ooms(), Default::default());
 }
+
+/// The H100's runner run at 128 GiB/s (issue 38, at an A10G's headroom): the job started
+/// most of a second after the last full poll, and the poll its climb asked for caught it
+/// holding 1 GiB. Its own rate, measured since the earlier poll, projected it behind a
+/// steady pod holding 6.6 GiB, which was evicted first. All the GPU's climb since that poll
+/// was the job's, and so is its projection: it goes first, and alone.
+#[test]
+fn p_a_job_starting_between_full_polls_is_projected_at_the_gpus_climb() {
+    let gpu = "gpus:\n  - {model: NVIDIA A10G, memory_mib: 24000, gpu_temp_c: 50, power_w: 100}\n";
+    let procs = "  - {pid: 101, gpu: 0, name: python, memory: {workspace: {base: 4000, mib: 2000, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"6500\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 9000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 2000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n  - {pid: 104, gpu: 0, name: python, start: 3900ms, memory: {linear: {from: 250, per_second: 32000}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0}}\n";
+    let mut w =
+        World::new(&format!("{gpu}processes:\n{procs}"), STOP).stepping(Duration::from_millis(10));
+    w.run_for(Duration::from_secs(8));
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    assert_eq!(neighbour_ooms(&w, &[104]), Vec::<u32>::new());
+}
