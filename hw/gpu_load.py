@@ -31,7 +31,11 @@ def main():
     ap.add_argument("--grow-gib-per-s", type=float, default=0.0)
     ap.add_argument("--grow-max-gib", type=float, default=1e9)
     ap.add_argument("--chunk-mib", type=int, default=256)
-    ap.add_argument("--start-delay", type=float, default=0.0)
+    ap.add_argument("--start-delay", type=float, default=0.0,
+                    help="seconds between \"ready\" (or, with --go-file, the go) and the growth")
+    ap.add_argument("--go-file", help="after \"ready\", wait until this file exists: jobs launched "
+                    "together then start their growth --start-delay apart, however long each took "
+                    "to come up (CUDA start-up varies by a second and more)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--exit-on-oom", action="store_true")
     ap.add_argument("--release-s", type=float, default=0.02,
@@ -60,7 +64,13 @@ def main():
             sys.exit(3)
     torch.cuda.synchronize()
     log("ready", held_gib=a.hold_gib)
+    if a.go_file:
+        # Bounded: a harness that died before the go leaves no job waiting for ever.
+        given_up = time.time() + 120
+        while not os.path.exists(a.go_file) and time.time() < given_up:
+            time.sleep(0.005)
     time.sleep(a.start_delay)
+    log("go", start_delay=a.start_delay)
 
     x = y = None
     if a.compute:

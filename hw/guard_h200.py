@@ -941,6 +941,12 @@ def main():
                         # Every window (OOMs, evictions, the timeline) opens before the greedy jobs
                         # start: with several of them, the first grows while the next still starts.
                         t0 = time.time()
+                        # Growth starts at the go, once every job is up: each job's own start-up
+                        # (CUDA, a second or more, varying) would otherwise set the gap between
+                        # two jobs' growth (on the H100, 0.1–2 s for `two`'s "one second apart").
+                        go = os.path.join(workdir, f"go-{hr}-{tag}-{int(rate)}-{run}")
+                        if os.path.exists(go):
+                            os.remove(go)
                         for k, g, delay in gkeys:
                             glogs[k] = os.path.join(workdir, f"greedy-{hr}-{tag}-{int(rate)}-{run}-{k}.log")
                             # Into procs in the same statement: a SIGTERM between two would leave
@@ -948,7 +954,7 @@ def main():
                             procs[("run", "greedy", k)] = gprocs[k] = load(
                                 g, ["--hold-gib", "0.25", "--grow-gib-per-s", str(rate),
                                     "--chunk-mib", str(chunk_for(args, rate)),
-                                    "--start-delay", str(delay), "--seconds", f"{seconds:.2f}"],
+                                    "--start-delay", str(delay), "--go-file", go, "--seconds", f"{seconds:.2f}"],
                                 greedy[k].cgroup, glogs[k], pid1=opts["p"])
                         for k, g, _ in gkeys:
                             ready = wait_ready(glogs[k], 30)
@@ -963,6 +969,7 @@ def main():
                             gpids[k] = dict(pid=pid, pid_how=how, pid_ok=listed, wrapper_pid=gprocs[k].pid, gpu=g)
                             if not listed:
                                 log(f"greedy job {k} on GPU {g}: NVML pid unknown ({how}; found {pid}, listed by NVML: {listed})")
+                        open(go, "w").close()
                         ready_at = time.time()
                         for gp in gprocs.values():
                             try:
