@@ -1,8 +1,9 @@
 #!/bin/bash
 # Issue 38's table, re-run on the agent that kills a stopped victim once its eviction is
-# accepted (docs/validation.md §9e), as one batch that outlives the device tool's 10-minute
-# calls: the first call starts it in its own session and waits; later calls only wait
-# (`wait`); each call brings back what exists so far.
+# accepted and projects a pod at its share of the GPU's climb (docs/validation.md §9f), as
+# one batch that outlives the device tool's 10-minute calls: the first call starts it in its
+# own session and waits; later calls only wait (`wait`); each call brings back what exists
+# so far.
 #
 #   first call:  LEFT=<status's budget_left_s> bash hw/outstanding_h200.sh start BIN
 #   next calls:  bash hw/outstanding_h200.sh wait [SECONDS]      (default 530)
@@ -10,9 +11,10 @@
 # BIN holds the dist `gpu-warden` and a release `apiserver-double`, copied before anything runs,
 # so a later call's carry cannot replace a binary the harness is about to exec. The sweep gets
 # the time left (LEFT less 150 s for the start and the transfers), the cells in the order that
-# says most first: the two-grower cells that failed (§9e), then the trainer's workspace with the
-# slow fresh read first (the stop path changed), at the A10G's headroom and today's, then the
-# runner shape. The harness groups cells by headroom and shape in order of first mention.
+# says most first: the runner shape (its bystander in §9f is what the share rule fixed; at
+# today's headroom it has not run on this agent), then the two greedy jobs (their growth a
+# second apart only since the harness's go), then the trainer's workspace with the slow fresh
+# read first. The harness groups cells by headroom and shape in order of first mention.
 # On an H100 today's headroom is set up with TRAIN_GIB=42 (about the same free memory on
 # 80 GiB); the a10g headroom is an emulation and means the same on either card.
 set -u
@@ -42,10 +44,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.cs
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "$total" -gt 120000 ]; then TRAIN_GIB=100; else TRAIN_GIB=42; fi
 BUDGET=$((LEFT - 150))
-SWEEP="guard*5%s=two%h=a10g:128,250,64,16,4;guard*5%s=two:250,128,64,16,4"
+SWEEP="guard*5%s=runner%h=a10g:128,250,64,16,4;guard*5%s=runner:64,128,250,16,4"
+SWEEP="$SWEEP;guard*5%s=two%h=a10g:250,128,64,16,4;guard*5%s=two:250,128,64,16,4"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s%h=a10g:64;guard*5%s=ws%h=a10g:250,128,64,16,4"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws:64,128,250,16,4"
-SWEEP="$SWEEP;guard*5%s=runner%h=a10g:250,128,64,16,4;guard*5%s=runner:64,128,250,16,4"
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \

@@ -441,7 +441,7 @@ class Outstanding(unittest.TestCase):
         self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
         cells = sweep[sweep.index("--sweep") + 1].split(";")
-        self.assertEqual(cells[:2], ["guard*5%s=two%h=a10g:128,250,64,16,4", "guard*5%s=two:250,128,64,16,4"])
+        self.assertEqual(cells[:2], ["guard*5%s=runner%h=a10g:128,250,64,16,4", "guard*5%s=runner:64,128,250,16,4"])
         # Every shape at both headrooms, and the slow fresh read at both.
         for shape in ("two", "ws", "runner"):
             for hr in ("", "%h=a10g"):
