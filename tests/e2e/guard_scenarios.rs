@@ -664,14 +664,28 @@ fn o_a_second_grower_as_fast_as_the_first_is_stopped_as_soon() {
 /// most of a second after the last full poll, and the poll its climb asked for caught it
 /// holding 1 GiB. Its own rate, measured since the earlier poll, projected it behind a
 /// steady pod holding 6.6 GiB, which was evicted first. All the GPU's climb since that poll
-/// was the job's, and so is its projection: it goes first, and alone.
+/// was the job's, and so is its projection: it goes first, and alone — whenever between two
+/// full polls it starts, and at any rate the simulated reads can follow.
 #[test]
 fn p_a_job_starting_between_full_polls_is_projected_at_the_gpus_climb() {
     let gpu = "gpus:\n  - {model: NVIDIA A10G, memory_mib: 24000, gpu_temp_c: 50, power_w: 100}\n";
-    let procs = "  - {pid: 101, gpu: 0, name: python, memory: {workspace: {base: 4000, mib: 2000, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"6500\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 9000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 2000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n  - {pid: 104, gpu: 0, name: python, start: 3900ms, memory: {linear: {from: 250, per_second: 32000}}, pod: {namespace: ci, name: ci-greedy, container: build, priority: 0}}\n";
-    let mut w =
-        World::new(&format!("{gpu}processes:\n{procs}"), STOP).stepping(Duration::from_millis(10));
-    w.run_for(Duration::from_secs(8));
-    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
-    assert_eq!(neighbour_ooms(&w, &[104]), Vec::<u32>::new());
+    let base = "  - {pid: 101, gpu: 0, name: python, memory: {workspace: {base: 4000, mib: 2000, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"6500\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 9000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 2000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n";
+    // (start, MiB/s): a full poll every second from 0, so 3.9 s is 0.9 s after one.
+    for (start, rate) in [("3900ms", 32000), ("3500ms", 32000), ("3950ms", 16000)] {
+        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, start: {start}, memory: {{linear: {{from: 250, per_second: {rate}}}}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
+        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), STOP)
+            .stepping(Duration::from_millis(10));
+        w.run_for(Duration::from_secs(8));
+        assert_eq!(
+            w.evicted_names(),
+            vec!["ci-greedy"],
+            "start {start}, {rate} MiB/s: {:?}",
+            w.attempts()
+        );
+        assert_eq!(
+            neighbour_ooms(&w, &[104]),
+            Vec::<u32>::new(),
+            "start {start}, {rate} MiB/s"
+        );
+    }
 }
