@@ -452,6 +452,18 @@ def job_exit(logpath):
     return int(found[-1]) if found and found[-1].isdigit() else None
 
 
+def grew_from(logpath):
+    """When gpu_load.py began to grow (its "go" line), or None if it never did."""
+    for line in tail(logpath, 65536).splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "go":
+            return e["t"]
+    return None
+
+
 def tail(path, n):
     try:
         with open(path, "rb") as f:
@@ -1004,7 +1016,8 @@ def main():
                             shape=shape, slow_reads=opts["r"],
                             greedy={k: dict(name=greedy[k].name, **gpids[k],
                                             killed=gprocs[k].returncode is not None and gprocs[k].returncode != 0,
-                                            wrapper_rc=gprocs[k].returncode, job_exit=job_exit(glogs[k]))
+                                            wrapper_rc=gprocs[k].returncode, job_exit=job_exit(glogs[k]),
+                                            grew_from=grew_from(glogs[k]))
                                     for k, _, _ in gkeys},
                             train_restarted_before=restarted,
                             train_alive_after={g: procs[("train", g)].poll() is None for g in gpus},

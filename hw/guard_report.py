@@ -52,7 +52,7 @@ def analyse(results, timeline, thresholds):
         soft_mib, hard_mib = thresholds[r["headroom"]]
         ev = sorted(r["evictions"])
         greedy_names = {v["name"] for v in r["greedy"].values()}
-        r["unneeded"] = [name for _, name, _ in ev if name not in greedy_names]
+        r["unneeded"] = [name for at, name, _ in ev if name not in greedy_names or before_growth(r, name, at)]
         r["per_gpu"] = {}
         for g, gr in r["greedy"].items():
             # A greedy entry's key is its GPU, or "<gpu>b" for shape `two`'s second job.
@@ -223,15 +223,26 @@ def on_decision_of(guard_state):
     return {k: od.get(k) for k in ("onDecision", "permitted", "notPermittedReason")}
 
 
+def before_growth(r, name, at):
+    """Whether pod `name` is a greedy job evicted at `at`, before its growth began (`grew_from`:
+    its "go", recorded since the harness gives one; None: it never began). A job taken for
+    its start-up alone is a bystander in all but name: on the H100 (validation §9f) two
+    were, before the go made the class visible."""
+    for g in r["greedy"].values():
+        if g["name"] == name and "grew_from" in g:
+            return g["grew_from"] is None or at < g["grew_from"]
+    return False
+
+
 def first_victim(r):
-    """(the first pod a run evicted or None, whether it was not a greedy one): a guard that
-    evicts a bystander first lets the greedy job grow on until it decides again (§3d's a10g
-    64 GiB/s failures)."""
+    """(the first pod a run evicted or None, whether it was not a greedy one, or one evicted
+    before it grew): a guard that evicts a bystander first lets the greedy job grow on until
+    it decides again (§3d's a10g 64 GiB/s failures)."""
     ev = sorted(r.get("evictions", []))
     if not ev:
         return None, False
     greedy = {v["name"] for v in r["greedy"].values()}
-    return ev[0][1], ev[0][1] not in greedy
+    return ev[0][1], ev[0][1] not in greedy or before_growth(r, ev[0][1], ev[0][0])
 
 
 def effective_action(r):

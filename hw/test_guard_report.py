@@ -189,6 +189,36 @@ class ReportFromEvidence(unittest.TestCase):
         self.assertNotIn("eviction_to_freed_ms", x)
 
 
+class BeforeGrowth(unittest.TestCase):
+    """A greedy job evicted before its growth began (its start-up alone) counts as a wrong
+    victim and an eviction of another; runs recorded before the go (no `grew_from`) as before."""
+
+    def run_(self, **greedy):
+        r = dict(label="guard", rate=64.0, t0=1000.0, t1=1003.0, headroom="today",
+                 evictions=[(1001.0, "g", 201)], greedy={0: dict(name="g", pid=42, pid_ok=True, **greedy)},
+                 decisions=[], kubelet_actions=[])
+        gr.analyse([r], [], {"today": (5000, 2000)})
+        return r
+
+    def test_evicted_before_it_grew(self):
+        for greedy, wrong in [(dict(grew_from=1001.5), True), (dict(grew_from=None), True),
+                              (dict(grew_from=1000.5), False), ({}, False)]:
+            r = self.run_(**greedy)
+            self.assertEqual(gr.first_victim(r), ("g", wrong), greedy)
+            self.assertEqual(r["unneeded"], ["g"] if wrong else [], greedy)
+
+    def test_the_harness_records_the_go(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, "g.log")
+        with open(path, "w") as f:
+            f.write('{"event": "ready", "t": 1.0}\n{"event": "go", "t": 2.5}\nKilled\njob-exit=137\n')
+        self.assertEqual(gh.grew_from(path), 2.5)
+        with open(path, "w") as f:
+            f.write('{"event": "ready", "t": 1.0}\nKilled\njob-exit=137\n')
+        self.assertIsNone(gh.grew_from(path))
+
+
 EXPOSITION = """# HELP gpu_warden_evictions_total Eviction requests by the OOM guard, by pod namespace and result.
 # TYPE gpu_warden_evictions_total counter
 gpu_warden_evictions_total{namespace="ci",result="evicted"} 2

@@ -180,6 +180,20 @@ impl PodGrowth {
         }
     }
 
+    /// What everything on GPU `gpu` — pods and the processes outside any pod — climbed above
+    /// its high-water mark since the previous full poll, in bytes (a pod new on the GPU: all
+    /// it holds).
+    pub fn climbed_on(&self, gpu: u32) -> u64 {
+        self.samples.back().map_or(0, |latest| {
+            latest
+                .use_bytes
+                .keys()
+                .filter(|(g, _)| *g == gpu)
+                .map(|(_, uid)| self.of(gpu, uid).climbed)
+                .fold(0, u64::saturating_add)
+        })
+    }
+
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
     /// (0 if it had nothing there): the level a decision remembers, so that what comes
     /// after it is judged against the pod's peaks, not against one instant.

@@ -222,6 +222,18 @@ impl Trend {
     }
 
     fn sustained_over(&self, now: Duration, window: Duration) -> Option<f64> {
+        self.envelope_over(now, window).map(|(rate, _)| rate)
+    }
+
+    /// What the lower envelope rose by over the last [`EARLY_WINDOW`] when it shows sustained
+    /// growth (the rule of [`Trend::sustained_growth`]), in bytes; `None` otherwise. The
+    /// growth an early trigger would act on, for the pods' own climb to be weighed against.
+    pub fn sustained_rise(&self, now: Duration) -> Option<u64> {
+        self.envelope_over(now, EARLY_WINDOW).map(|(_, rise)| rise)
+    }
+
+    /// The sustained rate over `window` and the envelope's rise across it.
+    fn envelope_over(&self, now: Duration, window: Duration) -> Option<(f64, u64)> {
         let from = now.saturating_sub(window);
         let pts: Vec<(Duration, u64)> = self
             .points
@@ -256,8 +268,9 @@ impl Trend {
             return None;
         }
         // The envelope's rate: from the first third's trough to the last's, two thirds apart.
-        let envelope = (lows[2] - lows[0]) as f64 / (2.0 * third.as_secs_f64());
-        Some(fit.min(envelope))
+        let rise = lows[2].saturating_sub(lows[0]);
+        let envelope = rise as f64 / (2.0 * third.as_secs_f64());
+        Some((fit.min(envelope), rise))
     }
 }
 

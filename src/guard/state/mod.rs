@@ -458,6 +458,9 @@ mod tests {
         guard: Guard,
         pods: HashMap<String, PodInfo>,
         procs: Vec<ProcessSample>,
+        /// The pod whose process carries every change of the GPU's memory, and (GPU used,
+        /// its use) at the first full poll after it was named.
+        grower: Option<(String, Option<(u64, u64)>)>,
     }
 
     impl World {
@@ -471,7 +474,15 @@ mod tests {
                 guard: Guard::new(policy),
                 pods: pods(pods_),
                 procs,
+                grower: None,
             }
+        }
+
+        /// Pod `uid`'s process grows and shrinks with the GPU's memory at every full poll, as a
+        /// job climbing alone on the GPU does (the full poll's process list shows the climb).
+        fn growing(mut self, uid: &str) -> Self {
+            self.grower = Some((uid.to_string(), None));
+            self
         }
 
         /// A full poll of GPU 0 at `t` seconds with `used` MiB in use; unless decisions are
@@ -479,6 +490,14 @@ mod tests {
         fn poll(&mut self, t: f64, used: u64) -> Vec<Decision> {
             if self.guard.held().is_none() {
                 self.guard.note_view_proof(Some(secs(t)));
+            }
+            if let Some((uid, base)) = &mut self.grower {
+                let pid = pid_of(uid);
+                if let Some(p) = self.procs.iter_mut().find(|p| p.pid == pid) {
+                    let held = p.used_bytes.unwrap_or(0) / MIB;
+                    let (then, from) = *base.get_or_insert((used, held));
+                    p.used_bytes = Some((from + used).saturating_sub(then) * MIB);
+                }
             }
             let s = snap(vec![gpu(0, TOTAL, used)], self.procs.clone());
             self.guard
@@ -787,6 +806,56 @@ mod tests {
         out
     }
 
+    /// The same fast readings, told apart by the full poll that an early trigger asks for:
+    /// a trainer's 2 GiB workspace coming back to its height as a job starts up (its CUDA
+    /// context, 0.8 GiB) is not a climb anybody carries, and nobody goes (on the H100 it took
+    /// the starting job in 3 of 135 runs, issue 38); one job new on the GPU that took all of
+    /// it is, and it goes at once.
+    #[test]
+    fn an_early_trigger_acts_on_a_rise_the_processes_carry() {
+        // Memory in use beyond the 6000 MiB base, by ms after 1 s: the workspace (or the
+        // job) takes 2000 at 1020, then 100, 500 and 800 more by 1040.
+        let start_up = |t: u64| match t {
+            ..1025 => 0,
+            1025..1030 => 100,
+            1030..1040 => 500,
+            _ => 800,
+        };
+        let extra = |t: u64| if t >= 1020 { 2000 } else { 0 } + start_up(t);
+        for (workspace, want) in [(true, None), (false, Some("new"))] {
+            let mut w = World::new(
+                enforce(),
+                [pod("train").priority(1000), pod("steady"), pod("new")],
+                vec![proc_in("train", 0, 7000), proc_in("steady", 0, 1000)],
+            );
+            // The workspace's height is known: a peak and a trough, full polls apart.
+            assert!(w.poll(0.0, 8000).is_empty());
+            w.procs = vec![proc_in("train", 0, 5000), proc_in("steady", 0, 1000)];
+            assert!(w.poll(0.5, 6000).is_empty());
+            let mut decided = Vec::new();
+            for t in (1005..=1300).step_by(5) {
+                let (train, new) = if workspace {
+                    (5000 + if t >= 1020 { 2000 } else { 0 }, start_up(t))
+                } else {
+                    (5000, extra(t))
+                };
+                w.procs = vec![proc_in("train", 0, train), proc_in("steady", 0, 1000)];
+                if new > 0 {
+                    w.procs.push(proc_in("new", 0, new));
+                }
+                decided.extend(w.fast(t as f64 / 1000.0, 6000 + extra(t)));
+            }
+            let first = decided
+                .first()
+                .map(|d| (d.trigger, uids(d.planned_victims())));
+            assert_eq!(
+                first,
+                want.map(|u| (Trigger::EarlyTrend, vec![u])),
+                "workspace {workspace}: {decided:#?}"
+            );
+        }
+    }
+
     #[test]
     fn sustained_fast_growth_acts_before_soft() {
         // 40 000 MiB/s from 3000 MiB used: hard (500 MiB free) is 162 ms away at the
@@ -796,7 +865,8 @@ mod tests {
             enforce(),
             [pod("greedy"), pod("steady")],
             vec![proc_in("greedy", 0, 2000), proc_in("steady", 0, 1000)],
-        );
+        )
+        .growing("greedy");
         assert!(w.poll(0.0, 3000).is_empty());
         let ds = feed(&mut w, 5, (5, 150), |t| 3000 + 40 * t);
         let (t, d) = ds.first().expect("a decision before hard");
@@ -816,7 +886,8 @@ mod tests {
             enforce(),
             [pod("greedy"), pod("steady")],
             vec![proc_in("greedy", 0, 1100), proc_in("steady", 0, 1000)],
-        );
+        )
+        .growing("greedy");
         assert!(w.poll(0.0, 3000).is_empty());
         let ds = feed(&mut w, 5, (5, 80), |t| 3000 + 80 * t);
         let (_, d) = ds.first().expect("a decision before hard");

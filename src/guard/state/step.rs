@@ -15,6 +15,12 @@ use crate::model::snapshot::{GpuHealth, ProcessSample};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+/// The share of the early trigger's rise the processes' own climb must carry
+/// ([`Guard::early_rise_carried`]): half, so a job's start-up beside a returning workspace of
+/// more than its size does not pass, and a job climbing beside one passes once it has climbed
+/// as much as the workspace (16 ms at 128 GiB/s beside 2 GiB).
+const EARLY_CARRIED: f64 = 0.5;
+
 impl Guard {
     /// The last full poll's processes (none before the first).
     fn processes(&self) -> &[ProcessSample] {
@@ -123,6 +129,33 @@ impl Guard {
         (self.policy.rate_limit.max_evictions as usize)
             .saturating_sub(self.answers.evictions.len())
             .saturating_sub(self.reserved(except))
+    }
+
+    /// Whether what climbed above its high-water mark since the previous full poll (pods
+    /// and processes outside any pod; a pod new on the GPU, all it holds) carries at least
+    /// [`EARLY_CARRIED`] of the rise the early trigger saw on the GPU.
+    ///
+    /// Why: two unrelated steps inside the early window — a job's CUDA start-up (0.8 GiB)
+    /// just as a neighbour's 2 GiB workspace comes back to its height — pass the envelope's
+    /// rule as a climb of 60–95 GiB/s; on the H100 at an A10G's headroom that took a job
+    /// that had only started in 3 of 135 runs (issue 38, docs/validation.md §9f). A real
+    /// climb carries more of the rise at each full poll, so the trigger only waits for the
+    /// next one (it asks for it on the next fast reading). Where NVML lists no processes or
+    /// cannot tell their memory, the trigger stands as the GPU shows it.
+    fn early_rise_carried(&self, index: u32, now: Duration) -> bool {
+        let on_gpu: Vec<&ProcessSample> =
+            self.processes().iter().filter(|p| p.gpu == index).collect();
+        if on_gpu.is_empty() || on_gpu.iter().any(|p| p.used_bytes.is_none()) {
+            return true;
+        }
+        let Some(rise) = self
+            .gpus
+            .get(&index)
+            .and_then(|st| st.trend.sustained_rise(now))
+        else {
+            return true;
+        };
+        self.seen.growth.climbed_on(index) as f64 >= EARLY_CARRIED * rise as f64
     }
 
     /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
@@ -254,6 +287,9 @@ impl Guard {
                 .is_none_or(|at| now.saturating_sub(at) >= escalate::ESCALATION_POLL);
             let climbing = sustained.is_some_and(|r| r >= 1.0);
             self.refresh_wanted |= cooling_from.is_none() || stale || climbing;
+            return None;
+        }
+        if trigger == Trigger::EarlyTrend && !self.early_rise_carried(index, now) {
             return None;
         }
 
