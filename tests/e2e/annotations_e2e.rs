@@ -387,6 +387,14 @@ async fn ten_minute_steady_run(heartbeat: Option<Duration>) -> Vec<String> {
         clock.set(Duration::from_secs(t));
         rig.feed
             .publish(&[(0, Pressure::None), (1, Pressure::None)]);
+        if t == 0 {
+            // The first poll is patched at once: waited for, so that on a loaded machine the
+            // next poll cannot overtake it (the first patch then said 20:26:41).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while rig.patches().is_empty() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         // Let the annotator take each poll (it would see only the latest otherwise).
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
