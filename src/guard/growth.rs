@@ -10,7 +10,7 @@
 //! victim's reclaim was pending.
 
 use crate::model::snapshot::{Owner, ProcessSample};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 /// The key under which a poll sums the processes outside any pod (no pod UID is empty).
@@ -25,6 +25,8 @@ const MAX_SAMPLES: usize = 64;
 struct Sample {
     at: Duration,
     gpus: BTreeSet<u32>,
+    /// Memory in use on each GPU the poll read it from.
+    used: BTreeMap<u32, u64>,
     use_bytes: HashMap<(u32, String), u64>,
 }
 
@@ -43,8 +45,8 @@ pub struct Growth {
     /// holding more (the H200's runner run 2, docs/validation.md §9). [`PodGrowth::on_gpu`]
     /// bounds it by the GPU's own sustained climb.
     pub ahead: u64,
-    /// What it climbed above its high-water mark since the previous full poll: its share
-    /// of the GPU's climb in between ([`PodGrowth::on_gpu`]).
+    /// Bytes it climbed above its high-water mark since the previous full poll, by which
+    /// [`PodGrowth::on_gpu`] shares out the GPU's climb.
     pub climbed: u64,
 }
 
@@ -65,8 +67,16 @@ impl PodGrowth {
         }
     }
 
-    /// Records a full poll taken at `now` of `gpus`, with its process list.
-    pub fn record(&mut self, now: Duration, gpus: BTreeSet<u32>, processes: &[ProcessSample]) {
+    /// Records a full poll taken at `now` of `gpus` (each with its memory in use, when read),
+    /// with its process list.
+    pub fn record(
+        &mut self,
+        now: Duration,
+        gpus: BTreeMap<u32, Option<u64>>,
+        processes: &[ProcessSample],
+    ) {
+        let used: BTreeMap<u32, u64> = gpus.iter().filter_map(|(g, u)| Some((*g, (*u)?))).collect();
+        let gpus: BTreeSet<u32> = gpus.into_keys().collect();
         let mut use_bytes: HashMap<(u32, String), u64> = HashMap::new();
         for p in processes.iter().filter(|p| gpus.contains(&p.gpu)) {
             // Processes outside any pod are summed under a key no pod UID takes: their
@@ -98,6 +108,7 @@ impl PodGrowth {
         self.samples.push_back(Sample {
             at: now,
             gpus,
+            used,
             use_bytes,
         });
         // Keep the newest poll at or before the window's start: it is the reference.
@@ -125,30 +136,13 @@ impl PodGrowth {
     /// The first half only, so a pod that keeps climbing still shows the climb of the
     /// second half, and a pod new on the GPU all it holds.
     pub fn of(&self, gpu: u32, uid: &str) -> Growth {
-        let Some(latest) = self.samples.back() else {
+        let (Some(latest), Some((reference, then_use))) =
+            (self.samples.back(), self.mark(gpu, uid))
+        else {
             return Growth::default();
         };
         let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
-        let start = latest.at.saturating_sub(self.window);
-        let reference = self
-            .samples
-            .iter()
-            .filter(seen)
-            .find(|s| s.at >= start)
-            .or_else(|| self.samples.iter().rev().find(seen));
-        let Some(reference) = reference else {
-            return Growth::default();
-        };
         let key = (gpu, uid.to_string());
-        let half = reference.at.max(latest.at.saturating_sub(self.window / 2));
-        let then_use = self
-            .samples
-            .iter()
-            .filter(seen)
-            .filter(|s| s.at >= reference.at && s.at <= half)
-            .filter_map(|s| s.use_bytes.get(&key).copied())
-            .max()
-            .unwrap_or(0);
         let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
         let bytes = now_use.saturating_sub(then_use);
         // The previous poll is at least the thinning spacing back (`record`), so one
@@ -180,18 +174,80 @@ impl PodGrowth {
         }
     }
 
-    /// What everything on GPU `gpu` — pods and the processes outside any pod — climbed above
-    /// its high-water mark since the previous full poll, in bytes (a pod new on the GPU: all
-    /// it holds).
-    pub fn climbed_on(&self, gpu: u32) -> u64 {
-        self.samples.back().map_or(0, |latest| {
-            latest
-                .use_bytes
-                .keys()
-                .filter(|(g, _)| *g == gpu)
-                .map(|(_, uid)| self.of(gpu, uid).climbed)
-                .fold(0, u64::saturating_add)
-        })
+    /// The reference poll of [`PodGrowth::of`] (the oldest within the window that saw the
+    /// GPU, or the newest before it) and pod `uid`'s high-water mark over the window's first
+    /// half from there; `None` without an earlier poll that saw the GPU.
+    fn mark(&self, gpu: u32, uid: &str) -> Option<(&Sample, u64)> {
+        let latest = self.samples.back()?;
+        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
+        let start = latest.at.saturating_sub(self.window);
+        let reference = self
+            .samples
+            .iter()
+            .filter(seen)
+            .find(|s| s.at >= start)
+            .or_else(|| self.samples.iter().rev().find(seen))?;
+        let key = (gpu, uid.to_string());
+        let half = reference.at.max(latest.at.saturating_sub(self.window / 2));
+        let mark = self
+            .samples
+            .iter()
+            .filter(seen)
+            .filter(|s| s.at >= reference.at && s.at <= half)
+            .filter_map(|s| s.use_bytes.get(&key).copied())
+            .max()
+            .unwrap_or(0);
+        Some((reference, mark))
+    }
+
+    /// How much of GPU `gpu`'s climb since `since` something carries, in bytes: the larger
+    /// of what everything on it (pods, and the processes outside any pod) climbed above both
+    /// its use at the last full poll at or before `since` and its high-water mark (a pod new
+    /// on the GPU: all it holds), and what the GPU uses above the most it used at any earlier
+    /// full poll of the window. `None` without an earlier poll that saw the GPU.
+    ///
+    /// Why both: a workspace back at its height carries nothing, and a job climbing back to
+    /// where it was before it shrank carries nothing by its own mark — but the GPU above its
+    /// own peak is new growth whoever holds it, and covers memory no listed process shows.
+    /// The poll at or before `since`, not the previous one, so that polls taken close
+    /// together during a climb measure it over the same span as the trigger's window.
+    pub fn carried_since(&self, gpu: u32, since: Duration) -> Option<u64> {
+        let latest = self.samples.back()?;
+        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
+        let before = self
+            .samples
+            .iter()
+            .rev()
+            .filter(seen)
+            .find(|s| s.at <= since)
+            .or_else(|| self.samples.iter().find(seen))?;
+        let by_processes = latest
+            .use_bytes
+            .iter()
+            .filter(|((g, _), _)| *g == gpu)
+            .map(|((_, uid), now)| {
+                let then = before
+                    .use_bytes
+                    .get(&(gpu, uid.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                let mark = self.mark(gpu, uid).map_or(0, |(_, m)| m);
+                now.saturating_sub(then.max(mark))
+            })
+            .fold(0, u64::saturating_add);
+        let start = latest.at.saturating_sub(self.window);
+        let peak = self
+            .samples
+            .iter()
+            .filter(seen)
+            .filter(|s| s.at >= start)
+            .filter_map(|s| s.used.get(&gpu).copied())
+            .max();
+        let above_peak = match (latest.used.get(&gpu), peak) {
+            (Some(now), Some(peak)) => now.saturating_sub(peak),
+            _ => 0,
+        };
+        Some(by_processes.max(above_peak))
     }
 
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
@@ -236,10 +292,20 @@ impl PodGrowth {
             .filter(|(g, _)| *g == gpu)
             .map(|(_, uid)| (uid, self.of(gpu, uid)))
             .collect();
+        // Shared out of no less than what the GPU itself rose by since the previous poll: a
+        // climb no listed process shows is nobody's to be projected at.
+        let gpu_rose = self
+            .samples
+            .iter()
+            .rev()
+            .find(|s| s.gpus.contains(&gpu) && s.at < latest.at)
+            .and_then(|prev| Some(latest.used.get(&gpu)?.saturating_sub(*prev.used.get(&gpu)?)))
+            .unwrap_or(0);
         let climbed_all = all
             .iter()
             .map(|(_, g)| g.climbed)
-            .fold(0, u64::saturating_add);
+            .fold(0, u64::saturating_add)
+            .max(gpu_rose);
         all.into_iter()
             .filter(|(uid, _)| uid.as_str() != OUTSIDE_PODS)
             .map(|(uid, mut g)| {
@@ -266,8 +332,14 @@ mod tests {
         Duration::from_secs_f64(t)
     }
 
-    fn gpus(g: &[u32]) -> BTreeSet<u32> {
-        g.iter().copied().collect()
+    /// GPUs read without their memory in use.
+    fn gpus(g: &[u32]) -> BTreeMap<u32, Option<u64>> {
+        g.iter().map(|&g| (g, None)).collect()
+    }
+
+    /// GPU 0 with `mib` in use.
+    fn used(mib: u64) -> BTreeMap<u32, Option<u64>> {
+        BTreeMap::from([(0, Some(mib * MIB))])
     }
 
     #[test]
@@ -400,6 +472,76 @@ mod tests {
         assert_eq!(on["greedy"].ahead / MIB, 25_600, "{:?}", on["greedy"]);
         assert_eq!(on["other"].ahead / MIB, 12_800, "{:?}", on["other"]);
         assert_eq!(on["steady"].ahead, 0);
+    }
+
+    /// What carries a climb over the early trigger's window: a workspace back at its height
+    /// carries none of it and a job new on the GPU all it holds; a job climbing while polls
+    /// come close together carries its climb since before the window, not since the last
+    /// poll; a job regrowing to where it was before it shrank carries nothing by its own
+    /// mark, but the GPU above its own peak does; a climb no listed process shows is not
+    /// shared out to a pod that rose by a MiB.
+    #[test]
+    fn a_climb_is_carried_by_what_rose_above_its_marks() {
+        // A workspace coming back as a job starts up.
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(
+            s(0.0),
+            used(8000),
+            &[proc_in("ws", 0, 7000), proc_in("steady", 0, 1000)],
+        );
+        h.record(
+            s(0.5),
+            used(6000),
+            &[proc_in("ws", 0, 5000), proc_in("steady", 0, 1000)],
+        );
+        let now = [
+            proc_in("ws", 0, 7000),
+            proc_in("steady", 0, 1000),
+            proc_in("new", 0, 774),
+        ];
+        h.record(s(1.04), used(8774), &now);
+        assert_eq!(h.carried_since(0, s(0.98)), Some(774 * MIB));
+        assert_eq!(h.carried_since(1, s(0.98)), None, "never saw GPU 1");
+
+        // Polls 5 ms apart during a climb: measured from the poll before the window.
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(s(0.0), used(2000), &[proc_in("g", 0, 1000)]);
+        h.record(s(1.0), used(2000), &[proc_in("g", 0, 1000)]);
+        h.record(s(1.1), used(4000), &[proc_in("g", 0, 3000)]);
+        h.record(s(1.105), used(4200), &[proc_in("g", 0, 3200)]);
+        assert_eq!(h.of(0, "g").climbed, 200 * MIB, "since the previous poll");
+        assert_eq!(h.carried_since(0, s(1.045)), Some(2200 * MIB));
+
+        // A job regrowing below its own mark, into memory a neighbour took meanwhile.
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(
+            s(0.0),
+            used(7000),
+            &[proc_in("a", 0, 6000), proc_in("b", 0, 1000)],
+        );
+        h.record(
+            s(1.0),
+            used(7000),
+            &[proc_in("a", 0, 1000), proc_in("b", 0, 6000)],
+        );
+        h.record(
+            s(2.0),
+            used(7000),
+            &[proc_in("a", 0, 1000), proc_in("b", 0, 6000)],
+        );
+        h.record(
+            s(2.1),
+            used(9000),
+            &[proc_in("a", 0, 3000), proc_in("b", 0, 6000)],
+        );
+        assert_eq!(h.carried_since(0, s(2.04)), Some(2000 * MIB));
+
+        // 2 GiB that no listed process shows, and a steady pod 1 MiB up.
+        let mut h = PodGrowth::new(s(5.0));
+        h.record(s(0.0), used(6000), &[proc_in("steady", 0, 6000)]);
+        h.record(s(1.0), used(8000), &[proc_in("steady", 0, 6001)]);
+        let on = h.on_gpu(0, Some(20_480.0 * MIB as f64));
+        assert!(on["steady"].ahead < 60 * MIB, "{:?}", on["steady"]);
     }
 
     #[test]

@@ -131,9 +131,9 @@ impl Guard {
             .saturating_sub(self.reserved(except))
     }
 
-    /// Whether what climbed above its high-water mark since the previous full poll (pods
-    /// and processes outside any pod; a pod new on the GPU, all it holds) carries at least
-    /// [`EARLY_CARRIED`] of the rise the early trigger saw on the GPU.
+    /// Whether what climbed over the early window (`PodGrowth::carried_since`: pods and
+    /// processes outside any pod above their high-water marks, or the GPU above its own peak)
+    /// carries at least [`EARLY_CARRIED`] of the rise the early trigger saw on the GPU.
     ///
     /// Why: two unrelated steps inside the early window — a job's CUDA start-up (0.8 GiB)
     /// just as a neighbour's 2 GiB workspace comes back to its height — pass the envelope's
@@ -155,7 +155,11 @@ impl Guard {
         else {
             return true;
         };
-        self.seen.growth.climbed_on(index) as f64 >= EARLY_CARRIED * rise as f64
+        let since = now.saturating_sub(trend::EARLY_WINDOW);
+        self.seen
+            .growth
+            .carried_since(index, since)
+            .is_none_or(|carried| carried as f64 >= EARLY_CARRIED * rise as f64)
     }
 
     /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
