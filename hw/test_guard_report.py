@@ -189,6 +189,16 @@ class ReportFromEvidence(unittest.TestCase):
         self.assertNotIn("eviction_to_freed_ms", x)
 
 
+def job_log(case, text):
+    """A greedy job's log holding `text`, in a directory removed after `case`."""
+    d = tempfile.mkdtemp()
+    case.addCleanup(shutil.rmtree, d)
+    path = os.path.join(d, "g.log")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 class BeforeGrowth(unittest.TestCase):
     """A greedy job evicted before its growth began (its start-up alone) counts as a wrong
     victim and an eviction of another; runs recorded before the go (no `grew_from`) as before."""
@@ -208,15 +218,9 @@ class BeforeGrowth(unittest.TestCase):
             self.assertEqual(r["unneeded"], ["g"] if wrong else [], greedy)
 
     def test_the_harness_records_the_go(self):
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d)
-        path = os.path.join(d, "g.log")
-        with open(path, "w") as f:
-            f.write('{"event": "ready", "t": 1.0}\n{"event": "go", "t": 2.5}\nKilled\njob-exit=137\n')
-        self.assertEqual(gh.grew_from(path), 2.5)
-        with open(path, "w") as f:
-            f.write('{"event": "ready", "t": 1.0}\nKilled\njob-exit=137\n')
-        self.assertIsNone(gh.grew_from(path))
+        went = job_log(self, '{"event": "ready", "t": 1.0}\n{"event": "go", "t": 2.5}\nKilled\njob-exit=137\n')
+        self.assertEqual(gh.grew_from(went), 2.5)
+        self.assertIsNone(gh.grew_from(job_log(self, '{"event": "ready", "t": 1.0}\nKilled\njob-exit=137\n')))
 
 
 EXPOSITION = """# HELP gpu_warden_evictions_total Eviction requests by the OOM guard, by pod namespace and result.
@@ -330,13 +334,9 @@ class DecisionLog(unittest.TestCase):
         self.assertEqual(gr.job_end(dict(job_exit=137, wrapper_rc=0)), "exit 137 (signal 9)")
         self.assertEqual(gr.job_end(dict(job_exit=None, wrapper_rc=-9)), "with its shell, wrapper signal 9")
         self.assertEqual(gr.job_end(dict(killed=True)), "killed")  # an older runs file
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d)
-        lp = os.path.join(d, "g.log")
-        with open(lp, "w") as f:
-            f.write('{"event": "ready"}\njob-exit=137\n')
+        lp = job_log(self, '{"event": "ready"}\njob-exit=137\n')
         self.assertEqual(gh.job_exit(lp), 137)
-        self.assertIsNone(gh.job_exit(os.path.join(d, "none.log")))
+        self.assertIsNone(gh.job_exit(os.path.join(os.path.dirname(lp), "none.log")))
 
     def test_listed_in_the_report(self):
         r = dict(label="guard", rate=16.0, run=0, t0=0.0, evictions=[(4.0, "g", 201)], greedy={0: dict(name="g")},
