@@ -15,7 +15,7 @@ use crate::model::snapshot::{GpuHealth, ProcessSample};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-/// The share of the early trigger's rise the processes' own climb must carry
+/// The share of the early trigger's rise that something's own climb must carry
 /// ([`Guard::early_rise_carried`]): half, so a job's start-up beside a returning workspace of
 /// more than its size does not pass, and a job climbing beside one passes once it has climbed
 /// as much as the workspace (16 ms at 128 GiB/s beside 2 GiB).
