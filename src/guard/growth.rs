@@ -141,17 +141,14 @@ impl PodGrowth {
         else {
             return Growth::default();
         };
-        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
         let key = (gpu, uid.to_string());
         let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
         let bytes = now_use.saturating_sub(then_use);
         // The previous poll is at least the thinning spacing back (`record`), so one
         // quick pair of polls cannot turn a few MiB into a rate.
         let (climbed, lately) = self
-            .samples
-            .iter()
-            .rev()
-            .find(seen)
+            .earlier(gpu)
+            .next_back()
             .filter(|_| bytes > 0)
             .map(|prev| {
                 let before = prev.use_bytes.get(&key).copied().unwrap_or(0);
@@ -174,25 +171,28 @@ impl PodGrowth {
         }
     }
 
+    /// The polls before the latest that saw GPU `gpu`, oldest first.
+    fn earlier(&self, gpu: u32) -> impl DoubleEndedIterator<Item = &Sample> {
+        let latest = self.samples.back().map(|s| s.at);
+        self.samples
+            .iter()
+            .filter(move |s| s.gpus.contains(&gpu) && latest.is_some_and(|l| s.at < l))
+    }
+
     /// The reference poll of [`PodGrowth::of`] (the oldest within the window that saw the
     /// GPU, or the newest before it) and pod `uid`'s high-water mark over the window's first
     /// half from there; `None` without an earlier poll that saw the GPU.
     fn mark(&self, gpu: u32, uid: &str) -> Option<(&Sample, u64)> {
         let latest = self.samples.back()?;
-        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
         let start = latest.at.saturating_sub(self.window);
         let reference = self
-            .samples
-            .iter()
-            .filter(seen)
+            .earlier(gpu)
             .find(|s| s.at >= start)
-            .or_else(|| self.samples.iter().rev().find(seen))?;
+            .or_else(|| self.earlier(gpu).next_back())?;
         let key = (gpu, uid.to_string());
         let half = reference.at.max(latest.at.saturating_sub(self.window / 2));
         let mark = self
-            .samples
-            .iter()
-            .filter(seen)
+            .earlier(gpu)
             .filter(|s| s.at >= reference.at && s.at <= half)
             .filter_map(|s| s.use_bytes.get(&key).copied())
             .max()
@@ -213,14 +213,11 @@ impl PodGrowth {
     /// together during a climb measure it over the same span as the trigger's window.
     pub fn carried_since(&self, gpu: u32, since: Duration) -> Option<u64> {
         let latest = self.samples.back()?;
-        let seen = |s: &&Sample| s.gpus.contains(&gpu) && s.at < latest.at;
         let before = self
-            .samples
-            .iter()
+            .earlier(gpu)
             .rev()
-            .filter(seen)
             .find(|s| s.at <= since)
-            .or_else(|| self.samples.iter().find(seen))?;
+            .or_else(|| self.earlier(gpu).next())?;
         let by_processes = latest
             .use_bytes
             .iter()
@@ -237,9 +234,7 @@ impl PodGrowth {
             .fold(0, u64::saturating_add);
         let start = latest.at.saturating_sub(self.window);
         let peak = self
-            .samples
-            .iter()
-            .filter(seen)
+            .earlier(gpu)
             .filter(|s| s.at >= start)
             .filter_map(|s| s.used.get(&gpu).copied())
             .max();
@@ -295,10 +290,8 @@ impl PodGrowth {
         // Shared out of no less than what the GPU itself rose by since the previous poll: a
         // climb no listed process shows is nobody's to be projected at.
         let gpu_rose = self
-            .samples
-            .iter()
-            .rev()
-            .find(|s| s.gpus.contains(&gpu) && s.at < latest.at)
+            .earlier(gpu)
+            .next_back()
             .and_then(|prev| Some(latest.used.get(&gpu)?.saturating_sub(*prev.used.get(&gpu)?)))
             .unwrap_or(0);
         let climbed_all = all

@@ -143,9 +143,12 @@ impl Guard {
     /// next one (it asks for it on the next fast reading). Where NVML lists no processes or
     /// cannot tell their memory, the trigger stands as the GPU shows it.
     fn early_rise_carried(&self, index: u32, now: Duration) -> bool {
-        let on_gpu: Vec<&ProcessSample> =
-            self.processes().iter().filter(|p| p.gpu == index).collect();
-        if on_gpu.is_empty() || on_gpu.iter().any(|p| p.used_bytes.is_none()) {
+        let mut on_gpu = self
+            .processes()
+            .iter()
+            .filter(|p| p.gpu == index)
+            .peekable();
+        if on_gpu.peek().is_none() || on_gpu.any(|p| p.used_bytes.is_none()) {
             return true;
         }
         let Some(rise) = self
