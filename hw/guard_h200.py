@@ -289,12 +289,25 @@ def find_job_pid(cgroup, wrapper_pid, script="gpu_load.py", logged_pid=None, pro
         time.sleep(0.05)
 
 
+def events(logpath):
+    """gpu_load.py's JSON event lines in `logpath`, in order; its other lines (a traceback,
+    the job shell's `job-exit=`) are skipped."""
+    with open(logpath) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict):
+                yield e
+
+
 def ready_pid(logpath):
     """The pid gpu_load.py logged in its last "ready" line (its own os.getpid())."""
     try:
-        lines = [l for l in open(logpath) if '"ready"' in l]
-        return json.loads(lines[-1])["pid"] if lines else None
-    except (OSError, ValueError, KeyError):
+        ready = [e for e in events(logpath) if e.get("event") == "ready"]
+        return ready[-1]["pid"] if ready else None
+    except (OSError, KeyError):
         return None
 
 
@@ -454,14 +467,10 @@ def job_exit(logpath):
 
 def grew_from(logpath):
     """When gpu_load.py began to grow (its "go" line), or None if it never did."""
-    for line in tail(logpath, 65536).splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == "go":
-            return e["t"]
-    return None
+    try:
+        return next((e["t"] for e in events(logpath) if e.get("event") == "go"), None)
+    except OSError:
+        return None
 
 
 def tail(path, n):
@@ -544,15 +553,7 @@ def stop(p, sig=signal.SIGTERM, timeout=8):
 
 
 def ooms_in(logpath, t0, t1):
-    n = 0
-    for line in open(logpath):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("event") == "oom" and t0 <= e["t"] <= t1:
-            n += 1
-    return n
+    return sum(1 for e in events(logpath) if e.get("event") == "oom" and t0 <= e["t"] <= t1)
 
 
 def evictions_in(workdir, t0, t1):
