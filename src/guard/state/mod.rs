@@ -821,7 +821,8 @@ mod tests {
             1030..1040 => 500,
             _ => 800,
         };
-        let extra = |t: u64| if t >= 1020 { 2000 } else { 0 } + start_up(t);
+        let workspace_at = |t: u64| if t >= 1020 { 2000 } else { 0 };
+        let extra = |t: u64| workspace_at(t) + start_up(t);
         for (workspace, want) in [(true, None), (false, Some("new"))] {
             let mut w = World::new(
                 enforce(),
@@ -835,7 +836,7 @@ mod tests {
             let mut decided = Vec::new();
             for t in (1005..=1300).step_by(5) {
                 let (train, new) = if workspace {
-                    (5000 + if t >= 1020 { 2000 } else { 0 }, start_up(t))
+                    (5000 + workspace_at(t), start_up(t))
                 } else {
                     (5000, extra(t))
                 };
