@@ -50,6 +50,33 @@ pub struct Growth {
     pub climbed: u64,
 }
 
+/// Who carried a GPU's climb over a span ([`PodGrowth::carried_since`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// Bytes of the climb that something carries.
+    pub total: u64,
+    /// Per pod UID, the part it carries (pods that carry nothing are absent).
+    pub pods: HashMap<String, u64>,
+    /// The part the processes outside any pod carry.
+    pub outside: u64,
+}
+
+impl Carried {
+    /// The part pod `uid` carries.
+    pub fn by(&self, uid: &str) -> u64 {
+        self.pods.get(uid).copied().unwrap_or(0)
+    }
+
+    /// The part of the total no listed process carries (memory NVML attributes to nobody).
+    pub fn unlisted(&self) -> u64 {
+        let listed = self
+            .pods
+            .values()
+            .fold(self.outside, |a, b| a.saturating_add(*b));
+        self.total.saturating_sub(listed)
+    }
+}
+
 /// The recent full polls, newest last.
 #[derive(Debug, Clone)]
 pub struct PodGrowth {
@@ -200,49 +227,86 @@ impl PodGrowth {
         Some((reference, mark))
     }
 
-    /// How much of GPU `gpu`'s climb since `since` something carries, in bytes: the larger
-    /// of what everything on it (pods, and the processes outside any pod) climbed above both
-    /// its use at the last full poll at or before `since` and its high-water mark (a pod new
-    /// on the GPU: all it holds), and what the GPU uses above the most it used at any earlier
-    /// full poll of the window. `None` without an earlier poll that saw the GPU.
+    /// How much of GPU `gpu`'s climb since `since` something carries, and who carries it
+    /// ([`Carried`]); `None` without an earlier poll that saw the GPU.
     ///
-    /// Why both: a workspace back at its height carries nothing, and a job climbing back to
-    /// where it was before it shrank carries nothing by its own mark — but the GPU above its
-    /// own peak is new growth whoever holds it, and covers memory no listed process shows.
-    /// The poll at or before `since`, not the previous one, so that polls taken close
-    /// together during a climb measure it over the same span as the trigger's window.
-    pub fn carried_since(&self, gpu: u32, since: Duration) -> Option<u64> {
+    /// The total is the larger of what everything on the GPU (pods, and the processes
+    /// outside any pod) climbed above both its use at the last full poll at or before
+    /// `since` and its high-water mark (a pod new on the GPU: all it holds), and what the
+    /// GPU uses above the most it used at any earlier full poll of the window. Why both: a
+    /// workspace back at its height carries nothing, and a job climbing back to where it was
+    /// before it shrank carries nothing by its own mark — but the GPU above its own peak is
+    /// new growth whoever holds it, and covers memory no listed process shows. The poll at or
+    /// before `since`, not the previous one, so that polls taken close together during a
+    /// climb measure it over the same span as the trigger's window.
+    ///
+    /// Each carries what it climbed above its marks. The part of the GPU's rise above its
+    /// peak that no mark explains goes, in proportion, to what rose below its mark both
+    /// since `since` and since the poll of that peak: the job regrowing into memory a
+    /// neighbour took meanwhile. A workspace back at its height rose since `since` but not
+    /// since the peak, and gets none; with nothing that rose so, that part is nobody's
+    /// ([`Carried::unlisted`]).
+    pub fn carried_since(&self, gpu: u32, since: Duration) -> Option<Carried> {
         let latest = self.samples.back()?;
         let before = self
             .earlier(gpu)
             .rev()
             .find(|s| s.at <= since)
             .or_else(|| self.earlier(gpu).next())?;
-        let by_processes = latest
+        let start = latest.at.saturating_sub(self.window);
+        // The latest of the window's earlier polls at the GPU's peak use.
+        let peak = self
+            .earlier(gpu)
+            .filter(|s| s.at >= start)
+            .filter_map(|s| Some((s, *s.used.get(&gpu)?)))
+            .max_by_key(|(_, used)| *used);
+        let above_peak = match (latest.used.get(&gpu), peak) {
+            (Some(now), Some((_, peak))) => now.saturating_sub(peak),
+            _ => 0,
+        };
+        // Per key: what it climbed above its marks, and what else it rose by both since
+        // `before` and since the GPU's peak (its part of the rise no mark explains).
+        let climbs: Vec<(&str, u64, u64)> = latest
             .use_bytes
             .iter()
             .filter(|((g, _), _)| *g == gpu)
             .map(|((_, uid), now)| {
-                let then = before
-                    .use_bytes
-                    .get(&(gpu, uid.clone()))
-                    .copied()
-                    .unwrap_or(0);
+                let key = (gpu, uid.clone());
+                let at = |s: &Sample| s.use_bytes.get(&key).copied().unwrap_or(0);
+                let then = at(before);
                 let mark = self.mark(gpu, uid).map_or(0, |(_, m)| m);
-                now.saturating_sub(then.max(mark))
+                let above = now.saturating_sub(then.max(mark));
+                let at_peak = peak.map_or(*now, |(s, _)| at(s));
+                let rose = now.saturating_sub(then).min(now.saturating_sub(at_peak));
+                (uid.as_str(), above, rose.saturating_sub(above))
             })
-            .fold(0, u64::saturating_add);
-        let start = latest.at.saturating_sub(self.window);
-        let peak = self
-            .earlier(gpu)
-            .filter(|s| s.at >= start)
-            .filter_map(|s| s.used.get(&gpu).copied())
-            .max();
-        let above_peak = match (latest.used.get(&gpu), peak) {
-            (Some(now), Some(peak)) => now.saturating_sub(peak),
-            _ => 0,
+            .collect();
+        let by_marks = climbs.iter().map(|c| c.1).fold(0, u64::saturating_add);
+        let total = by_marks.max(above_peak);
+        let unexplained = (total - by_marks) as f64;
+        let rose_below = climbs.iter().map(|c| c.2).fold(0, u64::saturating_add);
+        let mut carried = Carried {
+            total,
+            ..Carried::default()
         };
-        Some(by_processes.max(above_peak))
+        for (uid, above, below) in climbs {
+            let share = if rose_below > 0 {
+                // `as` saturates; the share is at most `unexplained`, itself a u64.
+                (unexplained * below as f64 / rose_below as f64) as u64
+            } else {
+                0
+            };
+            let bytes = above.saturating_add(share);
+            if bytes == 0 {
+                continue;
+            }
+            if uid == OUTSIDE_PODS {
+                carried.outside = bytes;
+            } else {
+                carried.pods.insert(uid.to_string(), bytes);
+            }
+        }
+        Some(carried)
     }
 
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
@@ -493,7 +557,10 @@ mod tests {
             proc_in("new", 0, 774),
         ];
         h.record(s(1.04), used(8774), &now);
-        assert_eq!(h.carried_since(0, s(0.98)), Some(774 * MIB));
+        let c = h.carried_since(0, s(0.98)).unwrap_or_default();
+        assert_eq!(c.total, 774 * MIB);
+        // The workspace back at its height carries none of it; the new job all of it.
+        assert_eq!((c.by("new"), c.by("ws"), c.by("steady")), (774 * MIB, 0, 0));
         assert_eq!(h.carried_since(1, s(0.98)), None, "never saw GPU 1");
 
         // Polls 5 ms apart during a climb: measured from the poll before the window.
@@ -503,7 +570,8 @@ mod tests {
         h.record(s(1.1), used(4000), &[proc_in("g", 0, 3000)]);
         h.record(s(1.105), used(4200), &[proc_in("g", 0, 3200)]);
         assert_eq!(h.of(0, "g").climbed, 200 * MIB, "since the previous poll");
-        assert_eq!(h.carried_since(0, s(1.045)), Some(2200 * MIB));
+        let c = h.carried_since(0, s(1.045)).unwrap_or_default();
+        assert_eq!((c.total, c.by("g")), (2200 * MIB, 2200 * MIB));
 
         // A job regrowing below its own mark, into memory a neighbour took meanwhile.
         let mut h = PodGrowth::new(s(5.0));
@@ -527,7 +595,27 @@ mod tests {
             used(9000),
             &[proc_in("a", 0, 3000), proc_in("b", 0, 6000)],
         );
-        assert_eq!(h.carried_since(0, s(2.04)), Some(2000 * MIB));
+        let c = h.carried_since(0, s(2.04)).unwrap_or_default();
+        assert_eq!(c.total, 2000 * MIB);
+        // No mark explains the GPU above its peak: the job that rose takes it, not the
+        // neighbour that grew a second ago and holds steady since.
+        assert_eq!((c.by("a"), c.by("b")), (2000 * MIB, 0));
+
+        // A climb carried by a process outside any pod, memory no process shows, and a
+        // workspace back at its height: the pods carry none of what is not theirs.
+        let mut h = PodGrowth::new(s(5.0));
+        let host = |mib| host_proc(7, 0, mib);
+        h.record(s(0.0), used(6000), &[proc_in("ws", 0, 3000), host(1000)]);
+        h.record(s(0.5), used(4000), &[proc_in("ws", 0, 1000), host(1000)]);
+        h.record(s(1.0), used(4000), &[proc_in("ws", 0, 1000), host(1000)]);
+        h.record(s(1.06), used(9500), &[proc_in("ws", 0, 3000), host(4000)]);
+        let c = h.carried_since(0, s(1.0)).unwrap_or_default();
+        // The GPU is 3500 above its peak; the host process climbed 3000 above its mark.
+        assert_eq!(
+            (c.total, c.outside, c.by("ws")),
+            (3500 * MIB, 3000 * MIB, 0)
+        );
+        assert_eq!(c.unlisted(), 500 * MIB);
 
         // 2 GiB that no listed process shows, and a steady pod 1 MiB up.
         let mut h = PodGrowth::new(s(5.0));

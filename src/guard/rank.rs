@@ -59,6 +59,9 @@ pub enum Exclusion {
     /// terminating pods) takes only the pods that kept growing: this one did not climb
     /// above its high-water mark and request (`guard::state::escalate`).
     NotGrowing,
+    /// An early decision (trigger `early_trend`, before any pressure) takes only the pods
+    /// that carry the climb: this one did not climb above its marks and request.
+    NotClimbing,
 }
 
 impl fmt::Display for Exclusion {
@@ -83,6 +86,9 @@ impl fmt::Display for Exclusion {
             Exclusion::NoMemoryUse => f.write_str("no measured GPU memory use"),
             Exclusion::NotGrowing => f.write_str(
                 "not growing while memory is on its way back (only the pods that kept growing are taken then)",
+            ),
+            Exclusion::NotClimbing => f.write_str(
+                "not climbing (an early decision, before any pressure, takes only the pods that carry the climb)",
             ),
         }
     }
@@ -186,6 +192,23 @@ pub struct Ranking {
     /// Memory of processes outside any known pod (host, unattributed, invisible): never
     /// evictable, but part of why the GPU is full.
     pub other_bytes: u64,
+}
+
+impl Ranking {
+    /// Keeps the candidates `keep` says, in order; the others become excluded for `why`.
+    pub fn keep_only(&mut self, keep: impl Fn(&Victim) -> bool, why: &Exclusion) {
+        let (kept, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.candidates)
+            .into_iter()
+            .partition(|v| keep(v));
+        self.candidates = kept;
+        self.excluded.extend(others.into_iter().map(|v| Excluded {
+            uid: v.uid,
+            namespace: v.namespace,
+            name: v.name,
+            use_bytes: v.use_bytes,
+            exclusion: why.clone(),
+        }));
+    }
 }
 
 /// Formats bytes for humans the way `nvidia-smi` readers think: GiB with one decimal from

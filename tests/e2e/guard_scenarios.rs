@@ -742,3 +742,62 @@ fn q_a_job_starting_up_as_a_workspace_returns_is_not_a_climb() {
     }
     assert_eq!(missed, Vec::new());
 }
+
+/// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
+/// carries the climb and that the guard may take first. A climb of a process outside any
+/// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod
+/// that steady ones outrank (a trainer loading a larger model), stopping short of soft
+/// beside steady CI jobs, evicts nobody: before this rule the early trigger took the
+/// first-ranked steady CI job, for a climb that evicting it could not stop. The same climb
+/// by a CI job of the lowest priority is still caught by the early trigger, alone.
+#[test]
+fn r_a_climb_no_pod_it_may_take_carries_evicts_nobody_early() {
+    let gpu = "gpus:\n  - {model: NVIDIA A10G, memory_mib: 24000, gpu_temp_c: 50, power_w: 100}\n";
+    // 11 000 MiB of neighbours; the climb's 10 400 leaves 2 600 free, above soft (2 400).
+    let base = "  - {pid: 100, gpu: 0, name: train, memory: {constant: 6000}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n  - {pid: 200, gpu: 0, name: pytest, memory: {constant: 2000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n  - {pid: 201, gpu: 0, name: pytest, memory: {constant: 3000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n";
+    let memory = "memory: {linear: {from: 0, per_second: 32000, max: 10400}}";
+    let climber = |pod: &str| {
+        let pod = if pod.is_empty() {
+            String::new()
+        } else {
+            format!(", pod: {{namespace: ci, name: ci-climb, container: build, {pod}}}")
+        };
+        format!("  - {{pid: 400, gpu: 0, name: python, start: 3s, {memory}{pod}}}\n")
+    };
+    let run = |pod: &str| {
+        let yaml = format!("{gpu}processes:\n{base}{}", climber(pod));
+        let mut w = World::new(&yaml, STOP).stepping(Duration::from_millis(5));
+        w.run_for(Duration::from_secs(6));
+        let early = w.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains("trigger=\"early_trend\"")
+                && l.ends_with(" 1")
+        });
+        (w.evicted_names(), w.rig.sim.ooms().len(), early)
+    };
+    let mut wrong = Vec::new();
+    for (what, pod) in [
+        ("a process outside any pod", ""),
+        (
+            "annotated evict: never",
+            "priority: 0, annotations: {gpu-warden.io/evict: \"never\"}",
+        ),
+        (
+            "inside its declared request",
+            "priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"12000\"}",
+        ),
+        ("outranked by steady pods", "priority: 1000"),
+    ] {
+        let (evicted, ooms, early) = run(pod);
+        if !evicted.is_empty() || ooms > 0 || early {
+            wrong.push((what, evicted, ooms, early));
+        }
+    }
+    assert_eq!(wrong, Vec::new());
+
+    let (evicted, ooms, early) = run("priority: 0");
+    assert_eq!(
+        (evicted, ooms, early),
+        (vec!["ci-climb".to_string()], 0, true)
+    );
+}

@@ -883,13 +883,12 @@ mod tests {
         // Growth faster than everyone's memory within actBudget: still the grower alone.
         // Evicting it stops the growth; adding the growth to come to the reclaim target made
         // the plan take the neighbours too (seen on the H200 at 250 GiB/s).
-        // Here no listed process shows the climb (memory NVML attributes to nobody): the GPU
-        // above its own peak carries the early trigger's rise.
         let mut w = World::new(
             enforce(),
             [pod("greedy"), pod("steady")],
-            vec![proc_in("greedy", 0, 1100), proc_in("steady", 0, 1000)],
-        );
+            vec![proc_in("greedy", 0, 2000), proc_in("steady", 0, 1000)],
+        )
+        .growing("greedy");
         assert!(w.poll(0.0, 3000).is_empty());
         let ds = feed(&mut w, 5, (5, 80), |t| 3000 + 80 * t);
         let (_, d) = ds.first().expect("a decision before hard");
@@ -899,6 +898,123 @@ mod tests {
         let ttf = d.time_to_full.unwrap_or_default();
         assert!(ttf < Duration::from_millis(200), "{ttf:?}");
         assert_eq!(ds.len(), 1, "one decision per episode");
+    }
+
+    /// A climb's case: what climbs, the pods, the processes, the pod whose process carries
+    /// the climb (none: memory no listed process shows), and what /state must say.
+    type ClimbCase = (
+        &'static str,
+        Vec<PodBuilder>,
+        Vec<ProcessSample>,
+        Option<&'static str>,
+        &'static str,
+    );
+
+    /// The early trigger acts before any pressure, to stop a climb; it takes only the pods
+    /// that carry it, and no decision at all where none it may evict does: a climb of a
+    /// process outside any pod, of a pod annotated evict: never, of a pod within its declared
+    /// request, of memory no listed process shows, or of a pod a steady one outranks. Each
+    /// of those climbs stops short of hard here: taking the steady pod early would have
+    /// taken a bystander for nothing. The same climb by a pod that ranks first takes it
+    /// alone.
+    #[test]
+    fn an_early_trigger_takes_only_a_pod_that_carries_the_climb() {
+        // 40 GiB/s from 3000 MiB used to a plateau at 8800 (free 1200, above soft): the
+        // early trigger fires from about 5500 on.
+        let climb = |t: u64| (3000 + 40 * t).min(8800);
+        let steady = || proc_in("a", 0, 1000);
+        let cases: Vec<ClimbCase> = vec![
+            (
+                "a process outside any pod",
+                vec![pod("a")],
+                vec![steady(), host_proc(pid_of("x"), 0, 2000)],
+                Some("x"),
+                "by processes outside any pod",
+            ),
+            (
+                "a pod annotated evict: never",
+                vec![
+                    pod("a"),
+                    pod("x").annotation("gpu-warden.io/evict", "never"),
+                ],
+                vec![steady(), proc_in("x", 0, 2000)],
+                Some("x"),
+                "x, annotated evict: never",
+            ),
+            (
+                "a pod within its declared request",
+                vec![pod("a"), pod("x").request_mib(8000)],
+                vec![steady(), proc_in("x", 0, 2000)],
+                Some("x"),
+                "x, within its request of 8000 MiB",
+            ),
+            (
+                "memory no listed process shows",
+                vec![pod("a"), pod("x")],
+                vec![steady(), proc_in("x", 0, 2000)],
+                None,
+                "by memory no listed process shows",
+            ),
+            (
+                "a pod a steady one outranks",
+                vec![pod("a"), pod("x").priority(1000)],
+                vec![steady(), proc_in("x", 0, 2000)],
+                Some("x"),
+                "ci/a, which is not climbing, ranks ahead of the climbing ci/x",
+            ),
+        ];
+        for (what, pods_, procs, grower, says) in cases {
+            let mut w = World::new(enforce(), pods_, procs);
+            if let Some(g) = grower {
+                w = w.growing(g);
+            }
+            assert!(w.poll(0.0, 3000).is_empty(), "{what}");
+            let mut reasons = Vec::new();
+            for t in (5..=400).step_by(5) {
+                let ds = w.fast(t as f64 / 1000.0, climb(t));
+                assert!(ds.is_empty(), "{what}: nobody goes: {ds:#?}");
+                let status = w.guard.status();
+                reasons.extend(status.gpus.into_iter().filter_map(|g| g.inactive_reason));
+            }
+            assert!(
+                reasons.iter().any(|r| r.contains(says)),
+                "{what}: /state says why: {reasons:#?}"
+            );
+        }
+
+        // The same climb by a pod that ranks first: it alone, before any pressure.
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("x")],
+            vec![steady(), proc_in("x", 0, 2000)],
+        )
+        .growing("x");
+        assert!(w.poll(0.0, 3000).is_empty());
+        let ds = feed(&mut w, 5, (5, 400), climb);
+        let (_, d) = ds.first().expect("an early decision");
+        assert_eq!(d.trigger, Trigger::EarlyTrend);
+        assert_eq!(uids(d.planned_victims()), ["x"], "{d:#?}");
+        assert!(
+            d.excluded
+                .iter()
+                .any(|e| e.uid == "a" && e.exclusion == rank::Exclusion::NotClimbing),
+            "the steady pod is named as not climbing: {d:#?}"
+        );
+
+        // A climb left to the pressure triggers that does not stop: the kubelet's order
+        // answers it once the GPU is under pressure (the lower priority first).
+        let mut w = World::new(
+            enforce(),
+            [pod("a"), pod("x").priority(1000)],
+            vec![steady(), proc_in("x", 0, 2000)],
+        )
+        .growing("x");
+        assert!(w.poll(0.0, 3000).is_empty());
+        let ds = feed(&mut w, 5, (5, 400), |t| (3000 + 40 * t).min(TOTAL - 10));
+        let (_, d) = ds.first().expect("a decision under pressure");
+        assert_ne!(d.trigger, Trigger::EarlyTrend, "{d:#?}");
+        assert!(d.free < d.levels.soft, "{d:#?}");
+        assert_eq!(uids(d.planned_victims()), ["a"], "{d:#?}");
     }
 
     /// The A10G-sized H200 runs at 64 GiB/s (docs/validation.md §3d): a greedy job that
@@ -939,7 +1055,12 @@ mod tests {
             "{}",
             first.reason
         );
-        assert_eq!(d.candidates[1].grew_bytes, 0, "the steady pod did not grow");
+        assert!(
+            d.excluded
+                .iter()
+                .any(|e| e.uid == "small" && e.exclusion == rank::Exclusion::NotClimbing),
+            "the steady pod did not climb: {d:#?}"
+        );
     }
 
     /// One pod of a [`play`]ed GPU: its MiB at `t` ms (0: no process).
