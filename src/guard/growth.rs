@@ -82,7 +82,18 @@ impl Carried {
 pub struct PodGrowth {
     window: Duration,
     samples: VecDeque<Sample>,
+    /// The full polls of the last [`RECENT_SPAN`], none thinned: who still climbs inside a
+    /// climb ([`PodGrowth::rose_since_poll_in`]) is told by polls a few ms apart, which
+    /// `samples` thins so that a burst cannot push the window's start out.
+    recent: VecDeque<Sample>,
 }
+
+/// How far back [`PodGrowth::rose_since_poll_in`] can look: more than the early trigger's
+/// window.
+const RECENT_SPAN: Duration = Duration::from_millis(100);
+
+/// Most polls kept in [`PodGrowth::recent`] (the fast watch reads at most every 5 ms).
+const MAX_RECENT: usize = 32;
 
 impl PodGrowth {
     /// Keeps polls up to `window` old (the policy's `horizon`: the growth a decision looks at
@@ -91,6 +102,7 @@ impl PodGrowth {
         PodGrowth {
             window,
             samples: VecDeque::new(),
+            recent: VecDeque::new(),
         }
     }
 
@@ -118,6 +130,7 @@ impl PodGrowth {
         // A clock that went backwards (a test, or a restarted core) starts the history over.
         if self.samples.back().is_some_and(|s| s.at > now) {
             self.samples.clear();
+            self.recent.clear();
         }
         // Polls closer together than the window's share of the bound are thinned (the
         // previous latest gives way), so a burst of refresh polls cannot push the window's
@@ -132,12 +145,22 @@ impl PodGrowth {
         {
             self.samples.pop_back();
         }
-        self.samples.push_back(Sample {
+        let sample = Sample {
             at: now,
             gpus,
             used,
             use_bytes,
-        });
+        };
+        self.recent.push_back(sample.clone());
+        while self.recent.len() > MAX_RECENT
+            || self
+                .recent
+                .front()
+                .is_some_and(|s| now.saturating_sub(s.at) > RECENT_SPAN)
+        {
+            self.recent.pop_front();
+        }
+        self.samples.push_back(sample);
         // Keep the newest poll at or before the window's start: it is the reference.
         while self.samples.len() > 2
             && self
@@ -243,8 +266,9 @@ impl PodGrowth {
     /// Each carries what it climbed above its marks. The part of the GPU's rise above its
     /// peak that no mark explains goes, in proportion, to what rose below its mark both
     /// since `since` and since the poll of that peak: the job regrowing into memory a
-    /// neighbour took meanwhile. A workspace back at its height rose since `since` but not
-    /// since the peak, and gets none; with nothing that rose so, that part is nobody's
+    /// neighbour took meanwhile. No more than it rose so: a pod a few MiB up is not handed a
+    /// climb no listed process shows. A workspace back at its height rose since `since` but
+    /// not since the peak, and gets none; with nothing that rose so, that part is nobody's
     /// ([`Carried::unlisted`]).
     pub fn carried_since(&self, gpu: u32, since: Duration) -> Option<Carried> {
         let latest = self.samples.back()?;
@@ -296,7 +320,8 @@ impl PodGrowth {
             } else {
                 0
             };
-            let bytes = above.saturating_add(share);
+            // Never more than it rose itself.
+            let bytes = above.saturating_add(share.min(below));
             if bytes == 0 {
                 continue;
             }
@@ -307,6 +332,36 @@ impl PodGrowth {
             }
         }
         Some(carried)
+    }
+
+    /// GPU `gpu`'s memory in use at the latest full poll, if that poll read it.
+    pub fn latest_used(&self, gpu: u32) -> Option<u64> {
+        self.samples.back()?.used.get(&gpu).copied()
+    }
+
+    /// What pod `uid` rose by on GPU `gpu` since the latest full poll taken from `from` to
+    /// `to` (0 if it held or shrank); `None` without such a poll before the latest. It tells
+    /// a pod climbing now from one that stepped up and holds since: both rose since the
+    /// last poll before the climb.
+    pub fn rose_since_poll_in(
+        &self,
+        gpu: u32,
+        uid: &str,
+        from: Duration,
+        to: Duration,
+    ) -> Option<u64> {
+        let latest = self.recent.back()?;
+        let key = (gpu, uid.to_string());
+        let then = self
+            .recent
+            .iter()
+            .rfind(|s| s.gpus.contains(&gpu) && s.at < latest.at && s.at >= from && s.at <= to)?
+            .use_bytes
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
+        let now = latest.use_bytes.get(&key).copied().unwrap_or(0);
+        Some(now.saturating_sub(then))
     }
 
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
@@ -616,6 +671,42 @@ mod tests {
             (3500 * MIB, 3000 * MIB, 0)
         );
         assert_eq!(c.unlisted(), 500 * MIB);
+
+        // A pod 10 MiB up below its mark, as memory no listed process shows climbs: it
+        // carries its 10 MiB, not the climb (a review found it handed all 2000).
+        let mut h = PodGrowth::new(s(5.0));
+        let at = |ws, a| [proc_in("ws", 0, ws), proc_in("a", 0, a)];
+        h.record(s(1.0), used(3500), &at(3000, 500));
+        h.record(s(3.0), used(4500), &at(1000, 3500));
+        h.record(s(4.0), used(1500), &at(1000, 500));
+        h.record(s(5.2), used(6500), &at(1010, 500));
+        let c = h.carried_since(0, s(5.14)).unwrap_or_default();
+        assert_eq!(
+            (c.total, c.by("ws"), c.unlisted()),
+            (2000 * MIB, 10 * MIB, 1990 * MIB)
+        );
+
+        // Rose since a poll inside a climb: the climber did, a pod that stepped up before
+        // it did not.
+        let mut h = PodGrowth::new(s(5.0));
+        let with_s = |a| {
+            [
+                proc_in("ws", 0, 1000),
+                proc_in("a", 0, a),
+                proc_in("s", 0, 2000),
+            ]
+        };
+        h.record(s(0.0), used(2000), &at(1000, 1000));
+        h.record(s(0.62), used(5000), &with_s(1000));
+        h.record(s(0.64), used(5800), &with_s(1800));
+        let (from, to) = (s(0.58), s(0.625));
+        assert_eq!(h.rose_since_poll_in(0, "a", from, to), Some(800 * MIB));
+        assert_eq!(h.rose_since_poll_in(0, "s", from, to), Some(0));
+        assert_eq!(
+            h.rose_since_poll_in(0, "s", s(0.63), s(0.635)),
+            None,
+            "no poll then"
+        );
 
         // 2 GiB that no listed process shows, and a steady pod 1 MiB up.
         let mut h = PodGrowth::new(s(5.0));

@@ -84,6 +84,9 @@ pub struct GpuGuardStatus {
     pub phase_since: Duration,
     /// Why the guard cannot decide for this GPU now, if it cannot.
     pub inactive_reason: Option<String>,
+    /// The last early trigger the guard did not act on, and why (docs/guard.md, "Acting
+    /// before soft"): kept until the next, since the climb that fired it may be over.
+    pub early_held_back: Option<HeldBack>,
     /// Last memory figures.
     pub memory: Option<MemoryInfo>,
     /// Thresholds resolved for this GPU.
@@ -95,6 +98,16 @@ pub struct GpuGuardStatus {
     pub time_to_full: Option<Duration>,
     /// The last decision made for this GPU.
     pub last_decision: Option<Decision>,
+}
+
+/// An early trigger not acted on ([`GpuGuardStatus::early_held_back`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeldBack {
+    /// Monotonic time of the full poll that held it back.
+    #[serde(serialize_with = "ser_secs")]
+    pub at: Duration,
+    /// Why.
+    pub reason: String,
 }
 
 /// A pod skipped because its eviction was refused or failed recently.

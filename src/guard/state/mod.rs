@@ -13,6 +13,7 @@
 
 mod carry;
 mod confirm;
+mod early;
 mod escalate;
 mod outcomes;
 mod step;
@@ -24,9 +25,9 @@ pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 use super::decision::{Decision, EvictionOutcome};
 use super::growth::PodGrowth;
 use super::levels::{Levels, NoLevels, Pressure};
-use super::policy::{Mode, Policy};
+use super::policy::{Mode, Policy, MIN_FAST_INTERVAL};
 use super::read_cadence;
-use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, RefusedPod};
+use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, HeldBack, RefusedPod};
 use super::trend::Trend;
 use crate::model::pod::PodMap;
 use crate::model::snapshot::{GpuHealth, MemoryInfo, Snapshot};
@@ -52,6 +53,8 @@ struct GpuState {
     phase: GpuPhase,
     phase_since: Duration,
     inactive_reason: Option<String>,
+    /// The last early trigger not acted on, and why.
+    early_held_back: Option<HeldBack>,
     last_decision: Option<Decision>,
 }
 
@@ -71,6 +74,7 @@ impl GpuState {
             phase: GpuPhase::Watching,
             phase_since: now,
             inactive_reason: None,
+            early_held_back: None,
             last_decision: None,
         }
     }
@@ -84,13 +88,26 @@ impl GpuState {
     fn update_memory(&mut self, memory: Option<MemoryInfo>, policy: &Policy, now: Duration) {
         let used_before = self.memory.map(|m| m.used);
         self.memory = memory;
-        self.last_rise = match (used_before, memory, self.last_at) {
-            (Some(before), Some(m), Some(at)) if now > at => {
-                m.used.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+        // A reading right after the last (the full poll a fast reading asked for) says
+        // nothing of the rate: over a millisecond or none it reads as a halt, the watch
+        // would slow down in the middle of a climb, and two readings at one instant break
+        // the trend's lead-in rule. The rate, the instant it is measured from and the trend
+        // stand until a reading the watch's shortest interval apart.
+        let close = matches!(
+            (used_before, memory, self.last_at),
+            (Some(_), Some(_), Some(at)) if now.saturating_sub(at) < MIN_FAST_INTERVAL
+        );
+        match (used_before, memory, self.last_at) {
+            _ if close => {}
+            (Some(before), Some(m), Some(at)) => {
+                self.last_rise = m.used.saturating_sub(before) as f64 / (now - at).as_secs_f64();
+                self.last_at = Some(now);
             }
-            _ => 0.0,
-        };
-        self.last_at = memory.map(|_| now);
+            _ => {
+                self.last_rise = 0.0;
+                self.last_at = memory.map(|_| now);
+            }
+        }
         let pressure = match memory {
             None => {
                 // Stale data: the trend would span a gap and grace continuity is unknown.
@@ -99,7 +116,9 @@ impl GpuState {
                 Pressure::None
             }
             Some(m) => {
-                self.trend.push(now, m.used);
+                if !close {
+                    self.trend.push(now, m.used);
+                }
                 self.levels = Levels::resolve(policy, m.total).map_err(NoLevels::from);
                 match &self.levels {
                     // Free is NVML v2's `free`, which already excludes `reserved`:
@@ -410,6 +429,7 @@ impl Guard {
                 phase: s.phase.clone(),
                 phase_since: s.phase_since,
                 inactive_reason: s.inactive_reason.clone(),
+                early_held_back: s.early_held_back.clone(),
                 memory: s.memory,
                 levels: s.levels.as_ref().ok().copied(),
                 growth_bytes_per_second: s.trend.slope(),
@@ -1015,6 +1035,99 @@ mod tests {
         assert_ne!(d.trigger, Trigger::EarlyTrend, "{d:#?}");
         assert!(d.free < d.levels.soft, "{d:#?}");
         assert_eq!(uids(d.planned_victims()), ["a"], "{d:#?}");
+    }
+
+    /// Three ways a review found for a steady pod to be taken early for a climb it had no
+    /// part in (each took it before the fix): memory no listed process shows climbing while
+    /// the pod is 10 MiB up below its mark (it was handed the whole climb); a CI job that
+    /// started 150 ms before a higher-priority trainer's climb and holds steady since (it
+    /// rose as much as the trainer since the last regular poll); and one process whose
+    /// memory NVML cannot tell (the rule was off).
+    #[test]
+    fn a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in() {
+        let decided = |ds: &[Decision]| -> Vec<(Trigger, Vec<String>)> {
+            ds.iter()
+                .map(|d| {
+                    let victims = uids(d.planned_victims());
+                    (d.trigger, victims.iter().map(|s| s.to_string()).collect())
+                })
+                .collect()
+        };
+        // Unlisted memory climbs at 30 GiB/s; `ws` is 10 MiB up, below its mark.
+        let mut w = World::new(enforce(), [pod("ws"), pod("a")], vec![]);
+        let at = |ws, a| vec![proc_in("ws", 0, ws), proc_in("a", 0, a)];
+        w.procs = at(3000, 500);
+        assert!(w.poll(1.0, 3500).is_empty());
+        w.procs = at(1000, 3500);
+        assert!(w.poll(3.0, 4500).is_empty());
+        w.procs = at(1000, 500);
+        assert!(w.poll(4.0, 1500).is_empty());
+        w.procs = at(1010, 500);
+        let ds: Vec<Decision> = feed(&mut w, 5, (5000, 5400), |t| {
+            (1510 + 30 * (t - 5000)).min(8800)
+        })
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+        assert_eq!(decided(&ds), vec![], "the wobble");
+
+        // A CI job from 450 ms on (before the climb: the full poll its step asked for is the
+        // reference) or from 620 ms on (inside the climb: a full poll inside the window shows
+        // it holding since), steady; the trainer (priority 1000) loads from 600 ms at
+        // 40 GiB/s to a plateau with 1200 MiB free.
+        for start in [450, 620] {
+            let mut w = World::new(
+                enforce(),
+                [pod("a"), pod("s"), pod("x").priority(1000)],
+                vec![proc_in("a", 0, 1000), proc_in("x", 0, 1000)],
+            );
+            assert!(w.poll(0.0, 2000).is_empty());
+            let mut ds = Vec::new();
+            let mut held = None;
+            for t in (450u64..=900).step_by(5) {
+                let x = 1000 + (40 * t.saturating_sub(600)).min(4800);
+                let s = if t >= start { 2000 } else { 0 };
+                w.procs = vec![proc_in("a", 0, 1000), proc_in("x", 0, x)];
+                if s > 0 {
+                    w.procs.push(proc_in("s", 0, s));
+                }
+                ds.extend(w.fast(t as f64 / 1000.0, 1000 + s + x));
+                held = held.or(w.guard.status().gpus[0].early_held_back.clone());
+            }
+            assert_eq!(decided(&ds), vec![], "the job from {start} ms");
+            let held = held.map(|h| h.reason).unwrap_or_default();
+            assert!(
+                held.contains("which is not climbing, ranks ahead of the climbing ci/x"),
+                "from {start} ms: {held}"
+            );
+        }
+
+        // A host process climbs; another's memory NVML cannot tell.
+        let mut unreadable = host_proc(4242, 0, 0);
+        unreadable.used_bytes = None;
+        let mut w = World::new(
+            enforce(),
+            [pod("a")],
+            vec![
+                proc_in("a", 0, 1000),
+                host_proc(pid_of("x"), 0, 2000),
+                unreadable,
+            ],
+        )
+        .growing("x");
+        assert!(w.poll(0.0, 3000).is_empty());
+        let ds: Vec<Decision> = feed(&mut w, 5, (5, 400), |t| (3000 + 40 * t).min(8800))
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(decided(&ds), vec![], "an unreadable process");
+        // Kept in /state after the climb.
+        let held = w.guard.status().gpus[0].early_held_back.clone();
+        assert!(
+            held.is_some_and(|h| h.reason.contains("by processes outside any pod")),
+            "{:?}",
+            w.guard.status().gpus[0]
+        );
     }
 
     /// The A10G-sized H200 runs at 64 GiB/s (docs/validation.md §3d): a greedy job that

@@ -2,11 +2,11 @@
 //! grace, soft on the trend, the lead-in), and the minimum-reclaim plan under the global
 //! rate limit.
 
+use super::early::{self, EarlyCarry};
 use super::escalate;
 use super::outcomes::{pids_of, settle};
 use super::Guard;
 use crate::guard::decision::{Decision, Trigger};
-use crate::guard::growth::Carried;
 use crate::guard::levels::Pressure;
 use crate::guard::policy::Mode;
 use crate::guard::rank;
@@ -15,114 +15,6 @@ use crate::guard::trend;
 use crate::model::snapshot::{GpuHealth, ProcessSample};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
-
-/// The share of the early trigger's rise that something's own climb must carry
-/// ([`Guard::early_carry`]), and that the pods it may evict must carry ([`climbers_only`]): half, so a job's start-up beside a returning workspace of
-/// more than its size does not pass, and a job climbing beside one passes once it has climbed
-/// as much as the workspace (16 ms at 128 GiB/s beside 2 GiB).
-const EARLY_CARRIED: f64 = 0.5;
-
-/// A pod whose own part of a climb is less than this is not climbing: allocator noise,
-/// a workspace a few MiB larger than before (the early trigger's envelope ignores rises
-/// this small too).
-const CLIMB_NOISE: u64 = 64 << 20;
-
-/// What the full poll says of the early trigger's rise ([`Guard::early_carry`]).
-enum EarlyCarry {
-    /// Nothing to judge it by (no processes listed, memory NVML cannot tell, no earlier
-    /// poll, or not the early trigger): it stands as the GPU shows it.
-    Unjudged,
-    /// Less than [`EARLY_CARRIED`] of it is carried yet: wait for the next full poll.
-    NotYet,
-    /// The rise (bytes) and who carries it.
-    Carried(u64, Carried),
-}
-
-/// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
-/// why no early decision is taken otherwise: when the pods it may evict carry less than
-/// [`EARLY_CARRIED`] of the rise, or when the first-ranked pod is not one of them.
-///
-/// Why: the early trigger acts before there is any pressure, to stop a climb; evicting a
-/// pod that is not climbing stops nothing and takes a bystander. A climb carried by a
-/// process outside any pod, by a pod the guard may not evict, by memory no listed process
-/// shows, or by a pod within its declared request (growth inside a declaration never makes
-/// another pod a victim, issue 38) is nobody's to stop early; nor is a climb of a pod that
-/// a steady one outranks (by priority, or by being over its request): taking the steady pod
-/// early would go for nothing if the climb stops short of hard, and taking the climber
-/// would invert the order. The soft and hard triggers, which follow the kubelet's order,
-/// answer it if the GPU does fill.
-fn climbers_only(ranking: &mut rank::Ranking, carried: &Carried, rise: u64) -> Result<(), String> {
-    // Only a pod's climb above its declared request is its own to answer for.
-    let climb = |v: &rank::Victim| carried.by(&v.uid).min(v.above_request());
-    let climbing = |v: &rank::Victim| climb(v) >= CLIMB_NOISE;
-    let by_candidates = ranking
-        .candidates
-        .iter()
-        .filter(|v| climbing(v))
-        .map(climb)
-        .fold(0, u64::saturating_add);
-    if (by_candidates as f64) < EARLY_CARRIED * rise as f64 {
-        return Err(format!(
-            "a climb of {} over {} ms that no pod the guard may evict carries ({}): left to the soft and hard triggers",
-            rank::fmt_bytes(rise),
-            trend::EARLY_WINDOW.as_millis(),
-            carriers(ranking, carried)
-        ));
-    }
-    if let Some(first) = ranking.candidates.first().filter(|v| !climbing(v)) {
-        let climber = ranking
-            .candidates
-            .iter()
-            .find(|v| climbing(v))
-            .map_or_else(String::new, |v| format!("{}/{}", v.namespace, v.name));
-        return Err(format!(
-            "{}/{}, which is not climbing, ranks ahead of the climbing {climber} ({}): left to the soft and hard triggers",
-            first.namespace, first.name, first.reason
-        ));
-    }
-    ranking.keep_only(climbing, &rank::Exclusion::NotClimbing);
-    Ok(())
-}
-
-/// Who carries a climb, for the reason a GPU gives for not acting on it: the largest
-/// parts first.
-fn carriers(ranking: &rank::Ranking, carried: &Carried) -> String {
-    let mut parts: Vec<(u64, String)> = carried
-        .pods
-        .iter()
-        .map(|(uid, bytes)| {
-            let who = if let Some(v) = ranking.candidates.iter().find(|v| &v.uid == uid) {
-                if *bytes > v.above_request() {
-                    format!(
-                        "{}/{}, within its request of {} MiB",
-                        v.namespace,
-                        v.name,
-                        v.request_bytes >> 20
-                    )
-                } else {
-                    format!("{}/{}", v.namespace, v.name)
-                }
-            } else if let Some(e) = ranking.excluded.iter().find(|e| &e.uid == uid) {
-                format!("{}/{}, {}", e.namespace, e.name, e.exclusion)
-            } else {
-                format!("pod {uid}")
-            };
-            (*bytes, who)
-        })
-        .collect();
-    if carried.outside > 0 {
-        parts.push((carried.outside, "processes outside any pod".into()));
-    }
-    if carried.unlisted() > 0 {
-        parts.push((carried.unlisted(), "memory no listed process shows".into()));
-    }
-    parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    parts
-        .iter()
-        .map(|(bytes, who)| format!("{} by {who}", rank::fmt_bytes(*bytes)))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
 
 impl Guard {
     /// The last full poll's processes (none before the first).
@@ -234,42 +126,6 @@ impl Guard {
             .saturating_sub(self.reserved(except))
     }
 
-    /// What the full poll says of the rise the early trigger saw on GPU `index` over the
-    /// early window: who carries it (`PodGrowth::carried_since`: pods and processes outside
-    /// any pod above their high-water marks, or the GPU above its own peak), or that too
-    /// little of it is carried yet to act on: less than [`EARLY_CARRIED`].
-    ///
-    /// Why: two unrelated steps inside the early window — a job's CUDA start-up (0.8 GiB)
-    /// just as a neighbour's 2 GiB workspace comes back to its height — pass the envelope's
-    /// rule as a climb of 60–95 GiB/s; on the H100 at an A10G's headroom that took a job
-    /// that had only started in 3 of 135 runs (issue 38, docs/validation.md §9f). A real
-    /// climb carries more of the rise at each full poll, so the trigger only waits for the
-    /// next one (it asks for it on the next fast reading). Where NVML lists no processes or
-    /// cannot tell their memory, the trigger stands as the GPU shows it.
-    fn early_carry(&self, index: u32, now: Duration) -> EarlyCarry {
-        let mut on_gpu = self
-            .processes()
-            .iter()
-            .filter(|p| p.gpu == index)
-            .peekable();
-        if on_gpu.peek().is_none() || on_gpu.any(|p| p.used_bytes.is_none()) {
-            return EarlyCarry::Unjudged;
-        }
-        let Some(rise) = self
-            .gpus
-            .get(&index)
-            .and_then(|st| st.trend.sustained_rise(now))
-        else {
-            return EarlyCarry::Unjudged;
-        };
-        let since = now.saturating_sub(trend::EARLY_WINDOW);
-        match self.seen.growth.carried_since(index, since) {
-            None => EarlyCarry::Unjudged,
-            Some(c) if (c.total as f64) < EARLY_CARRIED * rise as f64 => EarlyCarry::NotYet,
-            Some(c) => EarlyCarry::Carried(rise, c),
-        }
-    }
-
     /// `fresh`: the processes were read with this memory reading (a full poll). On a fast
     /// reading a trigger only asks for a full poll ([`Guard::take_refresh_request`]).
     pub(super) fn decide_all(&mut self, now: Duration, fresh: bool) -> Vec<Decision> {
@@ -375,6 +231,17 @@ impl Guard {
         } else if early.is_some() {
             Trigger::EarlyTrend
         } else {
+            if !fresh
+                && cooling_from.is_none()
+                && early::wants_reference(
+                    memory.used,
+                    self.seen.growth.latest_used(index),
+                    self.seen.at,
+                    now,
+                )
+            {
+                self.refresh_wanted = true;
+            }
             return None;
         };
         let time_to_full = match trigger {
@@ -406,7 +273,8 @@ impl Guard {
         } else {
             EarlyCarry::Unjudged
         };
-        if matches!(carry, EarlyCarry::NotYet) {
+        if let EarlyCarry::NotYet(why) = carry {
+            self.hold_back(index, why, now);
             return None;
         }
 
@@ -526,10 +394,10 @@ impl Guard {
             None
         };
         if let (None, EarlyCarry::Carried(rise, carried)) = (&escalated, &carry) {
-            if let Err(why) = climbers_only(&mut ranking, carried, *rise) {
-                if let Some(st) = self.gpus.get_mut(&index) {
-                    st.inactive_reason = Some(why);
-                }
+            let growth = &self.seen.growth;
+            let rose = |uid: &str| early::rose_lately(growth, index, uid, now);
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, rose) {
+                self.hold_back(index, why, now);
                 return None;
             }
         }

@@ -1,0 +1,228 @@
+//! The early trigger's judgement on the full poll it asked for: who carries the climb the
+//! GPU's readings showed, and which pods an early decision may take for it (docs/guard.md,
+//! "Acting before soft"). The early trigger acts before there is any pressure, to stop a
+//! climb, so it takes only the pods that carry it.
+
+use super::Guard;
+use crate::guard::growth::{Carried, PodGrowth};
+use crate::guard::rank;
+use crate::guard::status::HeldBack;
+use crate::guard::trend;
+use std::time::Duration;
+
+/// The share of the early trigger's rise that something's own climb must carry
+/// ([`Guard::early_carry`]), and that the pods it may evict must carry ([`climbers_only`]):
+/// half, so a job's start-up beside a returning workspace of more than its size does not
+/// pass, and a job climbing beside one passes once it has climbed as much as the workspace
+/// (16 ms at 128 GiB/s beside 2 GiB).
+const EARLY_CARRIED: f64 = 0.5;
+
+/// A pod whose own part of a climb is less than this is not climbing: allocator noise,
+/// a workspace a few MiB larger than before (the early trigger's envelope ignores rises
+/// this small too).
+const CLIMB_NOISE: u64 = 64 << 20;
+
+/// Less than this since a full poll inside the climb is holding, not climbing: a few MiB
+/// of allocator churn.
+const STILL: u64 = CLIMB_NOISE / 4;
+
+/// At most one reference poll this often ([`wants_reference`]): so that during a climb
+/// the decision's full poll finds one before its window, and one inside it at least
+/// [`trend::EARLY_MIN_SPAN`] old that followed any step up to about 25 ms before it.
+const REFERENCE_EVERY: Duration = Duration::from_millis(10);
+
+/// What the full poll says of the early trigger's rise ([`Guard::early_carry`]).
+pub(super) enum EarlyCarry {
+    /// Not the early trigger, or no rise to judge: it stands as the GPU shows it.
+    Unjudged,
+    /// Too little of it is carried yet, or nothing to tell who carries it by: wait for the
+    /// next full poll (why).
+    NotYet(String),
+    /// The rise (bytes) and who carries it.
+    Carried(u64, Carried),
+}
+
+/// Whether a fast reading should ask for a full poll though no trigger fired: memory in
+/// use (`used`) is [`CLIMB_NOISE`] or more above the last full poll's (`polled`), and that
+/// poll is [`REFERENCE_EVERY`] old or more (`last_full_poll`).
+///
+/// Why: the early trigger's decision tells who climbs by each pod's rise since the last full
+/// poll before its 60-ms window, which without this is the last regular poll, up to a
+/// second older. A CI job that started in that second and holds steady since rose as much
+/// as the climber; ranked first, it was taken for a climb it had no part in (a review of the
+/// climbers-only rule: a trainer loading a model beside it). A climb fast enough for the
+/// early trigger is only seen as sustained once it fills most of the window, so a poll it
+/// asked for itself comes too late: the poll must follow the step. Polled so, a step before
+/// the climb is in that reference, and a poll inside the window shows who still climbs
+/// ([`rose_lately`]). The cost is a full poll per [`CLIMB_NOISE`] the GPU gains (a
+/// workspace coming back: a few a second), at most one per [`REFERENCE_EVERY`].
+pub(super) fn wants_reference(
+    used: u64,
+    polled: Option<u64>,
+    last_full_poll: Option<Duration>,
+    now: Duration,
+) -> bool {
+    polled.is_some_and(|p| used.saturating_sub(p) >= CLIMB_NOISE)
+        && last_full_poll.is_none_or(|at| now.saturating_sub(at) >= REFERENCE_EVERY)
+}
+
+/// What pod `uid` rose by on GPU `gpu` since the latest full poll inside the early window
+/// that is at least [`trend::EARLY_MIN_SPAN`] old (a span a climb in chunks shows in);
+/// `None` without one.
+pub(super) fn rose_lately(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<u64> {
+    growth.rose_since_poll_in(
+        gpu,
+        uid,
+        now.saturating_sub(trend::EARLY_WINDOW),
+        now.saturating_sub(trend::EARLY_MIN_SPAN),
+    )
+}
+
+/// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
+/// why no early decision is taken otherwise: when the pods it may evict carry less than
+/// [`EARLY_CARRIED`] of the rise, or when the first-ranked pod is not one of them. A pod
+/// carries what it climbed above its marks (`carried`), counted only above its declared
+/// request, if that is [`CLIMB_NOISE`] or more, and — where a full poll inside the climb
+/// tells (`rose`) — it is still rising since.
+///
+/// Why: evicting a pod that is not climbing stops nothing and takes a bystander. A climb
+/// carried by a process outside any pod, by a pod the guard may not evict, by memory no
+/// listed process shows, or by a pod within its declared request (growth inside a
+/// declaration never makes another pod a victim, issue 38) is nobody's to stop early; nor
+/// is a climb of a pod that a steady one outranks (by priority, by being over its request,
+/// or by holding more): taking the steady pod early would go for nothing if the climb stops
+/// short of hard, and taking the climber would invert the order. The soft and hard
+/// triggers, which follow the kubelet's order, answer it if the GPU does fill.
+pub(super) fn climbers_only(
+    ranking: &mut rank::Ranking,
+    carried: &Carried,
+    rise: u64,
+    rose: impl Fn(&str) -> Option<u64>,
+) -> Result<(), String> {
+    // Only a pod's climb above its declared request is its own to answer for.
+    let climb = |v: &rank::Victim| carried.by(&v.uid).min(v.above_request());
+    let climbing =
+        |v: &rank::Victim| climb(v) >= CLIMB_NOISE && rose(&v.uid).is_none_or(|r| r >= STILL);
+    let by_candidates = ranking
+        .candidates
+        .iter()
+        .filter(|v| climbing(v))
+        .map(climb)
+        .fold(0, u64::saturating_add);
+    if (by_candidates as f64) < EARLY_CARRIED * rise as f64 {
+        return Err(format!(
+            "the pods the guard may evict carry {} of a climb of {} over {} ms, less than half ({}): left to the soft and hard triggers",
+            rank::fmt_bytes(by_candidates),
+            rank::fmt_bytes(rise),
+            trend::EARLY_WINDOW.as_millis(),
+            carriers(ranking, carried)
+        ));
+    }
+    if let Some(first) = ranking.candidates.first().filter(|v| !climbing(v)) {
+        let climber = ranking
+            .candidates
+            .iter()
+            .find(|v| climbing(v))
+            .map_or_else(String::new, |v| format!("{}/{}", v.namespace, v.name));
+        return Err(format!(
+            "{}/{}, which is not climbing, ranks ahead of the climbing {climber} ({}): left to the soft and hard triggers",
+            first.namespace, first.name, first.reason
+        ));
+    }
+    ranking.keep_only(climbing, &rank::Exclusion::NotClimbing);
+    Ok(())
+}
+
+/// Who carries a climb, for the reason a GPU gives for not acting on it: the largest
+/// parts first.
+fn carriers(ranking: &rank::Ranking, carried: &Carried) -> String {
+    let mut parts: Vec<(u64, String)> = carried
+        .pods
+        .iter()
+        .map(|(uid, bytes)| {
+            let who = if let Some(v) = ranking.candidates.iter().find(|v| &v.uid == uid) {
+                if v.request_bytes > 0 && *bytes > v.above_request() {
+                    format!(
+                        "{}/{}, within its request of {} MiB",
+                        v.namespace,
+                        v.name,
+                        v.request_bytes >> 20
+                    )
+                } else {
+                    format!("{}/{}", v.namespace, v.name)
+                }
+            } else if let Some(e) = ranking.excluded.iter().find(|e| &e.uid == uid) {
+                format!("{}/{}, {}", e.namespace, e.name, e.exclusion)
+            } else {
+                format!("pod {uid}")
+            };
+            (*bytes, who)
+        })
+        .collect();
+    if carried.outside > 0 {
+        parts.push((carried.outside, "processes outside any pod".into()));
+    }
+    if carried.unlisted() > 0 {
+        parts.push((carried.unlisted(), "memory no listed process shows".into()));
+    }
+    parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    parts
+        .iter()
+        .map(|(bytes, who)| format!("{} by {who}", rank::fmt_bytes(*bytes)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Guard {
+    /// What the full poll says of the rise the early trigger saw on GPU `index` over the
+    /// early window: who carries it (`PodGrowth::carried_since`: pods and processes outside
+    /// any pod above their high-water marks, or the GPU above its own peak), or that too
+    /// little of it is carried yet to act on: less than [`EARLY_CARRIED`].
+    ///
+    /// Why: two unrelated steps inside the early window — a job's CUDA start-up (0.8 GiB)
+    /// just as a neighbour's 2 GiB workspace comes back to its height — pass the envelope's
+    /// rule as a climb of 60–95 GiB/s; on the H100 at an A10G's headroom that took a job
+    /// that had only started in 3 of 135 runs (issue 38, docs/validation.md §9f). A real
+    /// climb carries more of the rise at each full poll, so the trigger only waits for the
+    /// next one (it asks for it on the next fast reading). Memory NVML cannot tell for a
+    /// process is memory no listed process shows: nobody's.
+    pub(super) fn early_carry(&self, index: u32, now: Duration) -> EarlyCarry {
+        let Some(rise) = self
+            .gpus
+            .get(&index)
+            .and_then(|st| st.trend.sustained_rise(now))
+        else {
+            return EarlyCarry::Unjudged;
+        };
+        let since = now.saturating_sub(trend::EARLY_WINDOW);
+        match self.seen.growth.carried_since(index, since) {
+            None => EarlyCarry::NotYet(format!(
+                "a climb of {} over {} ms: waiting for a second full poll to tell who carries it",
+                rank::fmt_bytes(rise),
+                trend::EARLY_WINDOW.as_millis()
+            )),
+            Some(c) if (c.total as f64) < EARLY_CARRIED * rise as f64 => {
+                EarlyCarry::NotYet(format!(
+                    "a climb of {} over {} ms, of which what climbed above its marks carries {}: waiting for the next full poll",
+                    rank::fmt_bytes(rise),
+                    trend::EARLY_WINDOW.as_millis(),
+                    rank::fmt_bytes(c.total)
+                ))
+            }
+            Some(c) => EarlyCarry::Carried(rise, c),
+        }
+    }
+
+    /// Notes why an early trigger on GPU `index` was not acted on: in `inactive_reason` for
+    /// this step, and kept in `/state` until the next one (a climb that stopped leaves no
+    /// trigger to show it otherwise).
+    pub(super) fn hold_back(&mut self, index: u32, why: String, now: Duration) {
+        if let Some(st) = self.gpus.get_mut(&index) {
+            st.early_held_back = Some(HeldBack {
+                at: now,
+                reason: why.clone(),
+            });
+            st.inactive_reason = Some(why);
+        }
+    }
+}
