@@ -339,29 +339,19 @@ impl PodGrowth {
         self.samples.back()?.used.get(&gpu).copied()
     }
 
-    /// What pod `uid` rose by on GPU `gpu` since the latest full poll taken from `from` to
-    /// `to` (0 if it held or shrank); `None` without such a poll before the latest. It tells
-    /// a pod climbing now from one that stepped up and holds since: both rose since the
-    /// last poll before the climb.
-    pub fn rose_since_poll_in(
-        &self,
-        gpu: u32,
-        uid: &str,
-        from: Duration,
-        to: Duration,
-    ) -> Option<u64> {
+    /// Pod `uid`'s use on GPU `gpu` at the latest full poll, and at the latest of the last
+    /// [`RECENT_SPAN`]'s polls (none thinned) taken at or before `at`, before the latest, with
+    /// when that was; `None` without such a poll. Polls a few ms apart tell a pod climbing now
+    /// from one that stepped up and holds since: both rose since the poll before a climb.
+    pub fn recent_use(&self, gpu: u32, uid: &str, at: Duration) -> Option<(u64, Duration, u64)> {
         let latest = self.recent.back()?;
         let key = (gpu, uid.to_string());
+        let use_at = |s: &Sample| s.use_bytes.get(&key).copied().unwrap_or(0);
         let then = self
             .recent
             .iter()
-            .rfind(|s| s.gpus.contains(&gpu) && s.at < latest.at && s.at >= from && s.at <= to)?
-            .use_bytes
-            .get(&key)
-            .copied()
-            .unwrap_or(0);
-        let now = latest.use_bytes.get(&key).copied().unwrap_or(0);
-        Some(now.saturating_sub(then))
+            .rfind(|s| s.gpus.contains(&gpu) && s.at < latest.at && s.at <= at)?;
+        Some((use_at(latest), then.at, use_at(then)))
     }
 
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
@@ -686,8 +676,7 @@ mod tests {
             (2000 * MIB, 10 * MIB, 1990 * MIB)
         );
 
-        // Rose since a poll inside a climb: the climber did, a pod that stepped up before
-        // it did not.
+        // Use at recent polls: the climber's and a pod's that stepped up before it.
         let mut h = PodGrowth::new(s(5.0));
         let with_s = |a| {
             [
@@ -699,14 +688,17 @@ mod tests {
         h.record(s(0.0), used(2000), &at(1000, 1000));
         h.record(s(0.62), used(5000), &with_s(1000));
         h.record(s(0.64), used(5800), &with_s(1800));
-        let (from, to) = (s(0.58), s(0.625));
-        assert_eq!(h.rose_since_poll_in(0, "a", from, to), Some(800 * MIB));
-        assert_eq!(h.rose_since_poll_in(0, "s", from, to), Some(0));
+        let then = s(0.625);
         assert_eq!(
-            h.rose_since_poll_in(0, "s", s(0.63), s(0.635)),
-            None,
-            "no poll then"
+            h.recent_use(0, "a", then),
+            Some((1800 * MIB, s(0.62), 1000 * MIB))
         );
+        assert_eq!(
+            h.recent_use(0, "s", then),
+            Some((2000 * MIB, s(0.62), 2000 * MIB))
+        );
+        // The poll at 0 s is more than the recent span before the latest.
+        assert_eq!(h.recent_use(0, "s", s(0.6)), None, "no recent poll then");
 
         // 2 GiB that no listed process shows, and a steady pod 1 MiB up.
         let mut h = PodGrowth::new(s(5.0));

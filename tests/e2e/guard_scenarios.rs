@@ -746,26 +746,26 @@ fn q_a_job_starting_up_as_a_workspace_returns_is_not_a_climb() {
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod
-/// that steady ones outrank (a trainer loading a larger model), stopping short of soft
-/// beside steady CI jobs, evicts nobody: before this rule the early trigger took the
-/// first-ranked steady CI job, for a climb that evicting it could not stop. The same climb
+/// that steady ones outrank (a trainer loading a larger model, also with a CI job starting
+/// just before or inside its climb), stopping short of soft beside steady CI jobs, evicts
+/// nobody: before this rule the early trigger took the first-ranked steady (or starting)
+/// CI job, for a climb that evicting it could not stop. The same climb
 /// by a CI job of the lowest priority is still caught by the early trigger, alone.
 #[test]
 fn r_a_climb_no_pod_it_may_take_carries_evicts_nobody_early() {
     let gpu = "gpus:\n  - {model: NVIDIA A10G, memory_mib: 24000, gpu_temp_c: 50, power_w: 100}\n";
     // 11 000 MiB of neighbours; the climb's 10 400 leaves 2 600 free, above soft (2 400).
     let base = "  - {pid: 100, gpu: 0, name: train, memory: {constant: 6000}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000}}\n  - {pid: 200, gpu: 0, name: pytest, memory: {constant: 2000}, pod: {namespace: ci, name: ci-small, container: build, priority: 0}}\n  - {pid: 201, gpu: 0, name: pytest, memory: {constant: 3000}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n";
-    let memory = "memory: {linear: {from: 0, per_second: 32000, max: 10400}}";
-    let climber = |pod: &str| {
+    let climber = |pod: &str, max: u32| {
         let pod = if pod.is_empty() {
             String::new()
         } else {
             format!(", pod: {{namespace: ci, name: ci-climb, container: build, {pod}}}")
         };
-        format!("  - {{pid: 400, gpu: 0, name: python, start: 3s, {memory}{pod}}}\n")
+        format!("  - {{pid: 400, gpu: 0, name: python, start: 3500ms, memory: {{linear: {{from: 0, per_second: 32000, max: {max}}}}}{pod}}}\n")
     };
-    let run = |pod: &str| {
-        let yaml = format!("{gpu}processes:\n{base}{}", climber(pod));
+    let run = |pod: &str, extra: &str, max: u32| {
+        let yaml = format!("{gpu}processes:\n{base}{extra}{}", climber(pod, max));
         let mut w = World::new(&yaml, STOP).stepping(Duration::from_millis(5));
         w.run_for(Duration::from_secs(6));
         let early = w.last_metrics.lines().any(|l| {
@@ -776,26 +776,48 @@ fn r_a_climb_no_pod_it_may_take_carries_evicts_nobody_early() {
         (w.evicted_names(), w.rig.sim.ooms().len(), early)
     };
     let mut wrong = Vec::new();
-    for (what, pod) in [
-        ("a process outside any pod", ""),
+    // A CI job holding 2 GiB from 150 ms before the trainer's climb (half a second after the
+    // last regular poll), or from 180 ms into it, about 25 ms before the early trigger fires.
+    let starting = |at: &str| {
+        format!("  - {{pid: 401, gpu: 0, name: pytest, start: {at}, memory: {{constant: 2000}}, pod: {{namespace: ci, name: ci-new, container: build, priority: 0}}}}\n")
+    };
+    let (before, during) = (starting("3350ms"), starting("3680ms"));
+    for (what, pod, extra, max) in [
+        ("a process outside any pod", "", "", 10400),
         (
             "annotated evict: never",
             "priority: 0, annotations: {gpu-warden.io/evict: \"never\"}",
+            "",
+            10400,
         ),
         (
             "inside its declared request",
             "priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"12000\"}",
+            "",
+            10400,
         ),
-        ("outranked by steady pods", "priority: 1000"),
+        ("outranked by steady pods", "priority: 1000", "", 10400),
+        (
+            "outranked, a job started just before",
+            "priority: 1000",
+            before.as_str(),
+            8400,
+        ),
+        (
+            "outranked, a job started inside the climb",
+            "priority: 1000",
+            during.as_str(),
+            8400,
+        ),
     ] {
-        let (evicted, ooms, early) = run(pod);
+        let (evicted, ooms, early) = run(pod, extra, max);
         if !evicted.is_empty() || ooms > 0 || early {
             wrong.push((what, evicted, ooms, early));
         }
     }
     assert_eq!(wrong, Vec::new());
 
-    let (evicted, ooms, early) = run("priority: 0");
+    let (evicted, ooms, early) = run("priority: 0", "", 10400);
     assert_eq!(
         (evicted, ooms, early),
         (vec!["ci-climb".to_string()], 0, true)

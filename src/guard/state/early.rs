@@ -22,8 +22,8 @@ const EARLY_CARRIED: f64 = 0.5;
 /// this small too).
 const CLIMB_NOISE: u64 = 64 << 20;
 
-/// Less than this since a full poll inside the climb is holding, not climbing: a few MiB
-/// of allocator churn.
+/// Less than this over a span of [`rising`] is holding, not climbing: a few MiB of
+/// allocator churn.
 const STILL: u64 = CLIMB_NOISE / 4;
 
 /// At most one reference poll this often ([`wants_reference`]): so that during a climb
@@ -54,7 +54,7 @@ pub(super) enum EarlyCarry {
 /// early trigger is only seen as sustained once it fills most of the window, so a poll it
 /// asked for itself comes too late: the poll must follow the step. Polled so, a step before
 /// the climb is in that reference, and a poll inside the window shows who still climbs
-/// ([`rose_lately`]). The cost is a full poll per [`CLIMB_NOISE`] the GPU gains (a
+/// ([`rising`]). The cost is a full poll per [`CLIMB_NOISE`] the GPU gains (a
 /// workspace coming back: a few a second), at most one per [`REFERENCE_EVERY`].
 pub(super) fn wants_reference(
     used: u64,
@@ -66,15 +66,24 @@ pub(super) fn wants_reference(
         && last_full_poll.is_none_or(|at| now.saturating_sub(at) >= REFERENCE_EVERY)
 }
 
-/// What pod `uid` rose by on GPU `gpu` since the latest full poll inside the early window
-/// that is at least [`trend::EARLY_MIN_SPAN`] old (a span a climb in chunks shows in);
-/// `None` without one.
-pub(super) fn rose_lately(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<u64> {
-    growth.rose_since_poll_in(
-        gpu,
-        uid,
-        now.saturating_sub(trend::EARLY_WINDOW),
-        now.saturating_sub(trend::EARLY_MIN_SPAN),
+/// Whether pod `uid` is still rising on GPU `gpu` by the full polls of the last ~100 ms:
+/// by [`STILL`] or more since the latest poll at least [`trend::EARLY_MIN_SPAN`] old, and
+/// over the same span before that poll; `None` without such a poll (nothing tells).
+///
+/// Two spans, because a step up (a job's CUDA context and first buffers, 2 GiB at once)
+/// inside a climb makes the early trigger fire within a few ms: since the poll before it, the
+/// step rose as a climber does. A climb the early trigger sees as sustained has lasted most
+/// of its 60-ms window and rose in both. Spans of 15 ms, so a climb in chunks (1–2 GiB every
+/// 8 ms at 128–250 GiB/s) shows in each.
+pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<bool> {
+    let span = trend::EARLY_MIN_SPAN;
+    let (now_use, at, then) = growth.recent_use(gpu, uid, now.saturating_sub(span))?;
+    let before = growth
+        .recent_use(gpu, uid, at.saturating_sub(span))
+        .map(|(_, _, b)| b);
+    Some(
+        now_use.saturating_sub(then) >= STILL
+            && before.is_none_or(|b| then.saturating_sub(b) >= STILL),
     )
 }
 
@@ -82,8 +91,8 @@ pub(super) fn rose_lately(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration
 /// why no early decision is taken otherwise: when the pods it may evict carry less than
 /// [`EARLY_CARRIED`] of the rise, or when the first-ranked pod is not one of them. A pod
 /// carries what it climbed above its marks (`carried`), counted only above its declared
-/// request, if that is [`CLIMB_NOISE`] or more, and — where a full poll inside the climb
-/// tells (`rose`) — it is still rising since.
+/// request, if that is [`CLIMB_NOISE`] or more, and — where the recent full polls tell
+/// ([`rising`]) — it is still rising.
 ///
 /// Why: evicting a pod that is not climbing stops nothing and takes a bystander. A climb
 /// carried by a process outside any pod, by a pod the guard may not evict, by memory no
@@ -97,12 +106,11 @@ pub(super) fn climbers_only(
     ranking: &mut rank::Ranking,
     carried: &Carried,
     rise: u64,
-    rose: impl Fn(&str) -> Option<u64>,
+    rising: impl Fn(&str) -> Option<bool>,
 ) -> Result<(), String> {
     // Only a pod's climb above its declared request is its own to answer for.
     let climb = |v: &rank::Victim| carried.by(&v.uid).min(v.above_request());
-    let climbing =
-        |v: &rank::Victim| climb(v) >= CLIMB_NOISE && rose(&v.uid).is_none_or(|r| r >= STILL);
+    let climbing = |v: &rank::Victim| climb(v) >= CLIMB_NOISE && rising(&v.uid).unwrap_or(true);
     let by_candidates = ranking
         .candidates
         .iter()

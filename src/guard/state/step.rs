@@ -395,8 +395,8 @@ impl Guard {
         };
         if let (None, EarlyCarry::Carried(rise, carried)) = (&escalated, &carry) {
             let growth = &self.seen.growth;
-            let rose = |uid: &str| early::rose_lately(growth, index, uid, now);
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, rose) {
+            let rising = |uid: &str| early::rising(growth, index, uid, now);
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, rising) {
                 self.hold_back(index, why, now);
                 return None;
             }
