@@ -90,6 +90,11 @@ impl Trend {
         self.points.clear();
     }
 
+    /// When the latest reading held was taken.
+    pub fn last_at(&self) -> Option<Duration> {
+        self.points.back().map(|(t, _)| *t)
+    }
+
     /// Number of readings in the window.
     pub fn len(&self) -> usize {
         self.points.len()

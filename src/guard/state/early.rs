@@ -27,9 +27,18 @@ const CLIMB_NOISE: u64 = 64 << 20;
 const STILL: u64 = CLIMB_NOISE / 4;
 
 /// At most one reference poll this often ([`wants_reference`]): so that during a climb
-/// the decision's full poll finds one before its window, and one inside it at least
-/// [`trend::EARLY_MIN_SPAN`] old that followed any step up to about 25 ms before it.
+/// the decision's full poll finds one before its window, and recent ones for [`rising`].
 const REFERENCE_EVERY: Duration = Duration::from_millis(10);
+
+/// Reference polls only while the rise the last reading showed would reach hard within
+/// this: where an early decision may come. A model loading at 2–20 GiB/s far from hard
+/// asks for none (a review counted 70–97 % of such readings turned into full polls).
+const REFERENCE_LEAD: Duration = Duration::from_secs(2);
+
+/// The span of each of [`rising`]'s two steps: a third of the early window, the span over
+/// which the early trigger's envelope must rise too, so that a climb it sees as sustained
+/// rises in each (a climb in chunks up to 20 ms apart: 2 GiB at 100 GiB/s).
+const SPAN: Duration = Duration::from_millis(20);
 
 /// What the full poll says of the early trigger's rise ([`Guard::early_carry`]).
 pub(super) enum EarlyCarry {
@@ -43,8 +52,10 @@ pub(super) enum EarlyCarry {
 }
 
 /// Whether a fast reading should ask for a full poll though no trigger fired: memory in
-/// use (`used`) is [`CLIMB_NOISE`] or more above the last full poll's (`polled`), and that
-/// poll is [`REFERENCE_EVERY`] old or more (`last_full_poll`).
+/// use (`used`) is [`CLIMB_NOISE`] or more above the last full poll's (`polled`); at the
+/// rise rate the last reading showed (`rate`, bytes per second) the GPU would reach hard
+/// (`to_hard` bytes away) within [`REFERENCE_LEAD`]; and the last full poll is
+/// [`REFERENCE_EVERY`] old or more (`last_full_poll`).
 ///
 /// Why: the early trigger's decision tells who climbs by each pod's rise since the last full
 /// poll before its 60-ms window, which without this is the last regular poll, up to a
@@ -53,30 +64,34 @@ pub(super) enum EarlyCarry {
 /// climbers-only rule: a trainer loading a model beside it). A climb fast enough for the
 /// early trigger is only seen as sustained once it fills most of the window, so a poll it
 /// asked for itself comes too late: the poll must follow the step. Polled so, a step before
-/// the climb is in that reference, and a poll inside the window shows who still climbs
-/// ([`rising`]). The cost is a full poll per [`CLIMB_NOISE`] the GPU gains (a
-/// workspace coming back: a few a second), at most one per [`REFERENCE_EVERY`].
+/// the climb is in that reference, and recent polls show who still rises ([`rising`]). The
+/// cost, near hard only, is a full poll per [`CLIMB_NOISE`] the GPU gains, at most one per
+/// [`REFERENCE_EVERY`]: up to 100 a second during a fast climb, a few a second beside a
+/// workspace that comes and goes.
 pub(super) fn wants_reference(
     used: u64,
     polled: Option<u64>,
+    to_hard: u64,
+    rate: f64,
     last_full_poll: Option<Duration>,
     now: Duration,
 ) -> bool {
     polled.is_some_and(|p| used.saturating_sub(p) >= CLIMB_NOISE)
+        && rate > 0.0
+        && to_hard as f64 / rate <= REFERENCE_LEAD.as_secs_f64()
         && last_full_poll.is_none_or(|at| now.saturating_sub(at) >= REFERENCE_EVERY)
 }
 
 /// Whether pod `uid` is still rising on GPU `gpu` by the full polls of the last ~100 ms:
-/// by [`STILL`] or more since the latest poll at least [`trend::EARLY_MIN_SPAN`] old, and
-/// over the same span before that poll; `None` without such a poll (nothing tells).
+/// by [`STILL`] or more since the latest poll at least [`SPAN`] old, and over the same
+/// span before that poll; `None` without such a poll (nothing tells).
 ///
 /// Two spans, because a step up (a job's CUDA context and first buffers, 2 GiB at once)
 /// inside a climb makes the early trigger fire within a few ms: since the poll before it, the
 /// step rose as a climber does. A climb the early trigger sees as sustained has lasted most
-/// of its 60-ms window and rose in both. Spans of 15 ms, so a climb in chunks (1–2 GiB every
-/// 8 ms at 128–250 GiB/s) shows in each.
+/// of its 60-ms window and rose in both.
 pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<bool> {
-    let span = trend::EARLY_MIN_SPAN;
+    let span = SPAN;
     let (now_use, at, then) = growth.recent_use(gpu, uid, now.saturating_sub(span))?;
     let before = growth
         .recent_use(gpu, uid, at.saturating_sub(span))
@@ -123,7 +138,7 @@ pub(super) fn climbers_only(
             rank::fmt_bytes(by_candidates),
             rank::fmt_bytes(rise),
             trend::EARLY_WINDOW.as_millis(),
-            carriers(ranking, carried)
+            carriers(ranking, carried, &rising)
         ));
     }
     if let Some(first) = ranking.candidates.first().filter(|v| !climbing(v)) {
@@ -143,13 +158,24 @@ pub(super) fn climbers_only(
 
 /// Who carries a climb, for the reason a GPU gives for not acting on it: the largest
 /// parts first.
-fn carriers(ranking: &rank::Ranking, carried: &Carried) -> String {
+fn carriers(
+    ranking: &rank::Ranking,
+    carried: &Carried,
+    rising: &impl Fn(&str) -> Option<bool>,
+) -> String {
     let mut parts: Vec<(u64, String)> = carried
         .pods
         .iter()
         .map(|(uid, bytes)| {
             let who = if let Some(v) = ranking.candidates.iter().find(|v| &v.uid == uid) {
-                if v.request_bytes > 0 && *bytes > v.above_request() {
+                if rising(uid) == Some(false) {
+                    format!(
+                        "{}/{}, which stepped up and holds: it did not rise over each of the last two {} ms spans",
+                        v.namespace,
+                        v.name,
+                        SPAN.as_millis()
+                    )
+                } else if v.request_bytes > 0 && *bytes > v.above_request() {
                     format!(
                         "{}/{}, within its request of {} MiB",
                         v.namespace,
@@ -170,8 +196,8 @@ fn carriers(ranking: &rank::Ranking, carried: &Carried) -> String {
     if carried.outside > 0 {
         parts.push((carried.outside, "processes outside any pod".into()));
     }
-    if carried.unlisted() > 0 {
-        parts.push((carried.unlisted(), "memory no listed process shows".into()));
+    if carried.unlisted > 0 {
+        parts.push((carried.unlisted, "memory no listed process shows".into()));
     }
     parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     parts

@@ -11,6 +11,8 @@
 //!   planned) victims has left the GPU's process list, or `cooldownTimeout` has passed;
 //! - `rate_limited`: the last decision was allowed no eviction; waits for budget.
 
+#[cfg(test)]
+mod cadence_tests;
 mod carry;
 mod confirm;
 mod early;
@@ -25,7 +27,7 @@ pub use outcomes::{ABORT_PAUSE, MAX_PROOF_GAP};
 use super::decision::{Decision, EvictionOutcome};
 use super::growth::PodGrowth;
 use super::levels::{Levels, NoLevels, Pressure};
-use super::policy::{Mode, Policy, MIN_FAST_INTERVAL};
+use super::policy::{Mode, Policy};
 use super::read_cadence;
 use super::status::{GpuGuardStatus, GpuPhase, GuardStatus, HeldBack, RefusedPod};
 use super::trend::Trend;
@@ -92,10 +94,10 @@ impl GpuState {
         // nothing of the rate: over a millisecond or none it reads as a halt, the watch
         // would slow down in the middle of a climb, and two readings at one instant break
         // the trend's lead-in rule. The rate, the instant it is measured from and the trend
-        // stand until a reading the watch's shortest interval apart.
+        // stand until a reading `fastIntervalMin` apart.
         let close = matches!(
             (used_before, memory, self.last_at),
-            (Some(_), Some(_), Some(at)) if now.saturating_sub(at) < MIN_FAST_INTERVAL
+            (Some(_), Some(_), Some(at)) if now.saturating_sub(at) < policy.fast_interval_min
         );
         match (used_before, memory, self.last_at) {
             _ if close => {}

@@ -212,9 +212,14 @@ impl Guard {
         });
         // Growth too fast for the rules above: it would cross hard before a decision taken
         // at the soft crossing (or after the soft fit's wait) could free memory.
+        // The trend's own latest reading, not `now`: a full poll right after the fast
+        // reading that asked for it adds no point (`GpuState::update_memory`), and judged at
+        // its own instant the 60-ms window slid past the reading at its start: the trigger
+        // that asked for the poll vanished at it (a review, on the H100's figures).
+        let at = st.trend.last_at().filter(|t| *t <= now).unwrap_or(now);
         let early = st
             .trend
-            .sustained_time_to(memory.free.saturating_sub(levels.hard), now)
+            .sustained_time_to(memory.free.saturating_sub(levels.hard), at)
             .filter(|t| *t <= self.policy.act_budget);
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
@@ -236,6 +241,8 @@ impl Guard {
                 && early::wants_reference(
                     memory.used,
                     self.seen.growth.latest_used(index),
+                    memory.free.saturating_sub(levels.hard),
+                    st.last_rise,
                     self.seen.at,
                     now,
                 )
@@ -245,13 +252,13 @@ impl Guard {
             return None;
         };
         let time_to_full = match trigger {
-            Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, now),
+            Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, at),
             _ => time_to_full,
         };
         // While cooling down, only the readings since: the climb before it was the victims'.
         let sustained = match &cooling_from {
-            Some((.., since)) => st.trend.sustained_growth_lasting_since(now, *since),
-            None => st.trend.sustained_growth_lasting(now),
+            Some((.., since)) => st.trend.sustained_growth_lasting_since(at, *since),
+            None => st.trend.sustained_growth_lasting(at),
         };
         if !fresh {
             // While cooling down the full poll asked for is bounded: a fast tick under
@@ -269,7 +276,7 @@ impl Guard {
             return None;
         }
         let carry = if trigger == Trigger::EarlyTrend {
-            self.early_carry(index, now)
+            self.early_carry(index, at)
         } else {
             EarlyCarry::Unjudged
         };
