@@ -30,6 +30,16 @@ struct Sample {
     use_bytes: HashMap<(u32, String), u64>,
 }
 
+impl Sample {
+    /// Each holder's use on GPU `gpu` at this poll: pod UIDs, and [`OUTSIDE_PODS`].
+    fn uses_on(&self, gpu: u32) -> impl Iterator<Item = (&str, u64)> {
+        self.use_bytes
+            .iter()
+            .filter(move |((g, _), _)| *g == gpu)
+            .map(|((_, uid), b)| (uid.as_str(), *b))
+    }
+}
+
 /// What a pod grew by on a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Growth {
@@ -77,12 +87,12 @@ pub struct PodGrowth {
     window: Duration,
     samples: VecDeque<Sample>,
     /// The full polls of the last [`RECENT_SPAN`], none thinned: who still climbs inside a
-    /// climb ([`PodGrowth::rose_since_poll_in`]) is told by polls a few ms apart, which
+    /// climb ([`PodGrowth::recent_use`]) is told by polls a few ms apart, which
     /// `samples` thins so that a burst cannot push the window's start out.
     recent: VecDeque<Sample>,
 }
 
-/// How far back [`PodGrowth::rose_since_poll_in`] can look: more than the early trigger's
+/// How far back [`PodGrowth::recent_use`] can look: more than the early trigger's
 /// window.
 const RECENT_SPAN: Duration = Duration::from_millis(100);
 
@@ -279,22 +289,15 @@ impl PodGrowth {
             (Some(now), Some(peak)) => now.saturating_sub(peak),
             _ => 0,
         };
-        let on_gpu = |s: &'_ Sample| -> Vec<(String, u64)> {
-            s.use_bytes
-                .iter()
-                .filter(|((g, _), _)| *g == gpu)
-                .map(|((_, uid), b)| (uid.clone(), *b))
-                .collect()
-        };
         let mut carried = Carried::default();
         let mut by_marks = 0u64;
-        for (uid, now) in on_gpu(latest) {
+        for (uid, now) in latest.uses_on(gpu) {
             let then = before
                 .use_bytes
-                .get(&(gpu, uid.clone()))
+                .get(&(gpu, uid.to_string()))
                 .copied()
                 .unwrap_or(0);
-            let mark = self.mark(gpu, &uid).map_or(0, |(_, m)| m);
+            let mark = self.mark(gpu, uid).map_or(0, |(_, m)| m);
             let above = now.saturating_sub(then.max(mark));
             by_marks = by_marks.saturating_add(above);
             if above == 0 {
@@ -303,16 +306,12 @@ impl PodGrowth {
             if uid == OUTSIDE_PODS {
                 carried.outside = above;
             } else {
-                carried.pods.insert(uid, above);
+                carried.pods.insert(uid.to_string(), above);
             }
         }
         carried.total = by_marks.max(above_peak);
         // What the GPU rose by since `before` beyond the listed processes' own change.
-        let listed = |s: &Sample| {
-            on_gpu(s)
-                .iter()
-                .fold(0u64, |a, (_, b)| a.saturating_add(*b))
-        };
+        let listed = |s: &Sample| s.uses_on(gpu).fold(0u64, |a, (_, b)| a.saturating_add(b));
         carried.unlisted = match (latest.used.get(&gpu), before.used.get(&gpu)) {
             (Some(now), Some(then)) => now
                 .saturating_sub(listed(latest))
@@ -608,26 +607,15 @@ mod tests {
 
         // A job regrowing below its own mark, into memory a neighbour took meanwhile.
         let mut h = PodGrowth::new(s(5.0));
-        h.record(
-            s(0.0),
-            used(7000),
-            &[proc_in("a", 0, 6000), proc_in("b", 0, 1000)],
-        );
-        h.record(
-            s(1.0),
-            used(7000),
-            &[proc_in("a", 0, 1000), proc_in("b", 0, 6000)],
-        );
-        h.record(
-            s(2.0),
-            used(7000),
-            &[proc_in("a", 0, 1000), proc_in("b", 0, 6000)],
-        );
-        h.record(
-            s(2.1),
-            used(9000),
-            &[proc_in("a", 0, 3000), proc_in("b", 0, 6000)],
-        );
+        for (t, a, b) in [
+            (0.0, 6000, 1000),
+            (1.0, 1000, 6000),
+            (2.0, 1000, 6000),
+            (2.1, 3000, 6000),
+        ] {
+            let procs = [proc_in("a", 0, a), proc_in("b", 0, b)];
+            h.record(s(t), used(a + b), &procs);
+        }
         let c = h.carried_since(0, s(2.04)).unwrap_or_default();
         // The GPU above its peak is a rise, but nobody's: the job is back below a level it
         // held, as a workspace would be, and the neighbour holds steady.

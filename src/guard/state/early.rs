@@ -8,6 +8,7 @@ use crate::guard::growth::{Carried, PodGrowth};
 use crate::guard::rank;
 use crate::guard::status::HeldBack;
 use crate::guard::trend;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// The share of the early trigger's rise that something's own climb must carry
@@ -91,10 +92,9 @@ pub(super) fn wants_reference(
 /// step rose as a climber does. A climb the early trigger sees as sustained has lasted most
 /// of its 60-ms window and rose in both.
 pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<bool> {
-    let span = SPAN;
-    let (now_use, at, then) = growth.recent_use(gpu, uid, now.saturating_sub(span))?;
+    let (now_use, at, then) = growth.recent_use(gpu, uid, now.saturating_sub(SPAN))?;
     let before = growth
-        .recent_use(gpu, uid, at.saturating_sub(span))
+        .recent_use(gpu, uid, at.saturating_sub(SPAN))
         .map(|(_, _, b)| b);
     Some(
         now_use.saturating_sub(then) >= STILL
@@ -123,15 +123,17 @@ pub(super) fn climbers_only(
     rise: u64,
     rising: impl Fn(&str) -> Option<bool>,
 ) -> Result<(), String> {
-    // Only a pod's climb above its declared request is its own to answer for.
+    // Only a pod's climb above its declared request is its own to answer for. Judged once
+    // per pod: `rising` reads the recent polls.
     let climb = |v: &rank::Victim| carried.by(&v.uid).min(v.above_request());
-    let climbing = |v: &rank::Victim| climb(v) >= CLIMB_NOISE && rising(&v.uid).unwrap_or(true);
-    let by_candidates = ranking
+    let climbers: HashMap<String, u64> = ranking
         .candidates
         .iter()
-        .filter(|v| climbing(v))
-        .map(climb)
-        .fold(0, u64::saturating_add);
+        .filter(|v| climb(v) >= CLIMB_NOISE && rising(&v.uid).unwrap_or(true))
+        .map(|v| (v.uid.clone(), climb(v)))
+        .collect();
+    let climbing = |v: &rank::Victim| climbers.contains_key(&v.uid);
+    let by_candidates = climbers.values().fold(0u64, |a, b| a.saturating_add(*b));
     if (by_candidates as f64) < EARLY_CARRIED * rise as f64 {
         return Err(format!(
             "the pods the guard may evict carry {} of a climb of {} over {} ms, less than half ({}): left to the soft and hard triggers",

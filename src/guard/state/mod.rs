@@ -95,20 +95,19 @@ impl GpuState {
         // would slow down in the middle of a climb, and two readings at one instant break
         // the trend's lead-in rule. The rate, the instant it is measured from and the trend
         // stand until a reading `fastIntervalMin` apart.
-        let close = matches!(
-            (used_before, memory, self.last_at),
-            (Some(_), Some(_), Some(at)) if now.saturating_sub(at) < policy.fast_interval_min
-        );
-        match (used_before, memory, self.last_at) {
-            _ if close => {}
-            (Some(before), Some(m), Some(at)) => {
-                self.last_rise = m.used.saturating_sub(before) as f64 / (now - at).as_secs_f64();
-                self.last_at = Some(now);
-            }
-            _ => {
-                self.last_rise = 0.0;
-                self.last_at = memory.map(|_| now);
-            }
+        let close = used_before.is_some()
+            && memory.is_some()
+            && self
+                .last_at
+                .is_some_and(|at| now.saturating_sub(at) < policy.fast_interval_min);
+        if !close {
+            self.last_rise = match (used_before, memory, self.last_at) {
+                (Some(before), Some(m), Some(at)) if now > at => {
+                    m.used.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+                }
+                _ => 0.0,
+            };
+            self.last_at = memory.map(|_| now);
         }
         let pressure = match memory {
             None => {
