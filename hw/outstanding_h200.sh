@@ -15,6 +15,9 @@
 # today's headroom it has not run on this agent), then the two greedy jobs (their growth a
 # second apart only since the harness's go), then the trainer's workspace with the slow fresh
 # read first. The harness groups cells by headroom and shape in order of first mention.
+# Where BIN also holds `gpu-warden-before` (an earlier build), the sweep first measures both
+# agents' CPU with the guard armed, on the idle GPU and beside the first shape's base load
+# (guard_h200.py --idle-agents, 20 s each), as a ratio in the same run.
 # On an H100 today's headroom is set up with TRAIN_GIB=42 (about the same free memory on
 # 80 GiB); the a10g headroom is an emulation and means the same on either card.
 set -u
@@ -51,7 +54,8 @@ SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws:64,128,250,16,4"
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \
-    bash "$here/guard_sweep_h200.sh" $R/bin/gpu-warden $R/bin/apiserver-double > $R/guard.log 2>&1
+    bash "$here/guard_sweep_h200.sh" $R/bin/gpu-warden $R/bin/apiserver-double \
+      $( [ -x $R/bin/gpu-warden-before ] && echo $R/bin/gpu-warden-before ) > $R/guard.log 2>&1
   echo "rc=$?" >> $R/guard.log
 fi
 date -u +%T > $R/all.done

@@ -438,7 +438,7 @@ class Outstanding(unittest.TestCase):
     the failing cells come first, the batch outlives the call, and what comes back leaves the
     binaries out."""
 
-    def batch(self, total_mib, left):
+    def batch(self, total_mib, left, before=False):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
         for sub in ("hw", "bin", "b", "out"):
@@ -450,8 +450,10 @@ class Outstanding(unittest.TestCase):
         with open(os.path.join(d, "bin", "nvidia-smi"), "w") as f:
             f.write(f"#!/bin/sh\necho {total_mib}\n")
         os.chmod(os.path.join(d, "bin", "nvidia-smi"), 0o755)
-        with open(os.path.join(d, "b", "gpu-warden"), "wb") as f:
-            f.write(b"x" * 4096)
+        for name in ("gpu-warden",) + (("gpu-warden-before",) if before else ()):
+            with open(os.path.join(d, "b", name), "wb") as f:
+                f.write(b"x" * 4096)
+            os.chmod(os.path.join(d, "b", name), 0o755)
         # WAIT_S: the batch's own wait on all.done, a safety net (it ends as soon as the file is there).
         env = dict(os.environ, OUT=os.path.join(d, "out"), LEFT=str(left), WAIT_S="300", STUB_MODE="ok",
                    OUTSTANDING_DIR=os.path.join(d, "r"), PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
@@ -482,6 +484,12 @@ class Outstanding(unittest.TestCase):
         sweep = self.batch(81559, 1000)
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "42")
         self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
+
+    def test_an_earlier_build_beside_it_is_measured_idle_against_it(self):
+        self.assertNotIn("--idle-agents", self.batch(143771, 1000))
+        sweep = self.batch(143771, 1000, before=True)
+        agents = sweep[sweep.index("--idle-agents") + 1].split(",")
+        self.assertEqual([os.path.basename(a) for a in agents], ["gpu-warden-before", "gpu-warden"])
 
     def test_too_little_time_runs_nothing_and_still_ends(self):
         self.assertIsNone(self.batch(143771, 200))
