@@ -13,8 +13,20 @@ use crate::model::snapshot::{Owner, ProcessSample};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-/// The key under which a poll sums the processes outside any pod (no pod UID is empty).
-const OUTSIDE_PODS: &str = "";
+/// Who holds memory on a GPU at a poll: a pod, or the processes outside any pod together,
+/// whose climb is part of the GPU's that [`PodGrowth::on_gpu`] shares out and
+/// [`Carried::outside`] reports, but whom no plan can take.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Holder {
+    Pod(String),
+    Outside,
+}
+
+impl Holder {
+    fn pod(uid: &str) -> Self {
+        Holder::Pod(uid.to_string())
+    }
+}
 
 /// Most full polls kept. Polls come every `interval` and, under pressure, on every fast
 /// trigger too; the window is a few seconds, so this bounds memory whatever the cadence.
@@ -27,16 +39,24 @@ struct Sample {
     gpus: BTreeSet<u32>,
     /// Memory in use on each GPU the poll read it from.
     used: BTreeMap<u32, u64>,
-    use_bytes: HashMap<(u32, String), u64>,
+    use_bytes: HashMap<(u32, Holder), u64>,
 }
 
 impl Sample {
-    /// Each holder's use on GPU `gpu` at this poll: pod UIDs, and [`OUTSIDE_PODS`].
-    fn uses_on(&self, gpu: u32) -> impl Iterator<Item = (&str, u64)> {
+    /// Each holder's use on GPU `gpu` at this poll.
+    fn uses_on(&self, gpu: u32) -> impl Iterator<Item = (&Holder, u64)> {
         self.use_bytes
             .iter()
             .filter(move |((g, _), _)| *g == gpu)
-            .map(|((_, uid), b)| (uid.as_str(), *b))
+            .map(|((_, holder), b)| (holder, *b))
+    }
+
+    /// `holder`'s use on GPU `gpu` at this poll (0 if it had nothing there).
+    fn use_of(&self, gpu: u32, holder: &Holder) -> u64 {
+        self.use_bytes
+            .get(&(gpu, holder.clone()))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -120,15 +140,13 @@ impl PodGrowth {
     ) {
         let used: BTreeMap<u32, u64> = gpus.iter().filter_map(|(g, u)| Some((*g, (*u)?))).collect();
         let gpus: BTreeSet<u32> = gpus.into_keys().collect();
-        let mut use_bytes: HashMap<(u32, String), u64> = HashMap::new();
+        let mut use_bytes: HashMap<(u32, Holder), u64> = HashMap::new();
         for p in processes.iter().filter(|p| gpus.contains(&p.gpu)) {
-            // Processes outside any pod are summed under a key no pod UID takes: their
-            // climb is part of the GPU's, which `on_gpu` shares out.
-            let uid = match &p.owner {
-                Owner::Pod(r) => r.uid.clone(),
-                _ => OUTSIDE_PODS.to_string(),
+            let holder = match &p.owner {
+                Owner::Pod(r) => Holder::pod(&r.uid),
+                _ => Holder::Outside,
             };
-            let e = use_bytes.entry((p.gpu, uid)).or_default();
+            let e = use_bytes.entry((p.gpu, holder)).or_default();
             *e = e.saturating_add(p.used_bytes.unwrap_or(0));
         }
         // A clock that went backwards (a test, or a restarted core) starts the history over.
@@ -190,13 +208,17 @@ impl PodGrowth {
     /// The first half only, so a pod that keeps climbing still shows the climb of the
     /// second half, and a pod new on the GPU all it holds.
     pub fn of(&self, gpu: u32, uid: &str) -> Growth {
+        self.growth(gpu, &Holder::pod(uid))
+    }
+
+    /// [`PodGrowth::of`] for any holder.
+    fn growth(&self, gpu: u32, holder: &Holder) -> Growth {
         let (Some(latest), Some((reference, then_use))) =
-            (self.samples.back(), self.mark(gpu, uid))
+            (self.samples.back(), self.mark(gpu, holder))
         else {
             return Growth::default();
         };
-        let key = (gpu, uid.to_string());
-        let now_use = latest.use_bytes.get(&key).copied().unwrap_or(0);
+        let now_use = latest.use_of(gpu, holder);
         let bytes = now_use.saturating_sub(then_use);
         // The previous poll is at least the thinning spacing back (`record`), so one
         // quick pair of polls cannot turn a few MiB into a rate.
@@ -205,7 +227,7 @@ impl PodGrowth {
             .next_back()
             .filter(|_| bytes > 0)
             .map(|prev| {
-                let before = prev.use_bytes.get(&key).copied().unwrap_or(0);
+                let before = prev.use_of(gpu, holder);
                 let climbed = now_use.saturating_sub(before.max(then_use));
                 let took = latest.at.saturating_sub(prev.at).as_secs_f64();
                 let lately = if took > 0.0 {
@@ -234,21 +256,20 @@ impl PodGrowth {
     }
 
     /// The reference poll of [`PodGrowth::of`] (the oldest within the window that saw the
-    /// GPU, or the newest before it) and pod `uid`'s high-water mark over the window's first
+    /// GPU, or the newest before it) and `holder`'s high-water mark over the window's first
     /// half from there; `None` without an earlier poll that saw the GPU.
-    fn mark(&self, gpu: u32, uid: &str) -> Option<(&Sample, u64)> {
+    fn mark(&self, gpu: u32, holder: &Holder) -> Option<(&Sample, u64)> {
         let latest = self.samples.back()?;
         let start = latest.at.saturating_sub(self.window);
         let reference = self
             .earlier(gpu)
             .find(|s| s.at >= start)
             .or_else(|| self.earlier(gpu).next_back())?;
-        let key = (gpu, uid.to_string());
         let half = reference.at.max(latest.at.saturating_sub(self.window / 2));
         let mark = self
             .earlier(gpu)
             .filter(|s| s.at >= reference.at && s.at <= half)
-            .filter_map(|s| s.use_bytes.get(&key).copied())
+            .map(|s| s.use_of(gpu, holder))
             .max()
             .unwrap_or(0);
         Some((reference, mark))
@@ -291,22 +312,19 @@ impl PodGrowth {
         };
         let mut carried = Carried::default();
         let mut by_marks = 0u64;
-        for (uid, now) in latest.uses_on(gpu) {
-            let then = before
-                .use_bytes
-                .get(&(gpu, uid.to_string()))
-                .copied()
-                .unwrap_or(0);
-            let mark = self.mark(gpu, uid).map_or(0, |(_, m)| m);
+        for (holder, now) in latest.uses_on(gpu) {
+            let then = before.use_of(gpu, holder);
+            let mark = self.mark(gpu, holder).map_or(0, |(_, m)| m);
             let above = now.saturating_sub(then.max(mark));
             by_marks = by_marks.saturating_add(above);
             if above == 0 {
                 continue;
             }
-            if uid == OUTSIDE_PODS {
-                carried.outside = above;
-            } else {
-                carried.pods.insert(uid.to_string(), above);
+            match holder {
+                Holder::Outside => carried.outside = above,
+                Holder::Pod(uid) => {
+                    carried.pods.insert(uid.clone(), above);
+                }
             }
         }
         carried.total = by_marks.max(above_peak);
@@ -332,8 +350,8 @@ impl PodGrowth {
     /// from one that stepped up and holds since: both rose since the poll before a climb.
     pub fn recent_use(&self, gpu: u32, uid: &str, at: Duration) -> Option<(u64, Duration, u64)> {
         let latest = self.recent.back()?;
-        let key = (gpu, uid.to_string());
-        let use_at = |s: &Sample| s.use_bytes.get(&key).copied().unwrap_or(0);
+        let holder = Holder::pod(uid);
+        let use_at = |s: &Sample| s.use_of(gpu, &holder);
         let then = self
             .recent
             .iter()
@@ -349,11 +367,11 @@ impl PodGrowth {
             return 0;
         };
         let start = latest.at.saturating_sub(self.window);
-        let key = (gpu, uid.to_string());
+        let holder = Holder::pod(uid);
         self.samples
             .iter()
             .filter(|s| s.gpus.contains(&gpu) && s.at >= start)
-            .filter_map(|s| s.use_bytes.get(&key).copied())
+            .map(|s| s.use_of(gpu, &holder))
             .max()
             .unwrap_or(0)
     }
@@ -377,11 +395,9 @@ impl PodGrowth {
             return HashMap::new();
         };
         let bound = climb.map_or(0.0, |r| r.max(0.0) * self.window.as_secs_f64());
-        let all: Vec<(&String, Growth)> = latest
-            .use_bytes
-            .keys()
-            .filter(|(g, _)| *g == gpu)
-            .map(|(_, uid)| (uid, self.of(gpu, uid)))
+        let all: Vec<(&Holder, Growth)> = latest
+            .uses_on(gpu)
+            .map(|(holder, _)| (holder, self.growth(gpu, holder)))
             .collect();
         // Shared out of no less than what the GPU itself rose by since the previous poll: a
         // climb no listed process shows is nobody's to be projected at.
@@ -396,7 +412,10 @@ impl PodGrowth {
             .fold(0, u64::saturating_add)
             .max(gpu_rose);
         all.into_iter()
-            .filter(|(uid, _)| uid.as_str() != OUTSIDE_PODS)
+            .filter_map(|(holder, g)| match holder {
+                Holder::Pod(uid) => Some((uid, g)),
+                Holder::Outside => None,
+            })
             .map(|(uid, mut g)| {
                 let share = if climbed_all > 0 {
                     bound * (g.climbed as f64 / climbed_all as f64)
@@ -542,7 +561,6 @@ mod tests {
         assert_eq!(on["greedy"].ahead / MIB, 102_400, "{:?}", on["greedy"]);
         assert_eq!(on["steady"].ahead, 0);
         assert_eq!(on["runner"].ahead, 0, "back at its high-water mark");
-        assert!(!on.contains_key(OUTSIDE_PODS));
         // Without the GPU's climb nothing is projected beyond what it grew.
         assert_eq!(h.on_gpu(0, None)["greedy"].ahead, 800 * MIB);
 
@@ -561,6 +579,10 @@ mod tests {
         assert_eq!(on["greedy"].ahead / MIB, 25_600, "{:?}", on["greedy"]);
         assert_eq!(on["other"].ahead / MIB, 12_800, "{:?}", on["other"]);
         assert_eq!(on["steady"].ahead, 0);
+        // The host process's share is nobody's: only pods are projected.
+        let mut pods: Vec<&str> = on.keys().map(String::as_str).collect();
+        pods.sort_unstable();
+        assert_eq!(pods, ["greedy", "other", "runner", "steady"]);
     }
 
     /// What carries a climb over the early trigger's window: a workspace back at its height
