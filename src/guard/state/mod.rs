@@ -938,6 +938,62 @@ mod tests {
     /// of those climbs stops short of hard here: taking the steady pod early would have
     /// taken a bystander for nothing. The same climb by a pod that ranks first takes it
     /// alone.
+    /// A pod that makes three 2 GiB allocations 8 ms apart and then holds, taking the GPU
+    /// into the soft band (free between soft and hard), whatever the phase of the fast
+    /// readings (every 5 or 10 ms): the early trigger takes it, alone. The whole climb fits
+    /// in one of the rule's 20-ms spans, so by the poll the trigger asks for it no longer
+    /// rises; held back as a pod that "stepped up and holds", it was left to the soft
+    /// trigger's 10-s grace, and on the H100 at an A10G's headroom 917 of a neighbour's
+    /// allocations failed with nobody evicted (docs/validation.md §9h). Above the soft band
+    /// the rule stands (`a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
+    #[test]
+    fn a_quick_climb_that_stops_in_the_soft_band_is_taken_early() {
+        for iv in [5u64, 10] {
+            for t0 in [3u64, 7, 11, 14, 18] {
+                // 3200 MiB used, then 2000 MiB more at 1000 + t0, + 8 and + 16 ms: 9200 of
+                // 10 000 MiB, 800 free (soft 1000, hard 500).
+                let used = |t: u64| {
+                    let steps = if t < 1000 + t0 {
+                        0
+                    } else {
+                        ((t - 1000 - t0) / 8 + 1).min(3)
+                    };
+                    3200 + 2000 * steps
+                };
+                let mut w = World::new(
+                    enforce(),
+                    [pod("a"), pod("x")],
+                    vec![proc_in("a", 0, 1000), proc_in("x", 0, 2000)],
+                )
+                .growing("x");
+                assert!(w.poll(0.0, 3200).is_empty());
+                let mut got = None;
+                let mut t = iv;
+                while t <= 2000 && got.is_none() {
+                    got = w.fast(t as f64 / 1000.0, used(t)).into_iter().next();
+                    t += iv;
+                }
+                let held = w.guard.status().gpus[0].early_held_back.clone();
+                let d = got.unwrap_or_else(|| panic!("every {iv} ms, from {t0} ms: held {held:?}"));
+                assert_eq!(
+                    d.trigger,
+                    Trigger::EarlyTrend,
+                    "every {iv} ms, from {t0} ms"
+                );
+                assert_eq!(
+                    uids(d.planned_victims()),
+                    ["x"],
+                    "every {iv} ms, from {t0} ms"
+                );
+                assert!(
+                    d.at <= secs(1.06),
+                    "every {iv} ms, from {t0} ms: {:?}",
+                    d.at
+                );
+            }
+        }
+    }
+
     #[test]
     fn an_early_trigger_takes_only_a_pod_that_carries_the_climb() {
         // 40 GiB/s from 3000 MiB used to a plateau at 8800 (free 1200, above soft): the

@@ -402,7 +402,19 @@ impl Guard {
         };
         if let (None, EarlyCarry::Carried(rise, carried)) = (&escalated, &carry) {
             let growth = &self.seen.growth;
-            let rising = |uid: &str| early::rising(growth, index, uid, now);
+            // Inside the soft band a climb that is over still leaves a neighbour no room: a
+            // pod that carried it is the climber whether or not it still rises. On the H100 a
+            // job's three 2 GiB allocations in 24 ms, all inside one span, left the GPU
+            // between soft and hard, and 917 of a neighbour's allocations failed with nobody
+            // evicted (docs/validation.md §9h).
+            let in_soft_band = memory.free < levels.soft;
+            let rising = |uid: &str| {
+                if in_soft_band {
+                    None
+                } else {
+                    early::rising(growth, index, uid, now)
+                }
+            };
             if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, rising) {
                 self.hold_back(index, why, now);
                 return None;
