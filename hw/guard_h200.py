@@ -716,10 +716,17 @@ def base_load(args, hr, shape):
         return (["--hold-gib", str(hold), "--compute", "--workspace-gib", str(ws), "--seconds", "3600"] + WS_STEP,
                 protected, [3, 3] if a10g else [4], 0 if a10g else 1)
     if shape == "runner":
-        hold, ws = (4, 2) if a10g else (48, 8)
+        # Today's is the H200's (TRAIN_GIB 100): 105 GiB of 143. On a smaller card the declared
+        # job and the second steady job shrink to leave the same free memory as the other
+        # shapes (TRAIN_GIB + 7 GiB in use): sized for the H200 on an H100, the base load alone
+        # left 3.9 GiB free, below hard, and a steady job was evicted before any growth
+        # (docs/validation.md §9h).
+        big = args.train_gib >= 100
+        hold, ws = (4, 2) if a10g else ((48, 8) if big else (max(1, args.train_gib - 32), 8))
+        steady = [6, 3] if a10g else ([24, 24] if big else [24, 6])
         declared = {"gpu-warden.io/vram-request-mib": str(int((hold + ws) * 1024))}
         return (["--hold-gib", str(hold), "--compute", "--workspace-gib", str(ws), "--seconds", "3600"] + WS_STEP,
-                ("ci", 0, declared), [6, 3] if a10g else [24, 24], 0 if a10g else 1)
+                ("ci", 0, declared), steady, 0 if a10g else 1)
     if a10g:
         return (["--hold-gib", "6", "--compute", "--workspace-gib", "1", "--seconds", "3600"], protected, [3, 3], 0)
     return (["--hold-gib", str(args.train_gib), "--compute", "--workspace-gib", str(args.workspace_gib),

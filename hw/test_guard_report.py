@@ -495,6 +495,28 @@ class Outstanding(unittest.TestCase):
         self.assertIsNone(self.batch(143771, 200))
 
 
+class BaseLoads(unittest.TestCase):
+    """Every shape at today's headroom leaves about the same free memory on the card it runs
+    on: TRAIN_GIB (100 on an H200, 42 on an H100) plus about 7 GiB in use. The runner shape,
+    sized for the H200 only, once left 3.9 GiB free on an H100 (below hard) before any run."""
+
+    def in_use(self, train_gib, shape):
+        args = type("A", (), dict(train_gib=train_gib, workspace_gib=2))()
+        train, _, small, host = gh.base_load(args, "today", shape)
+        hold = float(train[train.index("--hold-gib") + 1])
+        ws = float(train[train.index("--workspace-gib") + 1])
+        return hold + ws + sum(small) + host
+
+    def test_todays_shapes_fit_the_card(self):
+        for train_gib in (100, 42):
+            for shape in ("ws", "runner"):
+                self.assertAlmostEqual(self.in_use(train_gib, shape), train_gib + 7, delta=2.5,
+                                       msg=(train_gib, shape))
+        # The H200's runner is the seed's: an innocent 24 GiB job beside another.
+        args = type("A", (), dict(train_gib=100, workspace_gib=2))()
+        self.assertEqual(gh.base_load(args, "today", "runner")[2], [24, 24])
+
+
 class Cli(unittest.TestCase):
     def test_help_and_report_only_without_pynvml(self):
         for script in ("guard_h200.py", "guard_report.py"):
