@@ -107,7 +107,8 @@ pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> 
 /// [`EARLY_CARRIED`] of the rise, or when the first-ranked pod is not one of them. A pod
 /// carries what it climbed above its marks (`carried`), counted only above its declared
 /// request, if that is [`CLIMB_NOISE`] or more, and — where the recent full polls tell
-/// ([`rising`]) — it is still rising.
+/// ([`rising`]) — it is still rising. The caller answers `None` from `rising` inside the soft
+/// band, where a climb that is over still leaves a neighbour no room.
 ///
 /// Why: evicting a pod that is not climbing stops nothing and takes a bystander. A climb
 /// carried by a process outside any pod, by a pod the guard may not evict, by memory no
