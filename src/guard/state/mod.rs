@@ -931,13 +931,6 @@ mod tests {
         &'static str,
     );
 
-    /// The early trigger acts before any pressure, to stop a climb; it takes only the pods
-    /// that carry it, and no decision at all where none it may evict does: a climb of a
-    /// process outside any pod, of a pod annotated evict: never, of a pod within its declared
-    /// request, of memory no listed process shows, or of a pod a steady one outranks. Each
-    /// of those climbs stops short of hard here: taking the steady pod early would have
-    /// taken a bystander for nothing. The same climb by a pod that ranks first takes it
-    /// alone.
     /// A pod that makes three 2 GiB allocations 8 ms apart and then holds, taking the GPU
     /// into the soft band (free between soft and hard), whatever the phase of the fast
     /// readings (every 5 or 10 ms): the early trigger takes it, alone. The whole climb fits
@@ -994,6 +987,13 @@ mod tests {
         }
     }
 
+    /// The early trigger acts before any pressure, to stop a climb; it takes only the pods
+    /// that carry it, and no decision at all where none it may evict does: a climb of a
+    /// process outside any pod, of a pod annotated evict: never, of a pod within its declared
+    /// request, of memory no listed process shows, or of a pod a steady one outranks. Each
+    /// of those climbs stops short of hard here: taking the steady pod early would have
+    /// taken a bystander for nothing. The same climb by a pod that ranks first takes it
+    /// alone.
     #[test]
     fn an_early_trigger_takes_only_a_pod_that_carries_the_climb() {
         // 40 GiB/s from 3000 MiB used to a plateau at 8800 (free 1200, above soft): the

@@ -217,9 +217,10 @@ impl Guard {
         // its own instant the 60-ms window slid past the reading at its start: the trigger
         // that asked for the poll vanished at it (a review, on the H100's figures).
         let at = st.trend.last_at().filter(|t| *t <= now).unwrap_or(now);
+        let to_hard = memory.free.saturating_sub(levels.hard);
         let early = st
             .trend
-            .sustained_time_to(memory.free.saturating_sub(levels.hard), at)
+            .sustained_time_to(to_hard, at)
             .filter(|t| *t <= self.policy.act_budget);
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
@@ -241,7 +242,7 @@ impl Guard {
                 && early::wants_reference(
                     memory.used,
                     self.seen.growth.latest_used(index),
-                    memory.free.saturating_sub(levels.hard),
+                    to_hard,
                     st.last_rise,
                     self.seen.at,
                     now,
