@@ -888,7 +888,8 @@ def main():
                     pods_by_pid[pid_of(slog[(g, i)])] = ("ci", small[(g, i)].name, "build")
             time.sleep(1)
             setup["free_with_base_load"] = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB
-            setups[hr] = setup
+            # Keyed by headroom and shape: each shape sets its own base load at a headroom.
+            setups[f"{hr} {shape}"] = setup
             log("headroom", hr, setup)
             if args.idle_agents and len(idle_rows) < 2 * len(args.idle_agents.split(",")):
                 idle_rows += idle_cpu(args, base_pods, workdir, write_policy(args, workdir, args.fast_interval, hr),

@@ -11,10 +11,11 @@
 # BIN holds the dist `gpu-warden` and a release `apiserver-double`, copied before anything runs,
 # so a later call's carry cannot replace a binary the harness is about to exec. The sweep gets
 # the time left (LEFT less 150 s for the start and the transfers), the cells in the order that
-# says most first: the runner shape (its bystander in §9f is what the share rule fixed; at
-# today's headroom it has not run on this agent), then the two greedy jobs (their growth a
-# second apart only since the harness's go), then the trainer's workspace with the slow fresh
-# read first. The harness groups cells by headroom and shape in order of first mention.
+# says most first: the runner shape at the A10G's headroom (a climb inside one 20-ms span at
+# 250 GiB/s held back in §9h, which the soft-band rule fixes), then the two greedy jobs at
+# today's headroom (not yet run on the climbers-only agent), then the trainer's workspace with
+# the slow fresh read first, then the cells §9h ran clean. The harness groups cells by
+# headroom and shape in order of first mention.
 # Where BIN also holds `gpu-warden-before` (an earlier build), the sweep first measures both
 # agents' CPU with the guard armed, on the idle GPU and beside the first shape's base load
 # (guard_h200.py --idle-agents, 20 s each), as a ratio in the same run.
@@ -47,10 +48,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $R/gpu.cs
 total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "$total" -gt 120000 ]; then TRAIN_GIB=100; else TRAIN_GIB=42; fi
 BUDGET=$((LEFT - 150))
-SWEEP="guard*5%s=runner%h=a10g:128,250,64,16,4;guard*5%s=runner:64,128,250,16,4"
-SWEEP="$SWEEP;guard*5%s=two%h=a10g:250,128,64,16,4;guard*5%s=two:250,128,64,16,4"
+SWEEP="guard*5%s=runner%h=a10g:250,128,64,16,4;guard*5%s=two:128,64,16,4,250"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s%h=a10g:64;guard*5%s=ws%h=a10g:250,128,64,16,4"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws:64,128,250,16,4"
+SWEEP="$SWEEP;guard*5%s=runner:64,128,250,16,4;guard*5%s=two%h=a10g:250,128,64,16,4"
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \

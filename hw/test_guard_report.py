@@ -473,7 +473,7 @@ class Outstanding(unittest.TestCase):
         self.assertEqual(sweep[sweep.index("--budget") + 1], "850")
         self.assertEqual(sweep[sweep.index("--train-gib") + 1], "100")
         cells = sweep[sweep.index("--sweep") + 1].split(";")
-        self.assertEqual(cells[:2], ["guard*5%s=runner%h=a10g:128,250,64,16,4", "guard*5%s=runner:64,128,250,16,4"])
+        self.assertEqual(cells[:2], ["guard*5%s=runner%h=a10g:250,128,64,16,4", "guard*5%s=two:128,64,16,4,250"])
         # Every shape at both headrooms, and the slow fresh read at both.
         for shape in ("two", "ws", "runner"):
             for hr in ("", "%h=a10g"):
