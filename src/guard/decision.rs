@@ -21,6 +21,10 @@ pub enum Trigger {
     /// Sustained growth would cross `hard` within `actBudget`, before the rules above
     /// could act in time (possibly while free is still above `soft`).
     EarlyTrend,
+    /// Free memory is below `soft` and less than what a pod gave back within `horizon`
+    /// (a workspace that can no longer return): taken only on the pods that climbed above
+    /// their marks over `horizon` (`guard::state::need`).
+    SoftNeed,
     /// Not a decision of this process: an eviction in doubt or a cooldown carried over an
     /// agent restart (`guard::carry`), restored so the guard does not decide again on it.
     Restored,
@@ -34,6 +38,7 @@ impl Trigger {
             Trigger::SoftGrace => "soft_grace",
             Trigger::SoftTrend => "soft_trend",
             Trigger::EarlyTrend => "early_trend",
+            Trigger::SoftNeed => "soft_need",
             Trigger::Restored => "restored",
         }
     }

@@ -376,6 +376,57 @@ impl PodGrowth {
             .unwrap_or(0)
     }
 
+    /// The most pod `uid` fell on GPU `gpu` below the most it had used before, at any poll of
+    /// the window, oldest first (0 for a pod that never gave anything back): a workspace
+    /// that comes and goes shows its size, a job that only climbs or holds nothing.
+    pub fn gave_back(&self, gpu: u32, uid: &str) -> u64 {
+        let Some(latest) = self.samples.back() else {
+            return 0;
+        };
+        let start = latest.at.saturating_sub(self.window);
+        let holder = Holder::pod(uid);
+        let mut peak = 0u64;
+        let mut most = 0u64;
+        for s in self
+            .samples
+            .iter()
+            .filter(|s| s.gpus.contains(&gpu) && s.at >= start)
+        {
+            let u = s.use_of(gpu, &holder);
+            peak = peak.max(u);
+            most = most.max(peak - u);
+        }
+        most
+    }
+
+    /// When the oldest poll kept that saw GPU `gpu` was taken: how far back the marks reach.
+    pub fn watched_since(&self, gpu: u32) -> Option<Duration> {
+        self.samples
+            .iter()
+            .find(|s| s.gpus.contains(&gpu))
+            .map(|s| s.at)
+    }
+
+    /// The pod on GPU `gpu` furthest below the most it used at any poll of the window, among
+    /// the pods the latest poll saw there, and by how much (`None` without such a pod): what
+    /// it gave back and may want again, as a workspace that comes and goes does. A pod whose
+    /// processes all left is absent from the latest poll and wants nothing back.
+    pub fn wanted_back(&self, gpu: u32) -> Option<(String, u64)> {
+        let latest = self.samples.back()?;
+        if !latest.gpus.contains(&gpu) {
+            return None;
+        }
+        latest
+            .uses_on(gpu)
+            .filter_map(|(holder, now)| match holder {
+                Holder::Pod(uid) => Some((uid, now)),
+                Holder::Outside => None,
+            })
+            .map(|(uid, now)| (uid.clone(), self.high_water(gpu, uid).saturating_sub(now)))
+            .filter(|(_, back)| *back > 0)
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+    }
+
     /// Per pod UID, its growth on GPU `gpu`, for the pods the latest poll saw there, each
     /// pod's rate bounded by `climb`, the GPU's sustained growth (bytes per second, from the
     /// fast readings: `guard::trend`'s rule, which a step does not pass), and not projected at
@@ -729,6 +780,38 @@ mod tests {
         h.record(s(1.0), used(8000), &[proc_in("steady", 0, 6001)]);
         let on = h.on_gpu(0, Some(20_480.0 * MIB as f64));
         assert!(on["steady"].ahead < 60 * MIB, "{:?}", on["steady"]);
+    }
+
+    #[test]
+    fn a_workspace_that_left_is_wanted_back_for_the_window_and_a_pod_that_left_is_not() {
+        let mut h = PodGrowth::new(s(5.0));
+        assert_eq!(h.wanted_back(0), None, "no poll yet");
+        assert_eq!(h.watched_since(0), None);
+        let at = |ws, steady| [proc_in("ws", 0, ws), proc_in("steady", 0, steady)];
+        h.record(s(0.0), used(9000), &at(7000, 2000));
+        assert_eq!(h.wanted_back(0), None, "every pod at its peak");
+        assert_eq!(h.watched_since(0), Some(s(0.0)));
+        h.record(s(0.3), used(7000), &at(5000, 2000));
+        assert_eq!(h.wanted_back(0), Some(("ws".into(), 2000 * MIB)));
+        // The steady pod shrank by less: the workspace's 2000 is the most wanted back.
+        h.record(s(0.6), used(6500), &at(5000, 1500));
+        assert_eq!(h.wanted_back(0), Some(("ws".into(), 2000 * MIB)));
+        assert_eq!(h.gave_back(0, "ws"), 2000 * MIB);
+        assert_eq!(h.gave_back(0, "steady"), 500 * MIB);
+        assert_eq!(h.gave_back(0, "nobody"), 0);
+        // Back at its height: only the steady pod's 500.
+        h.record(s(0.9), used(8500), &at(7000, 1500));
+        assert_eq!(h.wanted_back(0), Some(("steady".into(), 500 * MIB)));
+        // Past the window, a peak is forgotten.
+        h.record(s(6.0), used(6500), &at(5000, 1500));
+        h.record(s(12.0), used(6500), &at(5000, 1500));
+        assert_eq!(h.wanted_back(0), None);
+        // A pod whose processes left wants nothing back; a poll that did not read the GPU
+        // tells nothing.
+        h.record(s(12.5), used(5000), &[proc_in("ws", 0, 5000)]);
+        assert_eq!(h.wanted_back(0), None);
+        h.record(s(13.0), gpus(&[1]), &[]);
+        assert_eq!(h.wanted_back(0), None);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 // everything else here runs on the time it is given.
 #![allow(clippy::disallowed_methods)]
 
-use super::scenario::{FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario, ScenarioError};
+use super::scenario::{
+    FaultSpec, GpuSpec, PodPlacement, ProcessSpec, Scenario, ScenarioError, Trajectory,
+};
 pub use super::sim_world::{scenario_pods, simulated_cgroup, SimProcWriter};
 use super::{Field, GpuSource, MemoryReading, PollRequest, RawPoll, SampleError};
 use crate::model::ids::fnv64;
@@ -303,7 +305,9 @@ impl SimSource {
 
     /// Processes alive on `gpu` with the MiB each holds. Memory goes to processes in the
     /// order they started; one that wants more than is left gets only what is left, as a
-    /// failed cudaMalloc would leave it, and is recorded as having hit OOM.
+    /// failed cudaMalloc would leave it, and is recorded as having hit OOM. A workspace that
+    /// does not fit is not allocated at all: the process keeps its base (what a training step
+    /// whose activations fail to allocate holds), not a part of the workspace.
     fn allocations(&self, gpu: &SimGpu, now: Duration, record: bool) -> Vec<(&ProcessSpec, u64)> {
         let t = self.scenario_time(now);
         let mut procs: Vec<&ProcessSpec> = self
@@ -322,7 +326,10 @@ impl SimSource {
                     None => t,
                 };
                 let want = p.memory.mib_at(at.saturating_sub(p.start));
-                let got = want.min(left);
+                let got = match p.memory {
+                    Trajectory::Workspace { base, .. } if want > left => base.min(left),
+                    _ => want.min(left),
+                };
                 if got < want && record {
                     self.handle.record_oom(p.pid);
                 }
@@ -587,6 +594,21 @@ faults:
         assert_eq!(m.free, 0);
         assert_eq!(h.ooms().get(&11), Some(&1));
         assert!(!h.ooms().contains_key(&10));
+    }
+
+    #[test]
+    fn a_workspace_that_does_not_fit_keeps_its_base_and_is_an_oom() {
+        let sc = "gpus:\n  - {model: X, memory_mib: 1000}\nprocesses:\n  - {pid: 10, gpu: 0, memory: {constant: 500}}\n  - {pid: 11, gpu: 0, start: 1s, memory: {workspace: {base: 300, mib: 300, every: 1s, holds: 500ms}}}\n";
+        let mut s = source(sc);
+        let h = s.handle();
+        // 1.2 s: the workspace (600 MiB in all) does not fit beside 500: only the base.
+        let m = s.poll(Duration::from_millis(1200), ALL).gpus[0].memory.unwrap();
+        assert_eq!(m.used, 800 * MIB);
+        assert_eq!(h.ooms().get(&11), Some(&1));
+        // 1.7 s: the workspace is out; the base fits.
+        let m = s.poll(Duration::from_millis(1700), ALL).gpus[0].memory.unwrap();
+        assert_eq!(m.used, 800 * MIB);
+        assert_eq!(h.ooms().get(&11), Some(&1));
     }
 
     #[test]

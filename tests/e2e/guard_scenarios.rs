@@ -823,3 +823,40 @@ fn r_a_climb_no_pod_it_may_take_carries_evicts_nobody_early() {
         (vec!["ci-climb".to_string()], 0, true)
     );
 }
+
+/// A job that takes the room a neighbour's workspace needs, in one step, and stops inside the
+/// soft band (docs/validation.md §9i: on the H100 a greedy job's last 2 GiB filled the room a
+/// declared job's workspace had just left, and that workspace failed for the 10 s of `grace`).
+/// Here the CI job holds its CUDA context for six seconds beside a declared job whose 1.5 GiB
+/// workspace comes and goes, then steps to 3.8 GiB at once: the workspace no longer fits
+/// (800 MiB free, soft 1 000, hard 500), no reading shows a sustained climb, and free stays
+/// above hard. The guard takes the job by `soft_need` within a second, not after `grace`, and
+/// nobody else. A job that holds its new level inside its declared request is nobody's to take
+/// early: it waits for `grace` (past the end of the run).
+#[test]
+fn s_a_job_that_fills_a_workspaces_room_is_taken_before_grace() {
+    let run = |annotations: &str| {
+        let procs = format!("  - {{pid: 102, gpu: 0, name: python, memory: {{constant: 2400}}, pod: {{namespace: ci, name: ci-steady, container: build, priority: 0}}}}\n  - {{pid: 104, gpu: 0, name: python, start: 500ms, memory: {{steps: [{{at: 0s, mib: 200}}, {{at: 6s, mib: 3800}}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0{annotations}}}}}\n  - {{pid: 101, gpu: 0, name: python, start: 1s, memory: {{workspace: {{base: 3000, mib: 1500, every: 300ms, holds: 150ms}}}}, pod: {{namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {{gpu-warden.io/vram-request-mib: \"4500\"}}}}}}\n");
+        let mut w = World::new(&scenario(&procs), STOP).stepping(Duration::from_millis(5));
+        w.run_for(Duration::from_secs(8));
+        w
+    };
+    let w = run("");
+    assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
+    assert!(
+        w.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains("trigger=\"soft_need\"")
+                && l.ends_with(" 1")
+        }),
+        "{}",
+        w.last_metrics
+    );
+    // The workspace failed only until the decision: the polls that saw it short.
+    let ooms = w.rig.sim.ooms();
+    assert!(ooms.keys().all(|pid| *pid == 101), "{ooms:?}");
+    assert!(ooms.get(&101).is_some_and(|n| *n <= 12), "{ooms:?}");
+
+    let w = run(", annotations: {gpu-warden.io/vram-request-mib: \"4000\"}");
+    assert_eq!(w.evicted_names(), Vec::<String>::new(), "{:?}", w.attempts());
+}

@@ -21,7 +21,7 @@ const EARLY_CARRIED: f64 = 0.5;
 /// A pod whose own part of a climb is less than this is not climbing: allocator noise,
 /// a workspace a few MiB larger than before (the early trigger's envelope ignores rises
 /// this small too).
-const CLIMB_NOISE: u64 = 64 << 20;
+pub(super) const CLIMB_NOISE: u64 = 64 << 20;
 
 /// Less than this over a span of [`rising`] is holding, not climbing: a few MiB of
 /// allocator churn.
@@ -122,6 +122,7 @@ pub(super) fn climbers_only(
     ranking: &mut rank::Ranking,
     carried: &Carried,
     rise: u64,
+    window: Duration,
     rising: impl Fn(&str) -> Option<bool>,
 ) -> Result<(), String> {
     // Only a pod's climb above its declared request is its own to answer for. Judged once
@@ -140,7 +141,7 @@ pub(super) fn climbers_only(
             "the pods the guard may evict carry {} of a climb of {} over {} ms, less than half ({}): left to the soft and hard triggers",
             rank::fmt_bytes(by_candidates),
             rank::fmt_bytes(rise),
-            trend::EARLY_WINDOW.as_millis(),
+            window.as_millis(),
             carriers(ranking, carried, &rising)
         ));
     }

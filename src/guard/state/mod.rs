@@ -17,6 +17,9 @@ mod carry;
 mod confirm;
 mod early;
 mod escalate;
+mod need;
+#[cfg(test)]
+mod need_tests;
 mod outcomes;
 mod step;
 
@@ -55,8 +58,10 @@ struct GpuState {
     phase: GpuPhase,
     phase_since: Duration,
     inactive_reason: Option<String>,
-    /// The last early trigger not acted on, and why.
+    /// The last early or `soft_need` trigger not acted on, and why.
     early_held_back: Option<HeldBack>,
+    /// The pod whose need has gone unmet at every reading since when (`state::need`).
+    unmet_since: Option<(String, Duration)>,
     last_decision: Option<Decision>,
 }
 
@@ -77,6 +82,7 @@ impl GpuState {
             phase_since: now,
             inactive_reason: None,
             early_held_back: None,
+            unmet_since: None,
             last_decision: None,
         }
     }

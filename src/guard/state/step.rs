@@ -4,6 +4,7 @@
 
 use super::early::{self, EarlyCarry};
 use super::escalate;
+use super::need;
 use super::outcomes::{pids_of, settle};
 use super::Guard;
 use crate::guard::decision::{Decision, Trigger};
@@ -190,6 +191,7 @@ impl Guard {
         if st.inactive_reason.is_some()
             || (st.phase != GpuPhase::Watching && cooling_from.is_none())
         {
+            st.unmet_since = None;
             return None;
         }
         let (memory, levels) = match (st.memory, &st.levels) {
@@ -222,6 +224,18 @@ impl Guard {
             .trend
             .sustained_time_to(to_hard, at)
             .filter(|t| *t <= self.policy.act_budget);
+        // A pod wants back, inside the soft band, more than is free: told by the full polls'
+        // history, so a trigger on a full poll and a request for one on a fast reading.
+        let unmet = if memory.free < levels.soft {
+            need::unmet(&self.seen.growth, index, memory.free)
+        } else {
+            None
+        };
+        st.unmet_since = need::unmet_since(st.unmet_since.take(), unmet.as_ref(), now);
+        let unmet_held = st
+            .unmet_since
+            .as_ref()
+            .is_some_and(|(_, since)| now.saturating_sub(*since) >= need::NEED_HOLD);
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
         } else if memory.free < levels.soft
@@ -236,17 +250,30 @@ impl Guard {
             Trigger::SoftTrend
         } else if early.is_some() {
             Trigger::EarlyTrend
+        } else if fresh && unmet_held {
+            Trigger::SoftNeed
         } else {
             if !fresh
                 && cooling_from.is_none()
-                && early::wants_reference(
+                && (early::wants_reference(
                     memory.used,
                     self.seen.growth.latest_used(index),
                     to_hard,
                     st.last_rise,
                     self.seen.at,
                     now,
-                )
+                ) || st
+                    .unmet_since
+                    .as_ref()
+                    .is_some_and(|(_, since)| need::wants_poll(*since, self.seen.at, now))
+                    || need::room_left(
+                        memory.used,
+                        self.seen.growth.latest_used(index),
+                        memory.free,
+                        levels.soft,
+                        self.seen.at,
+                        now,
+                    ))
             {
                 self.refresh_wanted = true;
             }
@@ -276,10 +303,10 @@ impl Guard {
             self.refresh_wanted |= cooling_from.is_none() || stale || climbing;
             return None;
         }
-        let carry = if trigger == Trigger::EarlyTrend {
-            self.early_carry(index, at)
-        } else {
-            EarlyCarry::Unjudged
+        let carry = match (trigger, &unmet) {
+            (Trigger::EarlyTrend, _) => self.early_carry(index, at),
+            (Trigger::SoftNeed, Some((uid, back))) => self.need_carry(index, now, (uid, *back)),
+            _ => EarlyCarry::Unjudged,
         };
         if let EarlyCarry::NotYet(why) = carry {
             self.hold_back(index, why, now);
@@ -416,7 +443,11 @@ impl Guard {
                     early::rising(growth, index, uid, now)
                 }
             };
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, rising) {
+            let window = match trigger {
+                Trigger::SoftNeed => self.policy.horizon,
+                _ => trend::EARLY_WINDOW,
+            };
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, window, rising) {
                 self.hold_back(index, why, now);
                 return None;
             }

@@ -1,0 +1,151 @@
+//! The soft band's trigger on a need that no longer fits (`soft_need`): a pod gave back
+//! memory it held within `horizon` — a workspace between two steps — and free memory, inside
+//! the soft band, can no longer hold it, because something else climbed into its room. It acts
+//! at once, not after `grace`, and takes only the pods that carry that climb, by the early
+//! trigger's rule (docs/guard.md, "A need that no longer fits").
+//!
+//! Why: on an H100 at an A10G's headroom a greedy job's last 2 GiB step filled the room a
+//! declared job's workspace had just left (docs/validation.md §9i). Over the early trigger's
+//! 60 ms the GPU rose by nothing, the workspace's fall and the step cancelling out; free sat
+//! between soft and hard, nothing projected the GPU full, and each of the workspace's returns
+//! failed for the 10 s of `grace`: 915 allocations lost.
+
+use super::early::{EarlyCarry, CLIMB_NOISE};
+use super::Guard;
+use crate::guard::growth::PodGrowth;
+use crate::guard::rank;
+use std::time::Duration;
+
+/// At most one full poll this often asked for by this rule on a fast reading ([`wants_poll`]).
+/// The rule reads who gave back what from the full polls, so a need that stopped fitting
+/// between two regular polls (a second apart) is seen within this; a neighbour's training step
+/// (56 ms on the H100) loses at most about one allocation to the wait. While the rule holds
+/// back (nobody the guard may take carries the climb), this bounds the extra polls to 20 a
+/// second, inside the soft band only.
+const NEED_POLL: Duration = Duration::from_millis(50);
+
+/// How long the same pod's need must have gone unmet, at every reading, before the trigger
+/// acts: longer than the turn of two workspaces that cannot both be in at once and take turns
+/// (150 ms in the harness's training steps), which neither climbs. On the H100's run the
+/// neighbour's steps came every 56 ms, so this costs it three or four.
+pub(super) const NEED_HOLD: Duration = Duration::from_millis(200);
+
+/// The pod on GPU `gpu` that wants back more memory than is `free`: the most any pod gave back
+/// of what it used within the full polls' window (`PodGrowth::wanted_back`), if that is more
+/// than `free` and not allocator noise ([`CLIMB_NOISE`]). The caller asks only inside the soft
+/// band.
+pub(super) fn unmet(growth: &PodGrowth, gpu: u32, free: u64) -> Option<(String, u64)> {
+    growth
+        .wanted_back(gpu)
+        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > free)
+}
+
+/// Since when the same pod's need has gone unmet, given the last answer (`since`) and this
+/// reading's (`unmet`): a need met, or another pod's, starts over.
+pub(super) fn unmet_since(
+    since: Option<(String, Duration)>,
+    unmet: Option<&(String, u64)>,
+    now: Duration,
+) -> Option<(String, Duration)> {
+    let (uid, _) = unmet?;
+    match since {
+        Some((was, at)) if was == *uid => Some((was, at)),
+        _ => Some((uid.clone(), now)),
+    }
+}
+
+/// Whether a fast reading that shows a need unmet since `held_since` should ask for a full
+/// poll: none since the need has held [`NEED_HOLD`] (the decision is due), or the last one
+/// (`last_full_poll`) is [`NEED_POLL`] old or more.
+pub(super) fn wants_poll(
+    held_since: Duration,
+    last_full_poll: Option<Duration>,
+    now: Duration,
+) -> bool {
+    let due = held_since + NEED_HOLD;
+    last_full_poll.is_none_or(|at| (now >= due && at < due) || now.saturating_sub(at) >= NEED_POLL)
+}
+
+/// Whether a fast reading should ask for a full poll because memory left inside the soft
+/// band: memory in use (`used`) fell by [`CLIMB_NOISE`] or more below the last full poll's
+/// (`polled`), which was itself inside the soft band (free then, `free` less the fall, below
+/// `soft`), and that poll is [`NEED_POLL`] old or more.
+///
+/// Why: the rule sees what a pod gave back only in the full polls, and a workspace that leaves
+/// between two of them is back in the history only at the next, up to a second later. A job
+/// that takes the room at once leaves memory in use where it was, and nothing on the fast
+/// readings asks for a poll (the cadence test: 7 of 60 phases acted on a second late).
+pub(super) fn room_left(
+    used: u64,
+    polled: Option<u64>,
+    free: u64,
+    soft: u64,
+    last_full_poll: Option<Duration>,
+    now: Duration,
+) -> bool {
+    polled.is_some_and(|p| {
+        let fell = p.saturating_sub(used);
+        fell >= CLIMB_NOISE && free.saturating_sub(fell) < soft
+    }) && last_full_poll.is_none_or(|at| now.saturating_sub(at) >= NEED_POLL)
+}
+
+impl Guard {
+    /// Who carries the climb that left pod `uid`'s `back` bytes no room on GPU `index`, over the
+    /// last `horizon` of full polls (`PodGrowth::carried_since`): what each pod climbed above
+    /// its marks, so a workspace back at its height, a steady pod and the pod that wants its
+    /// memory back carry nothing; nor does a pod that gave memory back at any poll of the
+    /// window (`PodGrowth::gave_back`): a workspace whose peak the marks missed (they are the
+    /// window's first half) looks like a climb, but a climb gives nothing back. Nothing to act on when nothing climbed above its marks (a
+    /// level someone held within the window is not growth) or when the pod that wants memory
+    /// back carried the climb itself: the guard protects a pod's neighbours, not a job from
+    /// its own growth. Nor before the guard has watched the GPU for half of `horizon`: the marks
+    /// are a pod's peaks over the window's first half, and until then a workspace at the first
+    /// peak a poll saw looks like a climb. Those are left to the soft trigger's `grace`.
+    pub(super) fn need_carry(
+        &self,
+        index: u32,
+        now: Duration,
+        (uid, back): (&str, u64),
+    ) -> EarlyCarry {
+        let window = self.policy.horizon;
+        let who = self.seen.pods.get(uid).map_or_else(
+            || format!("pod {uid}"),
+            |p| format!("{}/{}", p.namespace, p.name),
+        );
+        let watched = self
+            .seen
+            .growth
+            .watched_since(index)
+            .map_or(Duration::ZERO, |since| now.saturating_sub(since));
+        if watched < window / 2 {
+            return EarlyCarry::NotYet(format!(
+                "{who} wants back {} that no longer fits, but the guard has watched this GPU for {} ms, less than half of `horizon`: too little to tell a climb from a workspace at the first peak it saw; left to the soft trigger's grace",
+                rank::fmt_bytes(back),
+                watched.as_millis()
+            ));
+        }
+        match self.seen.growth.carried_since(index, now.saturating_sub(window)) {
+            None => EarlyCarry::NotYet(format!(
+                "{who} wants back {} that no longer fits: waiting for a second full poll to tell who climbed into it",
+                rank::fmt_bytes(back)
+            )),
+            Some(c) if c.total < CLIMB_NOISE => EarlyCarry::NotYet(format!(
+                "{who} wants back {} that no longer fits, but nothing climbed above its marks over the last {} s: left to the soft trigger's grace",
+                rank::fmt_bytes(back),
+                window.as_secs_f64()
+            )),
+            Some(c) if c.by(uid) >= CLIMB_NOISE => EarlyCarry::NotYet(format!(
+                "{who} wants back {} of its own climb: left to the soft trigger's grace",
+                rank::fmt_bytes(back)
+            )),
+            Some(mut c) => {
+                // A pod that gave memory back within the window is a workspace at its
+                // height, however the marks read: it carries nothing here.
+                let growth = &self.seen.growth;
+                c.pods
+                    .retain(|pod, _| growth.gave_back(index, pod) < CLIMB_NOISE);
+                EarlyCarry::Carried(c.total, c)
+            }
+        }
+    }
+}
