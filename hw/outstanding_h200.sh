@@ -5,7 +5,7 @@
 # own session and waits; later calls only wait (`wait`); each call brings back what exists
 # so far.
 #
-#   first call:  LEFT=<status's budget_left_s> bash hw/outstanding_h200.sh start BIN
+#   first call:  LEFT=<status's budget_left_s> [OUTSTANDING_SWEEP=<cells>] bash hw/outstanding_h200.sh start BIN
 #   next calls:  bash hw/outstanding_h200.sh wait [SECONDS]      (default 530)
 #
 # BIN holds the dist `gpu-warden` and a release `apiserver-double`, copied before anything runs,
@@ -52,6 +52,9 @@ SWEEP="guard*5%s=runner%h=a10g:250,128,64,16,4;guard*5%s=two:128,64,16,4,250"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s%h=a10g:64;guard*5%s=ws%h=a10g:250,128,64,16,4"
 SWEEP="$SWEEP;guard*5%s=ws%r=3s:64;guard*5%s=ws:64,128,250,16,4"
 SWEEP="$SWEEP;guard*5%s=runner:64,128,250,16,4;guard*5%s=two%h=a10g:250,128,64,16,4"
+# OUTSTANDING_SWEEP: the cells instead of the whole table (a re-run of the cells a change
+# touches, when the device time left is short).
+SWEEP=${OUTSTANDING_SWEEP:-$SWEEP}
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \

@@ -438,7 +438,7 @@ class Outstanding(unittest.TestCase):
     the failing cells come first, the batch outlives the call, and what comes back leaves the
     binaries out."""
 
-    def batch(self, total_mib, left, before=False):
+    def batch(self, total_mib, left, before=False, sweep=None):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
         for sub in ("hw", "bin", "b", "out"):
@@ -457,6 +457,9 @@ class Outstanding(unittest.TestCase):
         # WAIT_S: the batch's own wait on all.done, a safety net (it ends as soon as the file is there).
         env = dict(os.environ, OUT=os.path.join(d, "out"), LEFT=str(left), WAIT_S="300", STUB_MODE="ok",
                    OUTSTANDING_DIR=os.path.join(d, "r"), PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
+        env.pop("OUTSTANDING_SWEEP", None)
+        if sweep is not None:
+            env["OUTSTANDING_SWEEP"] = sweep
         p = subprocess.run(["bash", os.path.join(d, "hw", "outstanding_h200.sh"), "start", os.path.join(d, "b")],
                            env=env, capture_output=True, text=True, timeout=360)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -479,6 +482,11 @@ class Outstanding(unittest.TestCase):
             for hr in ("", "%h=a10g"):
                 self.assertTrue(any(c.startswith(f"guard*5%s={shape}{hr}:") for c in cells), (shape, hr, cells))
         self.assertEqual(sum("%r=3s" in c for c in cells), 2)
+
+    def test_the_cells_can_be_named_instead_of_the_table(self):
+        cells = "guard*5%s=runner%h=a10g:250;guard*5%s=ws%h=a10g:250,64"
+        sweep = self.batch(143771, 1000, sweep=cells)
+        self.assertEqual(sweep[sweep.index("--sweep") + 1], cells)
 
     def test_an_h100_sets_todays_trainer_for_80_gib(self):
         sweep = self.batch(81559, 1000)
