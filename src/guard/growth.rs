@@ -110,7 +110,21 @@ pub struct PodGrowth {
     /// climb ([`PodGrowth::recent_use`]) is told by polls a few ms apart, which
     /// `samples` thins so that a burst cannot push the window's start out.
     recent: VecDeque<Sample>,
+    /// Each holder's most per GPU over every poll but the latest, in buckets of
+    /// [`LONG_SPAN`] / [`MAX_LONG`], for [`LONG_SPAN`]: the levels a pod reached before,
+    /// further back than the window ([`PodGrowth::carried_above_peaks`]).
+    long: VecDeque<(Duration, Most)>,
 }
+
+/// Per (GPU index, holder), the most it used over a bucket of polls.
+type Most = HashMap<(u32, Holder), u64>;
+
+/// How far back [`PodGrowth::carried_above_peaks`] remembers a pod's peaks: a minute, longer
+/// than the evaluation phases and workspaces of the simulation's workload (every 3–40 s).
+const LONG_SPAN: Duration = Duration::from_secs(60);
+
+/// Most buckets kept in [`PodGrowth::long`].
+const MAX_LONG: usize = 64;
 
 /// How far back [`PodGrowth::recent_use`] can look: more than the early trigger's
 /// window.
@@ -127,6 +141,7 @@ impl PodGrowth {
             window,
             samples: VecDeque::new(),
             recent: VecDeque::new(),
+            long: VecDeque::new(),
         }
     }
 
@@ -153,6 +168,7 @@ impl PodGrowth {
         if self.samples.back().is_some_and(|s| s.at > now) {
             self.samples.clear();
             self.recent.clear();
+            self.long.clear();
         }
         // Polls closer together than the window's share of the bound are thinned (the
         // previous latest gives way), so a burst of refresh polls cannot push the window's
@@ -173,6 +189,31 @@ impl PodGrowth {
             used,
             use_bytes,
         };
+        // The previous latest joins the long memory: it holds every poll but the latest.
+        if let Some(prev) = self.recent.back() {
+            let spacing = LONG_SPAN / MAX_LONG as u32;
+            if self
+                .long
+                .back()
+                .is_none_or(|(at, _)| prev.at.saturating_sub(*at) >= spacing)
+            {
+                self.long.push_back((prev.at, HashMap::new()));
+            }
+            if let Some((_, most)) = self.long.back_mut() {
+                for (key, b) in &prev.use_bytes {
+                    let e = most.entry(key.clone()).or_default();
+                    *e = (*e).max(*b);
+                }
+            }
+            while self.long.len() > MAX_LONG
+                || self
+                    .long
+                    .front()
+                    .is_some_and(|(at, _)| now.saturating_sub(*at) > LONG_SPAN)
+            {
+                self.long.pop_front();
+            }
+        }
         self.recent.push_back(sample.clone());
         while self.recent.len() > MAX_RECENT
             || self
@@ -397,6 +438,50 @@ impl PodGrowth {
             most = most.max(peak - u);
         }
         most
+    }
+
+    /// Who holds more on GPU `gpu` at the latest poll than at any poll of the last
+    /// [`LONG_SPAN`] taken before `before`, and by how much ([`Carried`]: pods, the processes
+    /// outside any pod, their total; nothing unlisted); `None` without such a poll. Buckets
+    /// that may hold a poll at or after `before` are left out.
+    ///
+    /// Why: the marks of [`PodGrowth::carried_since`] are the window's first half, a few
+    /// seconds; a pod whose evaluation buffers come every 30 s is at a level it never held by
+    /// them each time they come, and in the simulation's workload a trigger that took such a
+    /// pod for a climber evicted more pods that were not growing, and more jobs died of OOM.
+    pub fn carried_above_peaks(&self, gpu: u32, before: Duration) -> Option<Carried> {
+        let latest = self.samples.back()?;
+        let spacing = LONG_SPAN / MAX_LONG as u32;
+        let earlier: Vec<&Most> = self
+            .long
+            .iter()
+            .filter(|(at, _)| at.saturating_add(spacing) < before)
+            .map(|(_, most)| most)
+            .collect();
+        if earlier.is_empty() {
+            return None;
+        }
+        let mut carried = Carried::default();
+        for (holder, now) in latest.uses_on(gpu) {
+            let key = (gpu, holder.clone());
+            let peak = earlier
+                .iter()
+                .filter_map(|most| most.get(&key).copied())
+                .max()
+                .unwrap_or(0);
+            let above = now.saturating_sub(peak);
+            if above == 0 {
+                continue;
+            }
+            carried.total = carried.total.saturating_add(above);
+            match holder {
+                Holder::Outside => carried.outside = above,
+                Holder::Pod(uid) => {
+                    carried.pods.insert(uid.clone(), above);
+                }
+            }
+        }
+        Some(carried)
     }
 
     /// When the oldest poll kept that saw GPU `gpu` was taken: how far back the marks reach.
@@ -812,6 +897,46 @@ mod tests {
         assert_eq!(h.wanted_back(0), None);
         h.record(s(13.0), gpus(&[1]), &[]);
         assert_eq!(h.wanted_back(0), None);
+    }
+
+    #[test]
+    fn a_level_held_within_a_minute_is_no_climb_above_the_peaks() {
+        let mut h = PodGrowth::new(s(5.0));
+        let at = |ev, x| [proc_in("ev", 0, ev), proc_in("x", 0, x)];
+        h.record(s(0.0), used(1000), &at(1000, 0));
+        assert_eq!(
+            h.carried_above_peaks(0, s(1.0)),
+            None,
+            "one poll: nothing before it"
+        );
+        // Evaluation buffers of 3000 for two seconds, every 30 s.
+        h.record(s(1.0), used(4000), &at(4000, 0));
+        h.record(s(2.0), used(4000), &at(4000, 0));
+        for t in 3..31 {
+            h.record(s(f64::from(t)), used(1000), &at(1000, 0));
+        }
+        // Back at 31 s, with a job that climbed to 2000 meanwhile: the job alone carries.
+        h.record(s(30.5), used(2000), &at(1000, 1000));
+        h.record(s(31.0), used(6000), &at(4000, 2000));
+        let c = h.carried_above_peaks(0, s(31.0)).unwrap_or_default();
+        assert_eq!(
+            (c.by("ev"), c.by("x"), c.total),
+            (0, 1000 * MIB, 1000 * MIB)
+        );
+        // Measured only against polls before 30 s: the job climbed all of its 2000.
+        let c = h.carried_above_peaks(0, s(30.0)).unwrap_or_default();
+        assert_eq!((c.by("ev"), c.by("x")), (0, 2000 * MIB));
+        // The window's marks forget the buffers: by them, they climbed 3000.
+        let w = h.carried_since(0, s(26.0)).unwrap_or_default();
+        assert_eq!(w.by("ev"), 3000 * MIB);
+        // More than a minute later they are a level never held.
+        for t in 32..100 {
+            h.record(s(f64::from(t)), used(3000), &at(1000, 2000));
+        }
+        h.record(s(100.0), used(6000), &at(4000, 2000));
+        let c = h.carried_above_peaks(0, s(100.0)).unwrap_or_default();
+        assert_eq!((c.by("ev"), c.by("x")), (3000 * MIB, 0));
+        assert!(h.long.len() <= MAX_LONG);
     }
 
     #[test]

@@ -602,11 +602,15 @@ faults:
         let mut s = source(sc);
         let h = s.handle();
         // 1.2 s: the workspace (600 MiB in all) does not fit beside 500: only the base.
-        let m = s.poll(Duration::from_millis(1200), ALL).gpus[0].memory.unwrap();
+        let m = s.poll(Duration::from_millis(1200), ALL).gpus[0]
+            .memory
+            .unwrap();
         assert_eq!(m.used, 800 * MIB);
         assert_eq!(h.ooms().get(&11), Some(&1));
         // 1.7 s: the workspace is out; the base fits.
-        let m = s.poll(Duration::from_millis(1700), ALL).gpus[0].memory.unwrap();
+        let m = s.poll(Duration::from_millis(1700), ALL).gpus[0]
+            .memory
+            .unwrap();
         assert_eq!(m.used, 800 * MIB);
         assert_eq!(h.ooms().get(&11), Some(&1));
     }

@@ -858,5 +858,10 @@ fn s_a_job_that_fills_a_workspaces_room_is_taken_before_grace() {
     assert!(ooms.get(&101).is_some_and(|n| *n <= 12), "{ooms:?}");
 
     let w = run(", annotations: {gpu-warden.io/vram-request-mib: \"4000\"}");
-    assert_eq!(w.evicted_names(), Vec::<String>::new(), "{:?}", w.attempts());
+    assert_eq!(
+        w.evicted_names(),
+        Vec::<String>::new(),
+        "{:?}",
+        w.attempts()
+    );
 }

@@ -90,22 +90,25 @@ pub(super) fn room_left(
 }
 
 impl Guard {
-    /// Who carries the climb that left pod `uid`'s `back` bytes no room on GPU `index`, over the
-    /// last `horizon` of full polls (`PodGrowth::carried_since`): what each pod climbed above
-    /// its marks, so a workspace back at its height, a steady pod and the pod that wants its
-    /// memory back carry nothing; nor does a pod that gave memory back at any poll of the
-    /// window (`PodGrowth::gave_back`): a workspace whose peak the marks missed (they are the
-    /// window's first half) looks like a climb, but a climb gives nothing back. Nothing to act on when nothing climbed above its marks (a
-    /// level someone held within the window is not growth) or when the pod that wants memory
-    /// back carried the climb itself: the guard protects a pod's neighbours, not a job from
-    /// its own growth. Nor before the guard has watched the GPU for half of `horizon`: the marks
-    /// are a pod's peaks over the window's first half, and until then a workspace at the first
-    /// peak a poll saw looks like a climb. Those are left to the soft trigger's `grace`.
+    /// Who carries the climb that left pod `uid`'s `back` bytes no room on GPU `index`, its
+    /// need unmet since `since`: what each holds above the most it held at any full poll of
+    /// the last minute before then (`PodGrowth::carried_above_peaks`), so a workspace or an
+    /// evaluation's buffers back at a height they reached before, a steady pod and the pod
+    /// that wants its memory back carry nothing; nor does a pod that gave memory back at any
+    /// poll of the window (`PodGrowth::gave_back`): a workspace whose peak no poll caught
+    /// looks like a climb, but a climb gives nothing back. The polls after `since` are left
+    /// out: those of the hold see a job that took the room at the level it climbed to.
+    ///
+    /// Nothing to act on when nothing climbed so, or when the pod that wants memory back
+    /// carried the climb itself (the guard protects a pod's neighbours, not a job from its own
+    /// growth), or before the guard has watched the GPU for half of `horizon` (too few polls
+    /// to have seen anyone's peaks). Those are left to the soft trigger's `grace`.
     pub(super) fn need_carry(
         &self,
         index: u32,
         now: Duration,
         (uid, back): (&str, u64),
+        since: Duration,
     ) -> EarlyCarry {
         let window = self.policy.horizon;
         let who = self.seen.pods.get(uid).map_or_else(
@@ -124,15 +127,14 @@ impl Guard {
                 watched.as_millis()
             ));
         }
-        match self.seen.growth.carried_since(index, now.saturating_sub(window)) {
+        match self.seen.growth.carried_above_peaks(index, since) {
             None => EarlyCarry::NotYet(format!(
                 "{who} wants back {} that no longer fits: waiting for a second full poll to tell who climbed into it",
                 rank::fmt_bytes(back)
             )),
             Some(c) if c.total < CLIMB_NOISE => EarlyCarry::NotYet(format!(
-                "{who} wants back {} that no longer fits, but nothing climbed above its marks over the last {} s: left to the soft trigger's grace",
-                rank::fmt_bytes(back),
-                window.as_secs_f64()
+                "{who} wants back {} that no longer fits, but nobody holds more than they did in the minute before: left to the soft trigger's grace",
+                rank::fmt_bytes(back)
             )),
             Some(c) if c.by(uid) >= CLIMB_NOISE => EarlyCarry::NotYet(format!(
                 "{who} wants back {} of its own climb: left to the soft trigger's grace",
@@ -140,7 +142,7 @@ impl Guard {
             )),
             Some(mut c) => {
                 // A pod that gave memory back within the window is a workspace at its
-                // height, however the marks read: it carries nothing here.
+                // height, however its peaks read: it carries nothing here.
                 let growth = &self.seen.growth;
                 c.pods
                     .retain(|pod, _| growth.gave_back(index, pod) < CLIMB_NOISE);

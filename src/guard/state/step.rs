@@ -305,7 +305,14 @@ impl Guard {
         }
         let carry = match (trigger, &unmet) {
             (Trigger::EarlyTrend, _) => self.early_carry(index, at),
-            (Trigger::SoftNeed, Some((uid, back))) => self.need_carry(index, now, (uid, *back)),
+            (Trigger::SoftNeed, Some((uid, back))) => {
+                let since = self
+                    .gpus
+                    .get(&index)
+                    .and_then(|st| st.unmet_since.as_ref())
+                    .map_or(now, |(_, since)| *since);
+                self.need_carry(index, now, (uid, *back), since)
+            }
             _ => EarlyCarry::Unjudged,
         };
         if let EarlyCarry::NotYet(why) = carry {
