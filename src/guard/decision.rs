@@ -22,8 +22,8 @@ pub enum Trigger {
     /// could act in time (possibly while free is still above `soft`).
     EarlyTrend,
     /// Free memory is below `soft` and less than what a pod gave back within `horizon`
-    /// (a workspace that can no longer return): taken only on the pods that climbed above
-    /// their marks over `horizon` (`guard::state::need`).
+    /// (a workspace that can no longer return): taken only on the pods that climbed into its
+    /// room, above the most they held in the minute before (`guard::state::need`).
     SoftNeed,
     /// Not a decision of this process: an eviction in doubt or a cooldown carried over an
     /// agent restart (`guard::carry`), restored so the guard does not decide again on it.

@@ -122,7 +122,7 @@ pub(super) fn climbers_only(
     ranking: &mut rank::Ranking,
     carried: &Carried,
     rise: u64,
-    window: Duration,
+    over: &str,
     rising: impl Fn(&str) -> Option<bool>,
 ) -> Result<(), String> {
     // Only a pod's climb above its declared request is its own to answer for. Judged once
@@ -138,10 +138,9 @@ pub(super) fn climbers_only(
     let by_candidates = climbers.values().fold(0u64, |a, b| a.saturating_add(*b));
     if (by_candidates as f64) < EARLY_CARRIED * rise as f64 {
         return Err(format!(
-            "the pods the guard may evict carry {} of a climb of {} over {} ms, less than half ({}): left to the soft and hard triggers",
+            "the pods the guard may evict carry {} of a climb of {} {over}, less than half ({}): left to the soft and hard triggers",
             rank::fmt_bytes(by_candidates),
             rank::fmt_bytes(rise),
-            window.as_millis(),
             carriers(ranking, carried, &rising)
         ));
     }

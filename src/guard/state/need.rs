@@ -26,7 +26,7 @@ const NEED_POLL: Duration = Duration::from_millis(50);
 
 /// How long the same pod's need must have gone unmet, at every reading, before the trigger
 /// acts: longer than the turn of two workspaces that cannot both be in at once and take turns
-/// (150 ms in the harness's training steps), which neither climbs. On the H100's run the
+/// (150 ms in the harness's training steps), neither of which climbs. On the H100's run the
 /// neighbour's steps came every 56 ms, so this costs it three or four.
 pub(super) const NEED_HOLD: Duration = Duration::from_millis(200);
 

@@ -249,37 +249,35 @@ fn a_greedy_job_in_a_workspaces_room_is_taken_within_the_hold() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// A job of 8,000 MiB whose 2,112 MiB workspace is in for `turn` ms of every `2 × turn`, from
+/// `phase` ms into the cycle, once `from` ms have passed.
+fn turn_taker(uid: &'static str, turn: f64, phase: f64, from: f64) -> Proc {
+    proc_of(
+        uid,
+        Want::Workspace {
+            base: 8000,
+            ws: 2112,
+            turn,
+            phase,
+            from,
+        },
+    )
+}
+
 /// Two jobs' workspaces that cannot both be in take turns, beside a smaller steady job, inside
 /// the soft band: each, while out, wants back more than is free, and the other, ranked first,
-/// holds its room; but neither climbs. With turns of 150 ms neither need holds long enough to act on; with
-/// turns of 600 ms it does, and the pod in the room has held that level before, once the
-/// guard has watched for half of `horizon`. Nobody is taken before `grace` would act (10 s).
+/// holds its room; but neither climbs. With turns of 150 ms neither need holds long enough to
+/// act on; with turns of 600 and 900 ms it does, and the pod in the room gave memory back at
+/// its own turn out; before it has had one (900 ms from 0), the guard has watched for less
+/// than half of `horizon`. Nobody is taken before `grace` would act (10 s).
 #[test]
 fn workspaces_that_take_turns_are_nobodys_climb() {
     for turn in [150.0, 600.0, 900.0] {
         for phase in [0.0, 70.0, 290.0] {
             let procs = vec![
                 proc_of("steady", Want::Steady(3416)),
-                proc_of(
-                    "a",
-                    Want::Workspace {
-                        base: 8000,
-                        ws: 2112,
-                        turn,
-                        phase,
-                        from: 0.0,
-                    },
-                ),
-                proc_of(
-                    "b",
-                    Want::Workspace {
-                        base: 8000,
-                        ws: 2112,
-                        turn,
-                        phase: phase + turn,
-                        from: 0.0,
-                    },
-                ),
+                turn_taker("a", turn, phase, 0.0),
+                turn_taker("b", turn, phase + turn, 0.0),
             ];
             let pods_ = vec![pod("steady"), pod("a"), pod("b")];
             let o = run(pods_, procs, 9500.0);
@@ -336,26 +334,8 @@ fn a_job_that_starts_taking_turns_is_not_taken_on_its_first() {
     for from in [6000.0, 6037.0, 6111.0] {
         let procs = vec![
             proc_of("steady", Want::Steady(3416)),
-            proc_of(
-                "a",
-                Want::Workspace {
-                    base: 8000,
-                    ws: 2112,
-                    turn: 150.0,
-                    phase: 0.0,
-                    from: 0.0,
-                },
-            ),
-            proc_of(
-                "b",
-                Want::Workspace {
-                    base: 8000,
-                    ws: 2112,
-                    turn: 150.0,
-                    phase: 150.0,
-                    from,
-                },
-            ),
+            turn_taker("a", 150.0, 0.0, 0.0),
+            turn_taker("b", 150.0, 150.0, from),
         ];
         let o = run(vec![pod("steady"), pod("a"), pod("b")], procs, 9500.0);
         assert!(o.first.is_none(), "from {from} ms: {o:?}");

@@ -450,11 +450,11 @@ impl Guard {
                     early::rising(growth, index, uid, now)
                 }
             };
-            let window = match trigger {
-                Trigger::SoftNeed => self.policy.horizon,
-                _ => trend::EARLY_WINDOW,
+            let over = match trigger {
+                Trigger::SoftNeed => "above the peaks of the minute before".to_string(),
+                _ => format!("over {} ms", trend::EARLY_WINDOW.as_millis()),
             };
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, window, rising) {
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, &over, rising) {
                 self.hold_back(index, why, now);
                 return None;
             }
