@@ -58,6 +58,62 @@ const H100: u64 = 81_559;
 /// The asked-for full poll's delay after the reading that asked, µs.
 const POLL_DELAY_US: u64 = 300;
 
+/// A node's clock for the guard, in µs: a regular full poll every second, fast readings at
+/// the interval the guard asks for, and the full poll a fast reading asks for
+/// [`POLL_DELAY_US`] after it, the next reading one interval after that poll.
+pub(super) struct NodeClock {
+    /// Now, µs.
+    pub(super) us: u64,
+    next_regular: u64,
+    next_fast: u64,
+    /// Full polls a fast reading asked for.
+    pub(super) asked_polls: u32,
+}
+
+impl NodeClock {
+    pub(super) fn new() -> Self {
+        NodeClock {
+            us: 0,
+            next_regular: 0,
+            next_fast: 0,
+            asked_polls: 0,
+        }
+    }
+
+    /// What is due now on one GPU of `total` MiB with `used` MiB in use: a regular full poll,
+    /// or a fast reading and the full poll it asks for; `full(g, at)` takes a full poll at
+    /// `at` µs. The decisions those polls returned.
+    pub(super) fn tick(
+        &mut self,
+        g: &mut Guard,
+        total: u64,
+        used: u64,
+        mut full: impl FnMut(&mut Guard, u64) -> Vec<Decision>,
+    ) -> Vec<Decision> {
+        let interval = |g: &Guard| {
+            g.watch_interval()
+                .unwrap_or(Duration::from_millis(100))
+                .as_micros() as u64
+        };
+        let mut decided = Vec::new();
+        if self.us >= self.next_regular {
+            decided = full(g, self.us);
+            self.next_regular += 1_000_000;
+            self.next_fast = self.us + interval(g);
+        } else if self.us >= self.next_fast {
+            let none = g.observe_memory(&[(0, mem(total, used))], Duration::from_micros(self.us));
+            assert!(none.is_empty(), "a fast reading never decides");
+            if g.take_refresh_request() {
+                self.us += POLL_DELAY_US;
+                self.asked_polls += 1;
+                decided = full(g, self.us);
+            }
+            self.next_fast = self.us + interval(g);
+        }
+        decided
+    }
+}
+
 /// Runs `loads` on one GPU of `total` MiB until the first decision or `until_ms`.
 fn run(total: u64, loads: &[Load], until_ms: f64) -> Outcome {
     let mut g = Guard::new(Policy {
@@ -97,35 +153,17 @@ fn run(total: u64, loads: &[Load], until_ms: f64) -> Outcome {
         let s = snap(vec![gpu(0, total, used)], procs);
         g.observe(&Arc::new(s), &pods, Duration::from_micros(us))
     };
-    let interval = |g: &Guard| {
-        g.watch_interval()
-            .unwrap_or(Duration::from_millis(100))
-            .as_micros() as u64
-    };
     let mut out = Outcome::default();
-    let (mut us, mut next_regular, mut next_fast) = (0u64, 0u64, 0u64);
+    let mut clock = NodeClock::new();
     let until = (until_ms * 1000.0) as u64;
-    while us <= until && out.first.is_none() {
-        let t = us as f64 / 1000.0;
-        if out.oom_at.is_none() && state(t).2 {
+    while clock.us <= until && out.first.is_none() {
+        let t = clock.us as f64 / 1000.0;
+        let (_, used, oom) = state(t);
+        if out.oom_at.is_none() && oom {
             out.oom_at = Some(t);
         }
-        let mut decided = Vec::new();
-        if us >= next_regular {
-            decided = full(&mut g, us);
-            next_regular += 1_000_000;
-            next_fast = us + interval(&g);
-        } else if us >= next_fast {
-            let used = state(t).1;
-            let none = g.observe_memory(&[(0, mem(total, used))], Duration::from_micros(us));
-            assert!(none.is_empty(), "a fast reading never decides");
-            if g.take_refresh_request() {
-                us += POLL_DELAY_US;
-                out.asked_polls += 1;
-                decided = full(&mut g, us);
-            }
-            next_fast = us + interval(&g);
-        }
+        let decided = clock.tick(&mut g, total, used, full);
+        out.asked_polls = clock.asked_polls;
         out.first = decided.first().map(|d| {
             let victims = d.planned_victims().iter().map(|v| v.uid.clone()).collect();
             (
@@ -135,7 +173,7 @@ fn run(total: u64, loads: &[Load], until_ms: f64) -> Outcome {
                 d.free / MIB,
             )
         });
-        us += 100;
+        clock.us += 100;
     }
     out
 }

@@ -1,11 +1,12 @@
-//! The `soft_need` trigger (`state::need`) driven on a real node's clock, as `cadence_tests`
-//! drives the guard, but with memory that is held: a process keeps what it got, an allocation
+//! The `soft_need` trigger (`state::need`) driven on a real node's clock (`cadence_tests`'s
+//! [`NodeClock`]), but with memory that is held: a process keeps what it got, an allocation
 //! that does not fit fails (a CUDA OOM) and is tried again, and a greedy job climbs one chunk
 //! at a time for as long as chunks fit. The shapes are the H100's run of docs/validation.md
 //! §9i at an A10G's size: a declared job whose workspace comes and goes, two steady CI jobs,
 //! a greedy job; and, for bystanders, workspaces that take turns in the same room.
 #![cfg(test)]
 
+use super::cadence_tests::NodeClock;
 use super::Guard;
 use crate::guard::decision::{Decision, Trigger};
 use crate::guard::policy::{Mode, Policy};
@@ -15,8 +16,6 @@ use std::time::Duration;
 
 /// An A10G's usable memory, MiB.
 const A10G: u64 = 23_028;
-/// The asked-for full poll's delay after the reading that asked, µs.
-const POLL_DELAY_US: u64 = 300;
 
 /// What a process wants at `t` ms.
 enum Want {
@@ -96,11 +95,11 @@ fn run(pods_: Vec<PodBuilder>, mut procs: Vec<Proc>, until_ms: f64) -> Outcome {
     let pods = Arc::new(pods(pods_));
     let capacity = A10G - 10;
     let mut out = Outcome::default();
-    let (mut us, mut next_regular, mut next_fast) = (0u64, 0u64, 0u64);
+    let mut clock = NodeClock::new();
     let until = (until_ms * 1000.0) as u64;
     let mut last_ms = u64::MAX;
-    while us <= until && out.first.is_none() {
-        let t = us as f64 / 1000.0;
+    while clock.us <= until && out.first.is_none() {
+        let t = clock.us as f64 / 1000.0;
         // Frees first, then allocations in order: what is held stays held.
         let mut starved = false;
         for p in &mut procs {
@@ -142,7 +141,7 @@ fn run(pods_: Vec<PodBuilder>, mut procs: Vec<Proc>, until_ms: f64) -> Outcome {
                 }
             }
         }
-        let ms = us / 1000;
+        let ms = clock.us / 1000;
         if starved && ms != last_ms {
             out.starved_ms += 1;
             last_ms = ms;
@@ -158,30 +157,12 @@ fn run(pods_: Vec<PodBuilder>, mut procs: Vec<Proc>, until_ms: f64) -> Outcome {
             let s = snap(vec![gpu(0, A10G, used)], listed.clone());
             g.observe(&Arc::new(s), &pods, Duration::from_micros(at))
         };
-        let interval = |g: &Guard| {
-            g.watch_interval()
-                .unwrap_or(Duration::from_millis(100))
-                .as_micros() as u64
-        };
-        let mut decided = Vec::new();
-        if us >= next_regular {
-            decided = full(&mut g, us);
-            next_regular += 1_000_000;
-            next_fast = us + interval(&g);
-        } else if us >= next_fast {
-            let none = g.observe_memory(&[(0, mem(A10G, used))], Duration::from_micros(us));
-            assert!(none.is_empty(), "a fast reading never decides");
-            if g.take_refresh_request() {
-                us += POLL_DELAY_US;
-                decided = full(&mut g, us);
-            }
-            next_fast = us + interval(&g);
-        }
+        let decided = clock.tick(&mut g, A10G, used, full);
         out.first = decided.first().map(|d| {
             let victims = d.planned_victims().iter().map(|v| v.uid.clone()).collect();
             (d.at.as_secs_f64() * 1000.0, d.trigger, victims)
         });
-        us += 100;
+        clock.us += 100;
     }
     out
 }
