@@ -126,6 +126,9 @@ const LONG_SPAN: Duration = Duration::from_secs(60);
 /// Most buckets kept in [`PodGrowth::long`].
 const MAX_LONG: usize = 64;
 
+/// The span of one bucket of [`PodGrowth::long`].
+const LONG_BUCKET: Duration = Duration::from_micros(LONG_SPAN.as_micros() as u64 / MAX_LONG as u64);
+
 /// How far back [`PodGrowth::recent_use`] can look: more than the early trigger's
 /// window.
 const RECENT_SPAN: Duration = Duration::from_millis(100);
@@ -191,11 +194,10 @@ impl PodGrowth {
         };
         // The previous latest joins the long memory: it holds every poll but the latest.
         if let Some(prev) = self.recent.back() {
-            let spacing = LONG_SPAN / MAX_LONG as u32;
             if self
                 .long
                 .back()
-                .is_none_or(|(at, _)| prev.at.saturating_sub(*at) >= spacing)
+                .is_none_or(|(at, _)| prev.at.saturating_sub(*at) >= LONG_BUCKET)
             {
                 self.long.push_back((prev.at, HashMap::new()));
             }
@@ -404,36 +406,30 @@ impl PodGrowth {
     /// (0 if it had nothing there): the level a decision remembers, so that what comes
     /// after it is judged against the pod's peaks, not against one instant.
     pub fn high_water(&self, gpu: u32, uid: &str) -> u64 {
-        let Some(latest) = self.samples.back() else {
-            return 0;
-        };
-        let start = latest.at.saturating_sub(self.window);
+        self.uses_in_window(gpu, uid).max().unwrap_or(0)
+    }
+
+    /// Pod `uid`'s use on GPU `gpu` at each poll of the window that saw the GPU, oldest
+    /// first, the latest included.
+    fn uses_in_window<'a>(&'a self, gpu: u32, uid: &str) -> impl Iterator<Item = u64> + 'a {
+        let start = self
+            .samples
+            .back()
+            .map_or(Duration::ZERO, |l| l.at.saturating_sub(self.window));
         let holder = Holder::pod(uid);
         self.samples
             .iter()
-            .filter(|s| s.gpus.contains(&gpu) && s.at >= start)
-            .map(|s| s.use_of(gpu, &holder))
-            .max()
-            .unwrap_or(0)
+            .filter(move |s| s.gpus.contains(&gpu) && s.at >= start)
+            .map(move |s| s.use_of(gpu, &holder))
     }
 
     /// The most pod `uid` fell on GPU `gpu` below the most it had used before, at any poll of
     /// the window, oldest first (0 for a pod that never gave anything back): a workspace
     /// that comes and goes shows its size, a job that only climbs or holds nothing.
     pub fn gave_back(&self, gpu: u32, uid: &str) -> u64 {
-        let Some(latest) = self.samples.back() else {
-            return 0;
-        };
-        let start = latest.at.saturating_sub(self.window);
-        let holder = Holder::pod(uid);
         let mut peak = 0u64;
         let mut most = 0u64;
-        for s in self
-            .samples
-            .iter()
-            .filter(|s| s.gpus.contains(&gpu) && s.at >= start)
-        {
-            let u = s.use_of(gpu, &holder);
+        for u in self.uses_in_window(gpu, uid) {
             peak = peak.max(u);
             most = most.max(peak - u);
         }
@@ -447,15 +443,13 @@ impl PodGrowth {
     ///
     /// Why: the marks of [`PodGrowth::carried_since`] are the window's first half, a few
     /// seconds; a pod whose evaluation buffers come every 30 s is at a level it never held by
-    /// them each time they come, and in the simulation's workload a trigger that took such a
-    /// pod for a climber evicted more pods that were not growing, and more jobs died of OOM.
+    /// them each time they come (the simulation's workload has workspaces every 3–40 s).
     pub fn carried_above_peaks(&self, gpu: u32, before: Duration) -> Option<Carried> {
         let latest = self.samples.back()?;
-        let spacing = LONG_SPAN / MAX_LONG as u32;
         let earlier: Vec<&Most> = self
             .long
             .iter()
-            .filter(|(at, _)| at.saturating_add(spacing) < before)
+            .filter(|(at, _)| at.saturating_add(LONG_BUCKET) < before)
             .map(|(_, most)| most)
             .collect();
         if earlier.is_empty() {
