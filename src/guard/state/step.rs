@@ -232,10 +232,9 @@ impl Guard {
             None
         };
         st.unmet_since = need::unmet_since(st.unmet_since.take(), unmet.as_ref(), now);
-        let unmet_held = st
-            .unmet_since
-            .as_ref()
-            .is_some_and(|(_, since)| now.saturating_sub(*since) >= need::NEED_HOLD);
+        let unmet_since = st.unmet_since.as_ref().map(|(_, since)| *since);
+        let unmet_held =
+            unmet_since.is_some_and(|since| now.saturating_sub(since) >= need::NEED_HOLD);
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
         } else if memory.free < levels.soft
@@ -253,22 +252,21 @@ impl Guard {
         } else if fresh && unmet_held {
             Trigger::SoftNeed
         } else {
+            let polled = self.seen.growth.latest_used(index);
             if !fresh
                 && cooling_from.is_none()
                 && (early::wants_reference(
                     memory.used,
-                    self.seen.growth.latest_used(index),
+                    polled,
                     to_hard,
                     st.last_rise,
                     self.seen.at,
                     now,
-                ) || st
-                    .unmet_since
-                    .as_ref()
-                    .is_some_and(|(_, since)| need::wants_poll(*since, self.seen.at, now))
+                ) || unmet_since
+                    .is_some_and(|since| need::wants_poll(since, self.seen.at, now))
                     || need::room_left(
                         memory.used,
-                        self.seen.growth.latest_used(index),
+                        polled,
                         memory.free,
                         levels.soft,
                         self.seen.at,
@@ -306,12 +304,7 @@ impl Guard {
         let carry = match (trigger, &unmet) {
             (Trigger::EarlyTrend, _) => self.early_carry(index, at),
             (Trigger::SoftNeed, Some((uid, back))) => {
-                let since = self
-                    .gpus
-                    .get(&index)
-                    .and_then(|st| st.unmet_since.as_ref())
-                    .map_or(now, |(_, since)| *since);
-                self.need_carry(index, now, (uid, *back), since)
+                self.need_carry(index, now, (uid, *back), unmet_since.unwrap_or(now))
             }
             _ => EarlyCarry::Unjudged,
         };
