@@ -11,11 +11,10 @@
 # BIN holds the dist `gpu-warden` and a release `apiserver-double`, copied before anything runs,
 # so a later call's carry cannot replace a binary the harness is about to exec. The sweep gets
 # the time left (LEFT less 150 s for the start and the transfers), the cells in the order that
-# says most first: the runner shape at the A10G's headroom (a climb inside one 20-ms span at
-# 250 GiB/s held back in §9h, which the soft-band rule fixes), then the two greedy jobs at
-# today's headroom (not yet run on the climbers-only agent), then the trainer's workspace with
-# the slow fresh read first, then the cells §9h ran clean. The harness groups cells by
-# headroom and shape in order of first mention.
+# says most first: the runner shape at the A10G's headroom (the plateaus at 250 GiB/s of §9h
+# and §9i), then the two greedy jobs at today's headroom (first run on the climbers-only agent
+# in §9i), then the trainer's workspace with the slow fresh read first, then the cells §9h ran
+# clean. The harness groups cells by headroom and shape in order of first mention.
 # Where BIN also holds `gpu-warden-before` (an earlier build), the sweep first measures both
 # agents' CPU with the guard armed, on the idle GPU and beside the first shape's base load
 # (guard_h200.py --idle-agents, 20 s each), as a ratio in the same run.
