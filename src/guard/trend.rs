@@ -24,8 +24,23 @@ pub const LEAD_IN: Duration = Duration::from_secs(1);
 /// job that stopped growing at the crossing from one that did not.
 pub const LEAD_IN_URGENT: Duration = Duration::from_secs(1);
 
-/// How far back [`Trend::sustained_growth`] looks.
+/// How far back [`Trend::sustained_growth`] looks at most.
 pub const EARLY_WINDOW: Duration = Duration::from_millis(60);
+/// The shorter window [`Trend::sustained_growth`] judges first. Why: the rule needs the
+/// lowest reading of each third to rise twice, so over [`EARLY_WINDOW`] a climb shows only
+/// once it has lasted about 40 ms. At an A10G's headroom a job allocating 2 GiB every 10 ms
+/// takes a neighbour's room with its fourth allocation, about 31 ms in, and the neighbour
+/// loses what it tries until the stopped job's memory is back, some 50 ms after the kill
+/// (issue 38's `two` shape; docs/validation.md §9k). Over 30 ms the same rule shows that
+/// climb about 25 ms in, after its third. A workspace's sawtooth, one step and a plateau,
+/// and growth that stopped read as they do over 60 ms (trend table tests); more readings are
+/// needed per third, so slower readings fall back to [`EARLY_WINDOW`]. What the shorter
+/// window loses is the context: who carries a climb it shows is still judged over
+/// [`EARLY_WINDOW`], and a pod the full polls cannot yet tell is rising is no climber for it
+/// (`state::early`).
+pub const EARLY_SHORT_WINDOW: Duration = Duration::from_millis(30);
+/// The windows of the early trigger, the shortest first.
+pub const EARLY_WINDOWS: [Duration; 2] = [EARLY_SHORT_WINDOW, EARLY_WINDOW];
 /// The shortest span of readings [`Trend::sustained_growth`] judges.
 pub const EARLY_MIN_SPAN: Duration = Duration::from_millis(15);
 /// The fewest readings [`Trend::sustained_growth`] judges.
@@ -39,6 +54,18 @@ const EARLY_NOISE: u64 = 64 << 20;
 /// while a workspace allocated and freed several times a second leaves a trough in each of
 /// its thirds. Each window must be filled with growth before it says so, hence more than one.
 pub const LASTING_WINDOWS: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
+
+/// A climb the early trigger sees ([`Trend::early_climb`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Climb {
+    /// The window that shows it.
+    pub window: Duration,
+    /// Bytes per second: the slower of the fit and the lower envelope.
+    pub rate: f64,
+    /// What the lower envelope rose by across the window, in bytes: the growth the early
+    /// trigger acts on, for the pods' own climb to be weighed against.
+    pub rise: u64,
+}
 
 /// A bounded series of memory readings of one GPU and the growth rate they show.
 #[derive(Debug, Clone)]
@@ -192,8 +219,9 @@ impl Trend {
 }
 
 impl Trend {
-    /// The growth rate in bytes per second when the readings of the last [`EARLY_WINDOW`]
-    /// before `now` show growth that is sustained and still going on; `None` otherwise.
+    /// The growth rate in bytes per second when the readings of the last
+    /// [`EARLY_SHORT_WINDOW`] or, failing that, [`EARLY_WINDOW`] before `now` show growth that
+    /// is sustained and still going on; `None` otherwise.
     ///
     /// The window is cut in three by time, and the lowest reading of each third must rise
     /// from one third to the next, each time by at least a quarter of what the fit
@@ -204,7 +232,17 @@ impl Trend {
     /// that stopped shows in the last third. Memory returning to the driver never
     /// qualifies. The rate returned is the slower of the fit and the envelope's.
     pub fn sustained_growth(&self, now: Duration) -> Option<f64> {
-        self.sustained_over(now, EARLY_WINDOW)
+        self.early_climb(now).map(|c| c.rate)
+    }
+
+    /// The early trigger's climb: the first of [`EARLY_WINDOWS`] whose readings show
+    /// sustained growth (the rule of [`Trend::sustained_growth`]), its rate and the lower
+    /// envelope's rise across it; `None` when neither does.
+    pub fn early_climb(&self, now: Duration) -> Option<Climb> {
+        EARLY_WINDOWS.iter().find_map(|&window| {
+            self.envelope_over(now, window)
+                .map(|(rate, rise)| Climb { window, rate, rise })
+        })
     }
 
     /// The growth rate in bytes per second when the last [`EARLY_WINDOW`] of readings, or
@@ -230,11 +268,33 @@ impl Trend {
         self.envelope_over(now, window).map(|(rate, _)| rate)
     }
 
-    /// What the lower envelope rose by over the last [`EARLY_WINDOW`] when it shows sustained
-    /// growth (the rule of [`Trend::sustained_growth`]), in bytes; `None` otherwise. The
-    /// growth an early trigger would act on, for the pods' own climb to be weighed against.
-    pub fn sustained_rise(&self, now: Duration) -> Option<u64> {
-        self.envelope_over(now, EARLY_WINDOW).map(|(_, rise)| rise)
+    /// What the lower envelope rose by across the last [`EARLY_WINDOW`], from the lowest
+    /// reading of its first third to the lowest of its last, sustained or not; `None` with
+    /// too few readings. Why: when the early trigger's climb shows over
+    /// [`EARLY_SHORT_WINDOW`], who carries it is judged against this rise too. A job's CUDA
+    /// start-up (800 MiB in 15 ms) just after a neighbour's 2 GiB workspace came back
+    /// carries the whole of the short window's rise, the workspace being older than it;
+    /// over 60 ms it carries less than half (unit
+    /// `state::an_early_trigger_acts_on_a_rise_the_processes_carry`).
+    pub fn early_window_rise(&self, now: Duration) -> Option<u64> {
+        let from = now.saturating_sub(EARLY_WINDOW);
+        let pts: Vec<(Duration, u64)> = self
+            .points
+            .iter()
+            .filter(|&&(t, _)| t >= from && t <= now)
+            .copied()
+            .collect();
+        let (&(t0, _), &(tn, _)) = (pts.first()?, pts.last()?);
+        let third = tn.saturating_sub(t0) / 3;
+        let low = |a: Duration, b: Duration| {
+            pts.iter()
+                .filter(|&&(t, _)| t >= a && t <= b)
+                .map(|&(_, m)| m)
+                .min()
+        };
+        let first = low(t0, t0 + third)?;
+        let last = low(tn - third, tn)?;
+        Some(last.saturating_sub(first))
     }
 
     /// The sustained rate over `window` and the envelope's rise across it.

@@ -48,8 +48,15 @@ pub(super) enum EarlyCarry {
     /// Too little of it is carried yet, or nothing to tell who carries it by: wait for the
     /// next full poll (why).
     NotYet(String),
-    /// The rise (bytes) and who carries it.
-    Carried(u64, Carried),
+    /// The rise, who carries it, over what it was measured (for the reasons given), and
+    /// whether only the early trigger's short window shows it: a pod is then a climber only
+    /// where the full polls show it still rising ([`rising`]), not where they cannot tell.
+    Carried {
+        rise: u64,
+        carried: Carried,
+        over: String,
+        short_only: bool,
+    },
 }
 
 /// Whether a fast reading should ask for a full poll though no trigger fired: memory in
@@ -100,6 +107,15 @@ pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> 
         now_use.saturating_sub(then) >= STILL
             && before.is_none_or(|b| then.saturating_sub(b) >= STILL),
     )
+}
+
+/// Whether pod `uid` had nothing on GPU `gpu` at the latest full poll at least [`SPAN`] old:
+/// it came within the span, so one step of it reads as a rise in both of [`rising`]'s spans
+/// when the poll before has no trace of it either.
+pub(super) fn new_within_span(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> bool {
+    growth
+        .recent_use(gpu, uid, now.saturating_sub(SPAN))
+        .is_some_and(|(_, _, then)| then == 0)
 }
 
 /// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
@@ -224,29 +240,41 @@ impl Guard {
     /// next one (it asks for it on the next fast reading). Memory NVML cannot tell for a
     /// process is memory no listed process shows: nobody's.
     pub(super) fn early_carry(&self, index: u32, now: Duration) -> EarlyCarry {
-        let Some(rise) = self
+        let Some(climb) = self
             .gpus
             .get(&index)
-            .and_then(|st| st.trend.sustained_rise(now))
+            .and_then(|st| st.trend.early_climb(now))
         else {
             return EarlyCarry::Unjudged;
         };
+        // Who carries a climb the short window shows is judged over the long one too: the
+        // larger rise, and what climbed since the last full poll before the long window.
+        let long_rise = self
+            .gpus
+            .get(&index)
+            .and_then(|st| st.trend.early_window_rise(now))
+            .unwrap_or(0);
+        let rise = climb.rise.max(long_rise);
+        let over = format!("over {} ms", trend::EARLY_WINDOW.as_millis());
         let since = now.saturating_sub(trend::EARLY_WINDOW);
         match self.seen.growth.carried_since(index, since) {
             None => EarlyCarry::NotYet(format!(
-                "a climb of {} over {} ms: waiting for a second full poll to tell who carries it",
+                "a climb of {} {over}: waiting for a second full poll to tell who carries it",
                 rank::fmt_bytes(rise),
-                trend::EARLY_WINDOW.as_millis()
             )),
             Some(c) if (c.total as f64) < EARLY_CARRIED * rise as f64 => {
                 EarlyCarry::NotYet(format!(
-                    "a climb of {} over {} ms, of which what climbed above its marks carries {}: waiting for the next full poll",
+                    "a climb of {} {over}, of which what climbed above its marks carries {}: waiting for the next full poll",
                     rank::fmt_bytes(rise),
-                    trend::EARLY_WINDOW.as_millis(),
                     rank::fmt_bytes(c.total)
                 ))
             }
-            Some(c) => EarlyCarry::Carried(rise, c),
+            Some(carried) => EarlyCarry::Carried {
+                rise,
+                carried,
+                over,
+                short_only: climb.window < trend::EARLY_WINDOW,
+            },
         }
     }
 

@@ -146,7 +146,12 @@ impl Guard {
                 let growth = &self.seen.growth;
                 c.pods
                     .retain(|pod, _| growth.gave_back(index, pod) < CLIMB_NOISE);
-                EarlyCarry::Carried(c.total, c)
+                EarlyCarry::Carried {
+                    rise: c.total,
+                    carried: c,
+                    over: "above the peaks of the minute before".to_string(),
+                    short_only: false,
+                }
             }
         }
     }

@@ -428,7 +428,16 @@ impl Guard {
         } else {
             None
         };
-        if let (None, EarlyCarry::Carried(rise, carried)) = (&escalated, &carry) {
+        if let (
+            None,
+            EarlyCarry::Carried {
+                rise,
+                carried,
+                over,
+                short_only,
+            },
+        ) = (&escalated, &carry)
+        {
             let growth = &self.seen.growth;
             // Inside the soft band a climb that is over still leaves a neighbour no room: a
             // pod that carried it is the climber whether or not it still rises. On the H100 a
@@ -436,18 +445,24 @@ impl Guard {
             // between soft and hard, and 917 of a neighbour's allocations failed with nobody
             // evicted (docs/validation.md §9h).
             let in_soft_band = memory.free < levels.soft;
+            // A climb only the short window shows is young: a pod the recent polls cannot
+            // judge yet, or one that had nothing on the GPU a span ago, is not taken for it.
+            // A CI job's 2 GiB step 5 ms before the trainer's load showed over 30 ms was
+            // (unit `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
             let rising = |uid: &str| {
                 if in_soft_band {
                     None
                 } else {
-                    early::rising(growth, index, uid, now)
+                    match early::rising(growth, index, uid, now) {
+                        _ if *short_only && early::new_within_span(growth, index, uid, now) => {
+                            Some(false)
+                        }
+                        None if *short_only => Some(false),
+                        told => told,
+                    }
                 }
             };
-            let over = match trigger {
-                Trigger::SoftNeed => "above the peaks of the minute before".to_string(),
-                _ => format!("over {} ms", trend::EARLY_WINDOW.as_millis()),
-            };
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, &over, rising) {
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, over, rising) {
                 self.hold_back(index, why, now);
                 return None;
             }
