@@ -3,7 +3,9 @@
 //! that does not fit fails (a CUDA OOM) and is tried again, and a greedy job climbs one chunk
 //! at a time for as long as chunks fit. The shapes are the H100's run of docs/validation.md
 //! §9i at an A10G's size: a declared job whose workspace comes and goes, two steady CI jobs,
-//! a greedy job; and, for bystanders, workspaces that take turns in the same room.
+//! a greedy job; and, for bystanders, workspaces that take turns in the same room. The same
+//! held memory drives the early trigger's short window on the `two` shape (§9k–§9l): a job
+//! climbing in 2 GiB allocations must be stopped before it takes a workspace's room.
 #![cfg(test)]
 
 use super::cadence_tests::NodeClock;
