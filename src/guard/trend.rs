@@ -277,35 +277,23 @@ impl Trend {
     /// over 60 ms it carries less than half (unit
     /// `state::an_early_trigger_acts_on_a_rise_the_processes_carry`).
     pub fn early_window_rise(&self, now: Duration) -> Option<u64> {
-        let from = now.saturating_sub(EARLY_WINDOW);
-        let pts: Vec<(Duration, u64)> = self
-            .points
+        let ([first, _, last], _) = lows_of_thirds(&self.readings(now, EARLY_WINDOW))?;
+        Some(last?.saturating_sub(first?))
+    }
+
+    /// The readings of the last `window` before `now`, oldest first.
+    fn readings(&self, now: Duration, window: Duration) -> Vec<(Duration, u64)> {
+        let from = now.saturating_sub(window);
+        self.points
             .iter()
             .filter(|&&(t, _)| t >= from && t <= now)
             .copied()
-            .collect();
-        let (&(t0, _), &(tn, _)) = (pts.first()?, pts.last()?);
-        let third = tn.saturating_sub(t0) / 3;
-        let low = |a: Duration, b: Duration| {
-            pts.iter()
-                .filter(|&&(t, _)| t >= a && t <= b)
-                .map(|&(_, m)| m)
-                .min()
-        };
-        let first = low(t0, t0 + third)?;
-        let last = low(tn - third, tn)?;
-        Some(last.saturating_sub(first))
+            .collect()
     }
 
     /// The sustained rate over `window` and the envelope's rise across it.
     fn envelope_over(&self, now: Duration, window: Duration) -> Option<(f64, u64)> {
-        let from = now.saturating_sub(window);
-        let pts: Vec<(Duration, u64)> = self
-            .points
-            .iter()
-            .filter(|&&(t, _)| t >= from && t <= now)
-            .copied()
-            .collect();
+        let pts = self.readings(now, window);
         let (&(t0, _), &(tn, _)) = (pts.first()?, pts.last()?);
         let span = tn.saturating_sub(t0);
         if pts.len() < EARLY_MIN_POINTS || span < EARLY_MIN_SPAN {
@@ -315,18 +303,8 @@ impl Trend {
         if fit < 1.0 {
             return None;
         }
-        let third = span / 3;
-        let low = |a: Duration, b: Duration| {
-            pts.iter()
-                .filter(|&&(t, _)| t >= a && t <= b)
-                .map(|&(_, m)| m)
-                .min()
-        };
-        let lows = [
-            low(t0, t0 + third)?,
-            low(t0 + third + Duration::from_nanos(1), tn - third)?,
-            low(tn - third + Duration::from_nanos(1), tn)?,
-        ];
+        let ([a, b, c], third) = lows_of_thirds(&pts)?;
+        let lows = [a?, b?, c?];
         let step = (fit * third.as_secs_f64() / 4.0).max(EARLY_NOISE as f64);
         let rises = lows.windows(2).all(|w| w[1] as f64 - w[0] as f64 >= step);
         if !rises {
@@ -337,6 +315,25 @@ impl Trend {
         let envelope = rise as f64 / (2.0 * third.as_secs_f64());
         Some((fit.min(envelope), rise))
     }
+}
+
+/// The lowest reading of each third of `pts` (in time order) by time, `None` for a third
+/// without one, and a third's length; `None` without readings.
+fn lows_of_thirds(pts: &[(Duration, u64)]) -> Option<([Option<u64>; 3], Duration)> {
+    let (&(t0, _), &(tn, _)) = (pts.first()?, pts.last()?);
+    let third = tn.saturating_sub(t0) / 3;
+    let low = |a: Duration, b: Duration| {
+        pts.iter()
+            .filter(|&&(t, _)| t >= a && t <= b)
+            .map(|&(_, m)| m)
+            .min()
+    };
+    let lows = [
+        low(t0, t0 + third),
+        low(t0 + third + Duration::from_nanos(1), tn - third),
+        low(tn - third + Duration::from_nanos(1), tn),
+    ];
+    Some((lows, third))
 }
 
 /// Least-squares slope (bytes per second) of `pts`, in time order; `None` with fewer than
