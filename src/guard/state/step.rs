@@ -447,8 +447,8 @@ impl Guard {
             let in_soft_band = memory.free < levels.soft;
             // A climb only the short window shows is young: a pod the recent polls cannot
             // judge yet, or one that had nothing on the GPU a span ago, is not taken for it.
-            // A CI job's 2 GiB step 5 ms before the trainer's load showed over 30 ms was
-            // (unit `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
+            // Otherwise a CI job's 2 GiB step, 5 ms into a trainer's load, was taken for the
+            // load (unit `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
             let rising = |uid: &str| {
                 if in_soft_band {
                     None
