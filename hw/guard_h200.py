@@ -35,7 +35,9 @@ neighbours' shape (issue 38; `trainer`, the default; `ws`: a trainer whose works
 than the soft band, comes and goes every 0.3 s; `runner`: the seed's four jobs of one runner at
 one priority, one declaring vram-request-mib with a workspace inside it, two steady (24 GiB
 each on the H200), one greedy; `two`: two greedy jobs starting 1 s apart — see SHAPES), `r` a
-delay for the double's pod reads (`--slow-pod-reads`, e.g. `r=3s`). With
+delay for the double's pod reads (`--slow-pod-reads`, e.g. `r=3s`), `b=1` the series' agent is
+`--agent-b` instead of `--agent` (an A/B of two builds in one call, at the same base loads: the
+headrooms and shapes are set up once for both; the result's `agent` names the binary). With
 `--gpus 0,1` every listed GPU gets its own training process and small CI pod, so a run shows
 whether pressure on one GPU evicts pods of another (it must not).
 
@@ -647,25 +649,31 @@ def attribution_check(args, workdir, port, pods_by_pid):
     return ok
 
 
+def agent_of(args, opts):
+    """The agent binary of a series: --agent-b for b=1, else --agent."""
+    return args.agent_b if opts["b"] else args.agent
+
+
 def parse_sweep(args):
     """[(label, mode, fast interval, greedy GPUs, [rates], runs, options)] from --sweep or
     --modes/--rates; options: h (headroom), k (kubelet), p (PID-1 mode), a (onDecision),
-    s (neighbour shape, SHAPES), r (the double's --slow-pod-reads, e.g. 3s)."""
+    s (neighbour shape, SHAPES), r (the double's --slow-pod-reads, e.g. 3s), b (1: the agent of --agent-b)."""
     spec = args.sweep or ";".join(f"{m}:{args.rates}" for m in args.modes.split(","))
     gpus = [int(g) for g in args.gpus.split(",")]
     out = []
     for item in filter(None, (x.strip() for x in spec.split(";"))):
         label, rates = item.split(":")
         head, *kv = label.split("%")
-        opts = dict(h="today", k="faithful", p="shell", a="", s="trainer", r="")
+        opts = dict(h="today", k="faithful", p="shell", a="", s="trainer", r="", b="")
         for pair in kv:
             k, _, v = pair.partition("=")
             if k not in opts:
-                raise SystemExit(f"--sweep: unknown key {k!r} in {item!r} (h, k, p, a, s, r)")
+                raise SystemExit(f"--sweep: unknown key {k!r} in {item!r} (h, k, p, a, s, r, b)")
             opts[k] = v
         if opts["h"] not in ("today", "a10g") or opts["k"] not in ("faithful", "instant") \
                 or opts["p"] not in ("shell", "exits") or opts["a"] not in ("", "evict", "stop", "kill") \
-                or opts["s"] not in SHAPES or (opts["r"] and not opts["r"][:-1].replace(".", "").isdigit()):
+                or opts["s"] not in SHAPES or (opts["r"] and not opts["r"][:-1].replace(".", "").isdigit()) \
+                or opts["b"] not in ("", "1"):
             raise SystemExit(f"--sweep: bad option value in {item!r}")
         head, _, runs = head.partition("*")
         head, _, on = head.partition("/")
@@ -752,6 +760,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent")
     ap.add_argument("--double")
+    ap.add_argument("--agent-b", help="the agent of the series with b=1 (an A/B of two builds in one call)")
     ap.add_argument("--report-only", metavar="RUNS_JSON",
                     help="no measurement: the report again from an earlier call's guard-runs.json, into --out")
     ap.add_argument("--timeline", help="with --report-only: that call's timeline.csv(.gz), to compute the runs' figures again")
@@ -808,6 +817,8 @@ def main():
     gpus = [int(g) for g in args.gpus.split(",")]
     if any(o["h"] == "a10g" for *_, o in sweep) and gpus != [0]:
         raise SystemExit("the a10g headroom emulates one GPU: use --gpus 0")
+    if any(o["b"] for *_, o in sweep) and not args.agent_b:
+        raise SystemExit("--sweep: a series with b=1 runs the agent of --agent-b, which is not given")
     os.makedirs(args.out, exist_ok=True)
     workdir = WORKDIR
     os.makedirs(workdir, exist_ok=True)
@@ -953,7 +964,7 @@ def main():
                             d, kc = start_double(args, base_pods + list(greedy.values()), workdir, "run", opts["k"],
                                                  opts["r"])
                             procs[("run", "double")] = d
-                            a, port = start_agent(args, kc, workdir, policy)
+                            a, port = start_agent(args, kc, workdir, policy, agent_of(args, opts))
                             procs[("run", "agent")] = a
                         # Again, now (a trainer restarted above holds its memory again).
                         seconds = max(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(g)).free / GIB
@@ -1023,6 +1034,7 @@ def main():
                             # `killed` is the wrapper's status: a job shell whose child the agent
                             # killed exits 0 after `echo job-exit=137`, so job_exit says more.
                             shape=shape, slow_reads=opts["r"],
+                            agent=os.path.basename(agent_of(args, opts)) if mode == "guard" else None,
                             greedy={k: dict(name=greedy[k].name, **gpids[k],
                                             killed=gprocs[k].returncode is not None and gprocs[k].returncode != 0,
                                             wrapper_rc=gprocs[k].returncode, job_exit=job_exit(glogs[k]),

@@ -18,6 +18,9 @@
 #   OUT=/tmp/out BUDGET=520 SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
 #       target/release/gpu-warden target/release/apiserver-double [before-binary]
 #
+# AGENT_B: a second agent binary, run by the sweep's series with `%b=1` (an A/B of two builds
+# in one call; hw/guard_h200.py's --agent-b).
+#
 # BUDGET (seconds, default 520) is the harness's whole wall time, its report included: it
 # starts no run (or headroom) it does not expect to end inside it. As a backstop, the harness
 # gets SIGTERM at BUDGET + 30 s (it then drops the run in progress and writes the report from
@@ -42,6 +45,7 @@ set +e
 PYTHONUNBUFFERED=1 timeout --signal=TERM --kill-after="${KILL_AFTER_S:-20}" "$((budget + ${BACKSTOP_S:-30}))" \
   python3 "$(dirname "$0")/guard_h200.py" --agent "$agent" --double "$double" --runs 5 \
   --skip-attribution --budget "$budget" --out "$out" ${idle[@]+"${idle[@]}"} ${TRAIN_GIB:+--train-gib "$TRAIN_GIB"} \
+  ${AGENT_B:+--agent-b "$AGENT_B"} \
   --sweep "${SWEEP:-guard*5%h=a10g:4,16,64,128,250;guard*5:4,16,64,128,250}" 2>&1 | tee "$out/sweep.log"
 rc=${PIPESTATUS[0]}
 set -e

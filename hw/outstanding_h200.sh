@@ -18,6 +18,8 @@
 # Where BIN also holds `gpu-warden-before` (an earlier build), the sweep first measures both
 # agents' CPU with the guard armed, on the idle GPU and beside the first shape's base load
 # (guard_h200.py --idle-agents, 20 s each), as a ratio in the same run.
+# Where BIN holds `gpu-warden-b` (another build), the sweep's series with `%b=1` run it: an
+# A/B in one batch, e.g. OUTSTANDING_SWEEP='guard*5%s=two%h=a10g:250;guard*5%s=two%h=a10g%b=1:250'.
 # On an H100 today's headroom is set up with TRAIN_GIB=42 (about the same free memory on
 # 80 GiB); the a10g headroom is an emulation and means the same on either card.
 set -u
@@ -57,6 +59,7 @@ SWEEP=${OUTSTANDING_SWEEP:-$SWEEP}
 echo "BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP=$SWEEP" > $R/plan
 if [ "$BUDGET" -gt 60 ]; then
   OUT=$R/guard BUDGET=$BUDGET TRAIN_GIB=$TRAIN_GIB SWEEP="$SWEEP" \
+    AGENT_B=$( [ -x $R/bin/gpu-warden-b ] && echo $R/bin/gpu-warden-b ) \
     bash "$here/guard_sweep_h200.sh" $R/bin/gpu-warden $R/bin/apiserver-double \
       $( [ -x $R/bin/gpu-warden-before ] && echo $R/bin/gpu-warden-before ) > $R/guard.log 2>&1
   echo "rc=$?" >> $R/guard.log

@@ -389,6 +389,15 @@ class OnDecision(unittest.TestCase):
         with self.assertRaises(SystemExit):
             gh.parse_sweep(self.args("guard%a=pause:16"))
 
+    def test_a_series_can_run_the_second_agent(self):
+        sweep = gh.parse_sweep(self.args("guard:16;guard%b=1:16"))
+        self.assertEqual([o["b"] for *_, o in sweep], ["", "1"])
+        args = self.args(None)
+        args.agent, args.agent_b = "/x/gpu-warden", "/x/gpu-warden-b"
+        self.assertEqual([gh.agent_of(args, o) for *_, o in sweep], ["/x/gpu-warden", "/x/gpu-warden-b"])
+        with self.assertRaises(SystemExit):
+            gh.parse_sweep(self.args("guard%b=2:16"))
+
     def test_column(self):
         base = dict(mode="guard", counters={})
         self.assertEqual(gr.effective_action(dict(base, action="default")), "stop (default)")
@@ -438,7 +447,7 @@ class Outstanding(unittest.TestCase):
     the failing cells come first, the batch outlives the call, and what comes back leaves the
     binaries out."""
 
-    def batch(self, total_mib, left, before=False, sweep=None):
+    def batch(self, total_mib, left, before=False, sweep=None, b=False):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
         for sub in ("hw", "bin", "b", "out"):
@@ -450,7 +459,7 @@ class Outstanding(unittest.TestCase):
         with open(os.path.join(d, "bin", "nvidia-smi"), "w") as f:
             f.write(f"#!/bin/sh\necho {total_mib}\n")
         os.chmod(os.path.join(d, "bin", "nvidia-smi"), 0o755)
-        for name in ("gpu-warden",) + (("gpu-warden-before",) if before else ()):
+        for name in ("gpu-warden",) + (("gpu-warden-before",) if before else ()) + (("gpu-warden-b",) if b else ()):
             with open(os.path.join(d, "b", name), "wb") as f:
                 f.write(b"x" * 4096)
             os.chmod(os.path.join(d, "b", name), 0o755)
@@ -498,6 +507,11 @@ class Outstanding(unittest.TestCase):
         sweep = self.batch(143771, 1000, before=True)
         agents = sweep[sweep.index("--idle-agents") + 1].split(",")
         self.assertEqual([os.path.basename(a) for a in agents], ["gpu-warden-before", "gpu-warden"])
+
+    def test_a_second_build_in_the_batch_is_the_sweeps_agent_b(self):
+        self.assertNotIn("--agent-b", self.batch(143771, 1000))
+        sweep = self.batch(143771, 1000, b=True)
+        self.assertEqual(os.path.basename(sweep[sweep.index("--agent-b") + 1]), "gpu-warden-b")
 
     def test_too_little_time_runs_nothing_and_still_ends(self):
         self.assertIsNone(self.batch(143771, 200))
@@ -705,10 +719,15 @@ class EndToEnd(unittest.TestCase):
         return p.returncode, out, text, took
 
     def test_a_sweep(self):
-        rc, out, text, _ = self.harness("guard*2:64;none*1:64;guard*1%a=kill:64", 200)
+        # The last series runs the second agent (an A/B): a copy of the fake under another name.
+        b = os.path.join(tempfile.mkdtemp(), "agent_b.py")
+        self.addCleanup(shutil.rmtree, os.path.dirname(b))
+        shutil.copy(os.path.join(HERE, "fakes", "agent.py"), b)
+        rc, out, text, _ = self.harness("guard*2:64;none*1:64;guard*1%a=kill%b=1:64", 200, extra=("--agent-b", b))
         self.assertEqual(rc, 0, text[-3000:])
         d = json.load(open(os.path.join(out, "guard-runs.json")))
         self.assertEqual(len(d["results"]), 4)
+        self.assertEqual([r["agent"] for r in d["results"]], ["agent.py", "agent.py", None, "agent_b.py"])
         pidns = gh.have_pid_namespaces()
         self.assertEqual(d["pid_namespaces"], pidns)
         if REQUIRE_PIDNS:
@@ -731,7 +750,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(gr.by_result(d["results"][3]["counters"], "gpu_warden_guard_stops_total"), {"killed": 1})
         logs = gr.read_run_logs(os.path.join(out, gr.RUN_LOGS))
         self.assertEqual([(l["label"], l["run"]) for l in logs],
-                         [("guard*2", 0), ("guard*2", 1), ("none*1", 0), ("guard*1%a=kill", 0)])
+                         [("guard*2", 0), ("guard*2", 1), ("none*1", 0), ("guard*1%a=kill%b=1", 0)])
         self.assertIn("plan: evict 1 of 2 candidates", logs[0]["agent_lines"][0])
         self.assertNotIn("pod view synced", " ".join(logs[0]["agent_lines"]))
         self.assertIn('"ready"', logs[0]["greedy_logs"]["0"])
@@ -740,7 +759,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(logs[0]["guard_state"]["onDecision"]["onDecision"], "stop")
         self.assertTrue(gr.read_timeline(os.path.join(out, gr.TIMELINE)))
         report = open(os.path.join(out, "guard-report.md")).read()
-        self.assertRegex(report, r"\| guard\*1%a=kill \| today \| faithful, shell \| kill \| 64 \(\d+\.\d\) \|")
+        self.assertRegex(report, r"\| guard\*1%a=kill%b=1 \| today \| faithful, shell \| kill \| 64 \(\d+\.\d\) \|")
         self.assertIn("| 0 / 0 / 1 | evictions evicted 1 |", report)
         self.assertIn("| none*1 | today | faithful, shell | — (no agent) |", report)
         self.assertNotIn("invalid/unknown", report)
