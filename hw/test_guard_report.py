@@ -770,6 +770,11 @@ class EndToEnd(unittest.TestCase):
             gr.report_only(os.path.join(out, "guard-runs.json"), again, os.path.join(out, gr.TIMELINE))
         self.assertEqual(open(os.path.join(again, "guard-report.md")).read(), report)
 
+    def test_a_series_of_the_second_agent_needs_it(self):
+        rc, _, text, _ = self.harness("guard*1%b=1:64", 60)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("b=1 runs the agent of --agent-b, which is not given", text)
+
     def test_the_neighbour_shapes_of_issue_38(self):
         # Each shape sets up its own base load; `two` starts a second greedy job on the same GPU
         # one second after the first, and each is found and reported by its own key; `r` reaches
