@@ -71,12 +71,21 @@ fn processes_are_attributed_through_the_real_kube_client() {
     assert_eq!(owner(100)["container"], "build");
     assert_eq!(owner(102)["kind"], "host");
 
-    // The watch asked for this node's pods only.
+    // The watch asked for this node's pods only. The labels come from the initial list; the
+    // watch request follows it, later on a loaded machine (CI once asserted before it came).
+    let watched = |r: &apiserver_double::RecordedRequest| {
+        r.path == "/api/v1/pods"
+            && r.query.contains("watch=true")
+            && r.query.contains("fieldSelector=spec.nodeName%3Dgpu-node-1")
+    };
+    wait_until("the pod watch's request", || {
+        server.requests().iter().any(watched)
+    });
     let reqs = server.requests();
     assert!(
-        reqs.iter().any(|r| r.path == "/api/v1/pods"
-            && r.query.contains("watch=true")
-            && r.query.contains("fieldSelector=spec.nodeName%3Dgpu-node-1")),
+        reqs.iter()
+            .filter(|r| r.path == "/api/v1/pods")
+            .all(|r| r.query.contains("fieldSelector=spec.nodeName%3Dgpu-node-1")),
         "{:?}",
         reqs.iter()
             .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
