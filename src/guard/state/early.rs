@@ -98,8 +98,25 @@ pub(super) fn wants_reference(
 /// inside a climb makes the early trigger fire within a few ms: since the poll before it, the
 /// step rose as a climber does. A climb the early trigger sees as sustained has lasted most
 /// of its 60-ms window and rose in both.
-pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> Option<bool> {
-    let (now_use, at, then) = growth.recent_use(gpu, uid, now.saturating_sub(SPAN))?;
+///
+/// For a climb only the short window shows (`short_only`) the polls must tell: a pod they
+/// cannot judge yet, or one that had nothing on the GPU at the poll a span old (a single step
+/// of it reads as a rise in both spans), is not rising. Otherwise a CI job's 2 GiB step, 5 or
+/// 20 ms into a trainer's load, was taken for the load (unit
+/// `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
+pub(super) fn rising(
+    growth: &PodGrowth,
+    gpu: u32,
+    uid: &str,
+    now: Duration,
+    short_only: bool,
+) -> Option<bool> {
+    let Some((now_use, at, then)) = growth.recent_use(gpu, uid, now.saturating_sub(SPAN)) else {
+        return short_only.then_some(false);
+    };
+    if short_only && then == 0 {
+        return Some(false);
+    }
     let before = growth
         .recent_use(gpu, uid, at.saturating_sub(SPAN))
         .map(|(_, _, b)| b);
@@ -107,15 +124,6 @@ pub(super) fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> 
         now_use.saturating_sub(then) >= STILL
             && before.is_none_or(|b| then.saturating_sub(b) >= STILL),
     )
-}
-
-/// Whether pod `uid` had nothing on GPU `gpu` at the latest full poll at least [`SPAN`] old:
-/// it came within the span, so one step of it reads as a rise in both of [`rising`]'s spans
-/// when the poll before has no trace of it either.
-pub(super) fn new_within_span(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration) -> bool {
-    growth
-        .recent_use(gpu, uid, now.saturating_sub(SPAN))
-        .is_some_and(|(_, _, then)| then == 0)
 }
 
 /// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
@@ -240,20 +248,16 @@ impl Guard {
     /// next one (it asks for it on the next fast reading). Memory NVML cannot tell for a
     /// process is memory no listed process shows: nobody's.
     pub(super) fn early_carry(&self, index: u32, now: Duration) -> EarlyCarry {
-        let Some(climb) = self
+        let Some((climb, readings)) = self
             .gpus
             .get(&index)
-            .and_then(|st| st.trend.early_climb(now))
+            .and_then(|st| Some((st.trend.early_climb(now)?, &st.trend)))
         else {
             return EarlyCarry::Unjudged;
         };
         // Who carries a climb the short window shows is judged over the long one too: the
         // larger rise, and what climbed since the last full poll before the long window.
-        let long_rise = self
-            .gpus
-            .get(&index)
-            .and_then(|st| st.trend.early_window_rise(now))
-            .unwrap_or(0);
+        let long_rise = readings.early_window_rise(now).unwrap_or(0);
         let rise = climb.rise.max(long_rise);
         let over = format!("over {} ms", trend::EARLY_WINDOW.as_millis());
         let since = now.saturating_sub(trend::EARLY_WINDOW);

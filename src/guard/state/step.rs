@@ -445,21 +445,11 @@ impl Guard {
             // between soft and hard, and 917 of a neighbour's allocations failed with nobody
             // evicted (docs/validation.md §9h).
             let in_soft_band = memory.free < levels.soft;
-            // A climb only the short window shows is young: a pod the recent polls cannot
-            // judge yet, or one that had nothing on the GPU a span ago, is not taken for it.
-            // Otherwise a CI job's 2 GiB step, 5 ms into a trainer's load, was taken for the
-            // load (unit `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
             let rising = |uid: &str| {
                 if in_soft_band {
                     None
                 } else {
-                    match early::rising(growth, index, uid, now) {
-                        _ if *short_only && early::new_within_span(growth, index, uid, now) => {
-                            Some(false)
-                        }
-                        None if *short_only => Some(false),
-                        told => told,
-                    }
+                    early::rising(growth, index, uid, now, *short_only)
                 }
             };
             if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, over, rising) {
