@@ -55,6 +55,7 @@ import csv
 import gzip
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -441,11 +442,12 @@ def idle_cpu(args, pods, workdir, policy, condition):
     """CPU of each --idle-agents binary with the guard armed (enforce, synced pod view), no
     pressure: `condition` names what the GPU is doing. Returns rows for the report."""
     rows = []
-    for binary in filter(None, args.idle_agents.split(",")):
+    for entry in filter(None, args.idle_agents.split(",")):
+        binary, rate = idle_entry(entry)
         d, kc = start_double(args, pods, workdir, "idle")
         a = None
         try:  # stopped on SIGTERM too: neither is in main()'s procs
-            a, _ = start_agent(args, kc, workdir, policy, binary)
+            a, _ = start_agent(args, kc, workdir, with_watch_rate(policy, rate), binary)
             time.sleep(2)
             hz = os.sysconf("SC_CLK_TCK")
             c0, t0 = cpu_ticks(a.pid), time.time()
@@ -455,9 +457,30 @@ def idle_cpu(args, pods, workdir, policy, condition):
             stop(a)
             stop(d)
         pct = (c1 - c0) / hz / (t1 - t0) * 100
-        rows.append(dict(binary=binary, condition=condition, seconds=round(t1 - t0, 1), cpu_pct=round(pct, 3)))
-        log("idle cpu", binary, condition, f"{pct:.3f} %")
+        rows.append(dict(binary=binary, watch_rate=rate or "default", condition=condition,
+                         seconds=round(t1 - t0, 1), cpu_pct=round(pct, 3)))
+        log("idle cpu", binary, rate or "default", condition, f"{pct:.3f} %")
     return rows
+
+
+def idle_entry(entry):
+    """An --idle-agents entry, BINARY or BINARY@WATCHRATE: the binary and the policy's
+    watchRate for it (None: the policy's own)."""
+    binary, _, rate = entry.partition("@")
+    if not binary or (_ and not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Gi|Mi|%)", rate)):
+        raise SystemExit(f"--idle-agents: '{entry}' is not BINARY or BINARY@RATE (e.g. 48Gi, 200%)")
+    return binary, rate or None
+
+
+def with_watch_rate(policy, rate):
+    """The policy file, or a copy of it with `watchRate: rate` (the watch's cadence, whose idle
+    cost the idle rows measure)."""
+    if rate is None:
+        return policy
+    path = f"{policy[:-len('.yaml')]}-watch-{rate.replace('%', 'pct')}.yaml"
+    with open(policy) as f, open(path, "w") as g:
+        g.write(f.read() + f"watchRate: {rate}\n")
+    return path
 
 
 def job_exit(logpath):
@@ -770,8 +793,9 @@ def main():
     ap.add_argument("--workspace-gib", type=float, default=2)
     ap.add_argument("--chunk-mib", default="auto", help="the greedy job's allocation size, or auto (by rate)")
     ap.add_argument("--idle-agents", default="",
-                    help="comma-separated agent binaries whose CPU is measured with the guard armed, "
-                         "first on the idle GPU, then with the training and small CI loads running")
+                    help="comma-separated agent binaries, each BINARY or BINARY@WATCHRATE (its policy's "
+                         "watchRate), whose CPU is measured with the guard armed, first on the idle GPU, "
+                         "then with the training and small CI loads running")
     ap.add_argument("--idle-seconds", type=float, default=30)
     ap.add_argument("--fast-interval", default="default",
                     help="the policy's fastInterval, or default (the agent's own, adaptive watch)")

@@ -419,9 +419,10 @@ def report(out, meta, sweep, results, timeline, thresholds, total_mib, pods_by_p
                     "ends the job at once, so kill runs show none).\n")
         if idle_rows:
             f.write("\nCPU with the guard armed and no pressure (every thread, /proc/PID/stat):\n\n"
-                    "| agent | GPU | seconds | CPU, % of one core |\n|---|---|---|---|\n")
+                    "| agent | watchRate | GPU | seconds | CPU, % of one core |\n|---|---|---|---|---|\n")
             for r in idle_rows:
-                f.write(f"| {r['binary']} | {r['condition']} | {r['seconds']} | {r['cpu_pct']} |\n")
+                f.write(f"| {r['binary']} | {r.get('watch_rate', 'default')} | {r['condition']} | {r['seconds']} "
+                        f"| {r['cpu_pct']} |\n")
     print("\n".join(lines))
     print(json.dumps(list(idle_rows)))
     if timeline is not None:

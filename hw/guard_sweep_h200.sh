@@ -18,6 +18,8 @@
 #   OUT=/tmp/out BUDGET=520 SWEEP="guard*5:4,16,64,128,250" bash hw/guard_sweep_h200.sh \
 #       target/release/gpu-warden target/release/apiserver-double [before-binary]
 #
+# IDLE_SECONDS / IDLE_WATCH_RATES: the idle CPU rows (below).
+#
 # AGENT_B: a second agent binary, run by the sweep's series with `%b=1` (an A/B of two builds
 # in one call; hw/guard_h200.py's --agent-b).
 #
@@ -37,6 +39,14 @@ mkdir -p "$out"
 idle=()
 if [ -n "$before" ]; then
   idle=(--idle-agents "$before,$agent" --idle-seconds "${IDLE_SECONDS:-20}")
+fi
+# IDLE_WATCH_RATES (e.g. 48Gi,256Gi): the agent's CPU measured the same way at each of these
+# watchRates and at the policy's own, beside the build above if there is one: what a faster
+# watch costs when nothing grows.
+if [ -n "${IDLE_WATCH_RATES:-}" ]; then
+  list=${before:+$before,}$agent
+  for r in ${IDLE_WATCH_RATES//,/ }; do list="$list,$agent@$r"; done
+  idle=(--idle-agents "$list" --idle-seconds "${IDLE_SECONDS:-20}")
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.csv"
 set +e

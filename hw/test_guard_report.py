@@ -447,7 +447,7 @@ class Outstanding(unittest.TestCase):
     the failing cells come first, the batch outlives the call, and what comes back leaves the
     binaries out."""
 
-    def batch(self, total_mib, left, before=False, sweep=None, b=False):
+    def batch(self, total_mib, left, before=False, sweep=None, b=False, **extra_env):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
         for sub in ("hw", "bin", "b", "out"):
@@ -467,6 +467,8 @@ class Outstanding(unittest.TestCase):
         env = dict(os.environ, OUT=os.path.join(d, "out"), LEFT=str(left), WAIT_S="300", STUB_MODE="ok",
                    OUTSTANDING_DIR=os.path.join(d, "r"), PATH=os.path.join(d, "bin") + os.pathsep + os.environ["PATH"])
         env.pop("OUTSTANDING_SWEEP", None)
+        env.pop("IDLE_WATCH_RATES", None)
+        env.update(extra_env)
         if sweep is not None:
             env["OUTSTANDING_SWEEP"] = sweep
         p = subprocess.run(["bash", os.path.join(d, "hw", "outstanding_h200.sh"), "start", os.path.join(d, "b")],
@@ -508,6 +510,16 @@ class Outstanding(unittest.TestCase):
         agents = sweep[sweep.index("--idle-agents") + 1].split(",")
         self.assertEqual([os.path.basename(a) for a in agents], ["gpu-warden-before", "gpu-warden"])
 
+    def test_the_agents_idle_cost_is_measured_at_each_watch_rate_asked(self):
+        sweep = self.batch(143771, 1000, IDLE_WATCH_RATES="48Gi,256Gi")
+        agents = sweep[sweep.index("--idle-agents") + 1].split(",")
+        self.assertEqual([os.path.basename(a) for a in agents],
+                         ["gpu-warden", "gpu-warden@48Gi", "gpu-warden@256Gi"])
+        sweep = self.batch(143771, 1000, before=True, IDLE_WATCH_RATES="48Gi")
+        agents = sweep[sweep.index("--idle-agents") + 1].split(",")
+        self.assertEqual([os.path.basename(a) for a in agents],
+                         ["gpu-warden-before", "gpu-warden", "gpu-warden@48Gi"])
+
     def test_a_second_build_in_the_batch_is_the_sweeps_agent_b(self):
         self.assertNotIn("--agent-b", self.batch(143771, 1000))
         sweep = self.batch(143771, 1000, b=True)
@@ -515,6 +527,44 @@ class Outstanding(unittest.TestCase):
 
     def test_too_little_time_runs_nothing_and_still_ends(self):
         self.assertIsNone(self.batch(143771, 200))
+
+
+class IdleWatchRates(unittest.TestCase):
+    """An --idle-agents entry may name the watchRate its agent runs at; the row says which."""
+
+    def test_an_entry_names_a_binary_and_maybe_a_rate(self):
+        self.assertEqual(gh.idle_entry("/b/gpu-warden"), ("/b/gpu-warden", None))
+        self.assertEqual(gh.idle_entry("/b/gpu-warden@48Gi"), ("/b/gpu-warden", "48Gi"))
+        self.assertEqual(gh.idle_entry("/b/gpu-warden@200%"), ("/b/gpu-warden", "200%"))
+        for bad in ("/b/gpu-warden@", "/b/gpu-warden@fast", "@48Gi", "/b/gpu-warden@48 Gi"):
+            with self.assertRaises(SystemExit, msg=bad) as e:
+                gh.idle_entry(bad)
+            self.assertIn("BINARY@RATE", str(e.exception))
+
+    def test_the_rate_is_added_to_a_copy_of_the_policy(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        policy = os.path.join(d, "policy-default-a10g-default.yaml")
+        with open(policy, "w") as f:
+            f.write("mode: enforce\nhard: 5%\n")
+        self.assertEqual(gh.with_watch_rate(policy, None), policy)
+        copy = gh.with_watch_rate(policy, "256Gi")
+        self.assertNotEqual(copy, policy)
+        self.assertEqual(open(copy).read(), "mode: enforce\nhard: 5%\nwatchRate: 256Gi\n")
+        self.assertEqual(open(policy).read(), "mode: enforce\nhard: 5%\n")
+
+    def test_the_report_names_each_rows_rate(self):
+        out = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, out)
+        rows = [dict(binary="gpu-warden", watch_rate="default", condition="idle GPU (a10g)", seconds=15.0,
+                     cpu_pct=0.2),
+                dict(binary="gpu-warden", watch_rate="256Gi", condition="idle GPU (a10g)", seconds=15.0,
+                     cpu_pct=0.5)]
+        with contextlib.redirect_stdout(io.StringIO()):
+            gr.report(out, {}, [], [], None, {"today": (1, 1)}, 1, idle_rows=rows)
+        text = open(os.path.join(out, "guard-report.md")).read()
+        self.assertIn("| gpu-warden | 256Gi | idle GPU (a10g) | 15.0 | 0.5 |", text)
+        self.assertIn("| gpu-warden | default | idle GPU (a10g) | 15.0 | 0.2 |", text)
 
 
 class BaseLoads(unittest.TestCase):
