@@ -41,6 +41,11 @@ const REFERENCE_LEAD: Duration = Duration::from_secs(2);
 /// rises in each (a climb in chunks up to 20 ms apart: 2 GiB at 100 GiB/s).
 const SPAN: Duration = Duration::from_millis(20);
 
+/// What a job's start-up holds at most: its CUDA context and first buffers (866 MiB on the
+/// H100 with a 256 MiB buffer, docs/validation.md §9m). A pod holding less is starting, not
+/// climbing ([`climbing`]).
+pub(super) const START_UP: u64 = 1 << 30;
+
 /// What the full poll says of the early trigger's rise ([`Guard::early_carry`]).
 pub(super) enum EarlyCarry {
     /// Not the early trigger, or no rise to judge: it stands as the GPU shows it.
@@ -126,13 +131,36 @@ pub(super) fn rising(
     )
 }
 
+/// Whether candidate `v` on GPU `gpu` is climbing, for an early decision outside the soft
+/// band: not while it holds less than [`START_UP`]; otherwise as [`rising`] tells.
+///
+/// Why: a job's CUDA context arrives in one or two steps within 50 ms, as a neighbour's
+/// workspace comes back: together a climb of 60 GiB/s or more, and the job carries half of
+/// it or more. On the H100 at an A10G's headroom the early trigger took a job 20 ms into its
+/// start-up, a second before it grew (docs/validation.md §9m; unit
+/// `need_tests::a_jobs_start_up_beside_a_returning_workspace_takes_nobody`). Evicting it
+/// stops no climb: what a start-up holds is all it takes until it grows, and if it then
+/// grows, it is a climber by the next full poll.
+pub(super) fn climbing(
+    v: &rank::Victim,
+    growth: &PodGrowth,
+    gpu: u32,
+    now: Duration,
+    short_only: bool,
+) -> Option<bool> {
+    if v.use_bytes < START_UP {
+        return Some(false);
+    }
+    rising(growth, gpu, &v.uid, now, short_only)
+}
+
 /// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
 /// why no early decision is taken otherwise: when the pods it may evict carry less than
 /// [`EARLY_CARRIED`] of the rise, or when the first-ranked pod is not one of them. A pod
 /// carries what it climbed above its marks (`carried`), counted only above its declared
-/// request, if that is [`CLIMB_NOISE`] or more, and — where the recent full polls tell
-/// ([`rising`]) — it is still rising. The caller answers `None` from `rising` inside the soft
-/// band, where a climb that is over still leaves a neighbour no room.
+/// request, if that is [`CLIMB_NOISE`] or more, and — where `climbing` tells ([`climbing`])
+/// — it is climbing still. The caller answers `None` from `climbing` inside the soft band,
+/// where a climb that is over, or a start-up, still leaves a neighbour no room.
 ///
 /// Why: evicting a pod that is not climbing stops nothing and takes a bystander. A climb
 /// carried by a process outside any pod, by a pod the guard may not evict, by memory no
@@ -147,39 +175,39 @@ pub(super) fn climbers_only(
     carried: &Carried,
     rise: u64,
     over: &str,
-    rising: impl Fn(&str) -> Option<bool>,
+    climbing: impl Fn(&rank::Victim) -> Option<bool>,
 ) -> Result<(), String> {
     // Only a pod's climb above its declared request is its own to answer for. Judged once
-    // per pod: `rising` reads the recent polls.
+    // per pod: `climbing` reads the recent polls.
     let climb = |v: &rank::Victim| carried.by(&v.uid).min(v.above_request());
     let climbers: HashMap<String, u64> = ranking
         .candidates
         .iter()
-        .filter(|v| climb(v) >= CLIMB_NOISE && rising(&v.uid).unwrap_or(true))
+        .filter(|v| climb(v) >= CLIMB_NOISE && climbing(v).unwrap_or(true))
         .map(|v| (v.uid.clone(), climb(v)))
         .collect();
-    let climbing = |v: &rank::Victim| climbers.contains_key(&v.uid);
+    let a_climber = |v: &rank::Victim| climbers.contains_key(&v.uid);
     let by_candidates = climbers.values().fold(0u64, |a, b| a.saturating_add(*b));
     if (by_candidates as f64) < EARLY_CARRIED * rise as f64 {
         return Err(format!(
             "the pods the guard may evict carry {} of a climb of {} {over}, less than half ({}): left to the soft and hard triggers",
             rank::fmt_bytes(by_candidates),
             rank::fmt_bytes(rise),
-            carriers(ranking, carried, &rising)
+            carriers(ranking, carried, &climbing)
         ));
     }
-    if let Some(first) = ranking.candidates.first().filter(|v| !climbing(v)) {
+    if let Some(first) = ranking.candidates.first().filter(|v| !a_climber(v)) {
         let climber = ranking
             .candidates
             .iter()
-            .find(|v| climbing(v))
+            .find(|v| a_climber(v))
             .map_or_else(String::new, |v| format!("{}/{}", v.namespace, v.name));
         return Err(format!(
             "{}/{}, which is not climbing, ranks ahead of the climbing {climber} ({}): left to the soft and hard triggers",
             first.namespace, first.name, first.reason
         ));
     }
-    ranking.keep_only(climbing, &rank::Exclusion::NotClimbing);
+    ranking.keep_only(a_climber, &rank::Exclusion::NotClimbing);
     Ok(())
 }
 
@@ -188,14 +216,22 @@ pub(super) fn climbers_only(
 fn carriers(
     ranking: &rank::Ranking,
     carried: &Carried,
-    rising: &impl Fn(&str) -> Option<bool>,
+    climbing: &impl Fn(&rank::Victim) -> Option<bool>,
 ) -> String {
     let mut parts: Vec<(u64, String)> = carried
         .pods
         .iter()
         .map(|(uid, bytes)| {
             let who = if let Some(v) = ranking.candidates.iter().find(|v| &v.uid == uid) {
-                if rising(uid) == Some(false) {
+                let not_climbing = climbing(v) == Some(false);
+                if not_climbing && v.use_bytes < START_UP {
+                    format!(
+                        "{}/{}, which holds {}, no more than a job's start-up",
+                        v.namespace,
+                        v.name,
+                        rank::fmt_bytes(v.use_bytes)
+                    )
+                } else if not_climbing {
                     format!(
                         "{}/{}, which stepped up and holds: it did not rise over each of the last two {} ms spans",
                         v.namespace,

@@ -445,14 +445,14 @@ impl Guard {
             // between soft and hard, and 917 of a neighbour's allocations failed with nobody
             // evicted (docs/validation.md §9h).
             let in_soft_band = memory.free < levels.soft;
-            let rising = |uid: &str| {
+            let climbing = |v: &rank::Victim| {
                 if in_soft_band {
                     None
                 } else {
-                    early::rising(growth, index, uid, now, *short_only)
+                    early::climbing(v, growth, index, now, *short_only)
                 }
             };
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, over, rising) {
+            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, over, climbing) {
                 self.hold_back(index, why, now);
                 return None;
             }
