@@ -11,12 +11,14 @@
 //!   rounded down to a √2 ladder below `fastInterval`, within
 //!   `fastIntervalMin..=fastInterval`.
 //!
-//! `watchRate` defaults to twice the GPU's memory per second, so an idle GPU of any size
-//! is read every `fastInterval`, as before, and a busy one more often the nearer it is to
-//! `hard`: an H200 with 32 GiB free every 22.6 ms. Growth seen shortens it at once in
-//! proportion to how soon it would reach hard: a job growing 250 GiB/s there is read every
-//! 5 ms from its first step, while a training step's workspace, allocated and freed many
-//! times a second on a GPU far from hard, barely changes it.
+//! `watchRate` unset is twice the GPU's memory per second and at least
+//! [`WATCH_RATE_FLOOR`](super::policy::WATCH_RATE_FLOOR), so an idle H200 is read every
+//! `fastInterval`, as before, and a busy GPU more often the nearer it is to `hard`: an H200
+//! with 32 GiB free every 22.6 ms, an A10G with 8.4 GiB free every 5.7 ms. Growth seen
+//! shortens it at once in proportion to how soon it would reach hard: a job growing
+//! 250 GiB/s there is read every 5 ms from its first step, while a training step's
+//! workspace, allocated and freed many times a second on a GPU far from hard, barely
+//! changes it.
 
 use super::levels::{Levels, Pressure};
 use super::policy::Policy;
@@ -45,7 +47,7 @@ pub fn gpu_interval(
         return policy.fast_interval_min;
     }
     let to_hard = memory.free.saturating_sub(levels.hard) as f64;
-    let sized = policy.watch_rate.resolve(memory.total).max(1) as f64;
+    let sized = policy.watch_rate_for(memory.total).max(1) as f64;
     let mut secs = to_hard / sized / f64::from(READS_TO_HARD);
     if rising > GROWTH_SEEN {
         secs = secs.min(to_hard / rising / f64::from(READS_TO_HARD_GROWING));
@@ -75,6 +77,7 @@ fn quantize(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guard::policy::WATCH_RATE_FLOOR;
     use crate::model::snapshot::MIB;
 
     const GIB: u64 = 1024 * MIB;
@@ -100,14 +103,18 @@ mod tests {
         // (total GiB, free GiB, pressure, rising MiB/s, expected interval range in ms)
         type Row = (u64, u64, Pressure, u64, (u64, u64));
         let rows: &[Row] = &[
-            // Idle GPUs of any size: calm, as slow as the fast watch always was.
+            // An idle H200: calm, as slow as the fast watch always was.
             (141, 140, Pressure::None, 0, (100, 100)),
-            (24, 23, Pressure::None, 0, (100, 100)),
+            // An idle H100 and an idle A10G are read for the floor, 256 GiB/s: 71 and
+            // 21.8 GiB to hard, a quarter of that rounded down.
+            (80, 75, Pressure::None, 0, (64, 64)),
+            (24, 23, Pressure::None, 0, (16, 16)),
             // A busy but calm H200 with 32 GiB free: 25 GiB to hard at 282 GiB/s is 89 ms;
             // a quarter of that, rounded down.
             (141, 32, Pressure::None, 0, (16, 23)),
             (141, 20, Pressure::None, 0, (8, 12)),
-            (24, 6, Pressure::None, 0, (16, 23)),
+            // A busy A10G at issue 38's headroom: 7.2 GiB to hard, 7 ms, every 5.7.
+            (24, 8, Pressure::None, 0, (5, 6)),
             // Noise is not growth.
             (141, 32, Pressure::None, 600, (16, 23)),
             // 250 GiB/s seen with 32 GiB free: hard 100 ms away, read every 5 ms.
@@ -134,7 +141,7 @@ mod tests {
     #[test]
     fn the_bounds_and_the_rate_come_from_the_policy() {
         let p = Policy::from_yaml_str("fastInterval: 40ms\nfastIntervalMin: 10ms").unwrap();
-        let (m, l) = gpu(24, 23);
+        let (m, l) = gpu(141, 140);
         assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0.0), ms(40));
         let (m, l) = gpu(24, 2);
         assert_eq!(gpu_interval(&p, &m, &l, Pressure::None, 0.0), ms(10));
@@ -143,6 +150,23 @@ mod tests {
         let slow = Policy::from_yaml_str("watchRate: 16Gi").unwrap();
         let (m, l) = gpu(141, 32);
         assert_eq!(gpu_interval(&slow, &m, &l, Pressure::None, 0.0), ms(100));
+        // A rate set, even below the floor, is the rate: 200 % of an A10G (48 GiB/s) reads
+        // an idle one every `fastInterval` and a busy one at 8 GiB free every 32 ms.
+        let own = Policy::from_yaml_str("watchRate: 200%").unwrap();
+        let (m, l) = gpu(24, 23);
+        assert_eq!(gpu_interval(&own, &m, &l, Pressure::None, 0.0), ms(100));
+        let (m, l) = gpu(24, 8);
+        assert_eq!(gpu_interval(&own, &m, &l, Pressure::None, 0.0), ms(32));
+    }
+
+    #[test]
+    fn unset_the_rate_is_twice_the_memory_and_at_least_the_floor() {
+        let p = Policy::default();
+        assert_eq!(p.watch_rate_for(24 * GIB), WATCH_RATE_FLOOR);
+        assert_eq!(p.watch_rate_for(80 * GIB), WATCH_RATE_FLOOR);
+        assert_eq!(p.watch_rate_for(141 * GIB), 282 * GIB);
+        let set = Policy::from_yaml_str("watchRate: 16Gi").unwrap();
+        assert_eq!(set.watch_rate_for(141 * GIB), 16 * GIB);
     }
 
     #[test]

@@ -1610,7 +1610,13 @@ mod tests {
 
     #[test]
     fn the_watch_interval_follows_the_risk_and_the_mode() {
-        let mut w = World::new(enforce(), [pod("a")], vec![proc_in("a", 0, 1000)]);
+        // Sized to the test GPU's own 200 % (about 20 GiB/s): at the default's floor of
+        // 256 GiB/s a 10 GB card is never calm enough to read every `fastInterval`.
+        let policy = Policy {
+            watch_rate: Some(Threshold::Percent(200.0)),
+            ..enforce()
+        };
+        let mut w = World::new(policy, [pod("a")], vec![proc_in("a", 0, 1000)]);
         assert_eq!(
             w.guard.watch_interval(),
             Some(Duration::from_millis(100)),
