@@ -350,6 +350,26 @@ fn a_job_that_starts_taking_turns_is_not_taken_on_its_first() {
     }
 }
 
+/// The neighbours of issue 38's `two` shape: two steady CI jobs of `steady` MiB, and a trainer
+/// of `base` MiB whose `ws` MiB workspace is in for `turn` ms of every `2 × turn`, from
+/// `phase` ms into the cycle.
+fn two_shape(steady: u64, base: u64, ws: u64, turn: f64, phase: f64) -> Vec<Proc> {
+    vec![
+        proc_of("steady", Want::Steady(steady)),
+        proc_of("steady2", Want::Steady(steady)),
+        proc_of(
+            "trainer",
+            Want::Workspace {
+                base,
+                ws,
+                turn,
+                phase,
+                from: 0.0,
+            },
+        ),
+    ]
+}
+
 /// Issue 38's `two` shape at an A10G's headroom, the cell the GPU table still lost
 /// allocations in (docs/validation.md §9k): a trainer whose 1 GiB workspace comes and goes
 /// every 20 ms, two steady CI jobs, and a job that has held its CUDA context for seconds and
@@ -371,19 +391,8 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room() 
     for period in [10.4, 12.0] {
         for i in 0..20 {
             let start = 4100.0 + f64::from(i) * 7.3;
-            let procs = vec![
-                proc_of("steady", Want::Steady(3572)),
-                proc_of("steady2", Want::Steady(3572)),
-                proc_of(
-                    "trainer",
-                    Want::Workspace {
-                        base: 6644,
-                        ws: 1024,
-                        turn: 10.0,
-                        phase: 0.0,
-                        from: 0.0,
-                    },
-                ),
+            let mut procs = two_shape(3572, 6644, 1024, 10.0, 0.0);
+            procs.extend([
                 proc_of("x", Want::Steady(766)),
                 proc_of(
                     "x",
@@ -394,7 +403,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room() 
                         period,
                     },
                 ),
-            ];
+            ]);
             let pods_ = vec![
                 pod("steady"),
                 pod("steady2"),
@@ -454,19 +463,8 @@ fn a_jobs_start_up_beside_a_returning_workspace_takes_nobody() {
                     // against the workspace's cycle.
                     let phase = f64::from(i / 6) * turn / 2.0;
                     let start = 3000.0 + f64::from(i % 6) * 2.9;
-                    let procs = vec![
-                        proc_of("steady", Want::Steady(3682)),
-                        proc_of("steady2", Want::Steady(3682)),
-                        proc_of(
-                            "trainer",
-                            Want::Workspace {
-                                base: 9800,
-                                ws,
-                                turn,
-                                phase,
-                                from: 0.0,
-                            },
-                        ),
+                    let mut procs = two_shape(3682, 9800, ws, turn, phase);
+                    procs.extend([
                         proc_of(
                             "x",
                             Want::StartUp {
@@ -481,7 +479,7 @@ fn a_jobs_start_up_beside_a_returning_workspace_takes_nobody() {
                                 steps: START_UP,
                             },
                         ),
-                    ];
+                    ]);
                     let pods_ = vec![
                         pod("steady"),
                         pod("steady2"),
