@@ -364,7 +364,7 @@ pub struct Policy {
 /// headroom there (8.4 GiB free) that reads every 32 ms until growth is seen, time for a job
 /// allocating 2 GiB every 10 ms to take a neighbour's room between two readings (unit
 /// `state::need_tests::a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room`:
-/// 14 of 40 phases in time at 48 GiB/s, 40 of 40 at 160 and 282). On the H100 the agent's
+/// 13 of 40 phases in time at 48 GiB/s, 40 of 40 at the floor). On the H100 the agent's
 /// CPU with the guard armed at an A10G's headroom was 0.4 % of one core idle and 0.73 % calm
 /// at 48 GiB/s, 1.0 % and 1.93 % at 256 (docs/validation.md §9m). An H200's own 200 % is
 /// above it (282 GiB/s): unchanged there.
