@@ -743,6 +743,40 @@ fn q_a_job_starting_up_as_a_workspace_returns_is_not_a_climb() {
     assert_eq!(missed, Vec::new());
 }
 
+/// Two jobs starting up 90 ms apart — each its CUDA context and a 256 MiB buffer, 866 MiB
+/// in 50 ms, as the H100 showed it — beside a trainer whose workspace (512 MiB or 1 GiB)
+/// comes and goes every 24 or 34 ms, at an A10G's headroom with 5.8 GiB free (issue 38's
+/// `runner` base load). On the H100 the early trigger took such a job 20 ms into its
+/// start-up (docs/validation.md §9m): the job carried half of the pair's climb or more. A
+/// pod holding less than a start-up (1 GiB) is no climber: nobody goes. (Without that rule,
+/// 6 of these 48 took the second starting job.)
+#[test]
+fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
+    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
+    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
+    let start_up = |pid: u32, name: &str, start: u32| {
+        format!("  - {{pid: {pid}, gpu: 0, name: python, start: {start}ms, memory: {{steps: [{{at: 0s, mib: 14}}, {{at: 183ms, mib: 104}}, {{at: 200ms, mib: 774}}, {{at: 212ms, mib: 776}}, {{at: 228ms, mib: 866}}]}}, pod: {{namespace: ci, name: {name}, container: build, priority: 0}}}}\n")
+    };
+    let mut evicted = Vec::new();
+    for (ws, every, holds) in [(512, 24, 12), (1088, 24, 12), (512, 34, 17), (1088, 34, 17)] {
+        for start in (3000..3034).step_by(3) {
+            let base = format!("  - {{pid: 100, gpu: 0, name: train, memory: {{workspace: {{base: 9800, mib: {ws}, every: {every}ms, holds: {holds}ms}}}}, pod: {{namespace: ml, name: train-0, container: trainer, priority: 1000}}}}\n  - {{pid: 102, gpu: 0, name: python, memory: {{constant: 3682}}, pod: {{namespace: ci, name: ci-small, container: build, priority: 0}}}}\n  - {{pid: 103, gpu: 0, name: python, memory: {{constant: 3682}}, pod: {{namespace: ci, name: ci-small-2, container: build, priority: 0}}}}\n  - {{pid: 99, gpu: 0, name: holder, memory: {{constant: 58476}}}}\n");
+            let procs = format!(
+                "{base}{}{}",
+                start_up(104, "ci-a", start),
+                start_up(105, "ci-b", start + 90)
+            );
+            let mut w = World::new(&format!("{gpu}processes:\n{procs}"), &policy)
+                .stepping(Duration::from_millis(5));
+            w.run_for(Duration::from_millis(3600));
+            if !w.evicted_names().is_empty() {
+                evicted.push((ws, every, start, w.evicted_names()));
+            }
+        }
+    }
+    assert_eq!(evicted, Vec::new());
+}
+
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod
