@@ -466,8 +466,8 @@ def idle_cpu(args, pods, workdir, policy, condition):
 def idle_entry(entry):
     """An --idle-agents entry, BINARY or BINARY@WATCHRATE: the binary and the policy's
     watchRate for it (None: the policy's own)."""
-    binary, _, rate = entry.partition("@")
-    if not binary or (_ and not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Gi|Mi|%)", rate)):
+    binary, at, rate = entry.partition("@")
+    if not binary or (at and not re.fullmatch(r"[0-9]+(\.[0-9]+)?(Gi|Mi|%)", rate)):
         raise SystemExit(f"--idle-agents: '{entry}' is not BINARY or BINARY@RATE (e.g. 48Gi, 200%)")
     return binary, rate or None
 

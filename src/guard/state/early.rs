@@ -43,8 +43,8 @@ const SPAN: Duration = Duration::from_millis(20);
 
 /// What a job's start-up holds at most: its CUDA context and first buffers (866 MiB on the
 /// H100 with a 256 MiB buffer, docs/validation.md §9m). A pod holding less is starting, not
-/// climbing ([`climbing`]).
-pub(super) const START_UP: u64 = 1 << 30;
+/// climbing ([`starting_up`]).
+const START_UP: u64 = 1 << 30;
 
 /// What the full poll says of the early trigger's rise ([`Guard::early_carry`]).
 pub(super) enum EarlyCarry {
@@ -109,7 +109,7 @@ pub(super) fn wants_reference(
 /// of it reads as a rise in both spans), is not rising. Otherwise a CI job's 2 GiB step, 5 or
 /// 20 ms into a trainer's load, was taken for the load (unit
 /// `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
-pub(super) fn rising(
+fn rising(
     growth: &PodGrowth,
     gpu: u32,
     uid: &str,
@@ -148,10 +148,15 @@ pub(super) fn climbing(
     now: Duration,
     short_only: bool,
 ) -> Option<bool> {
-    if v.use_bytes < START_UP {
+    if starting_up(v) {
         return Some(false);
     }
     rising(growth, gpu, &v.uid, now, short_only)
+}
+
+/// Whether candidate `v` holds no more than a job's start-up ([`START_UP`]).
+fn starting_up(v: &rank::Victim) -> bool {
+    v.use_bytes < START_UP
 }
 
 /// Keeps, of an early decision's candidates, the pods that carry the climb, in rank order;
@@ -224,7 +229,7 @@ fn carriers(
         .map(|(uid, bytes)| {
             let who = if let Some(v) = ranking.candidates.iter().find(|v| &v.uid == uid) {
                 let not_climbing = climbing(v) == Some(false);
-                if not_climbing && v.use_bytes < START_UP {
+                if not_climbing && starting_up(v) {
                     format!(
                         "{}/{}, which holds {}, no more than a job's start-up",
                         v.namespace,

@@ -427,7 +427,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room() 
 /// How the H100 showed a job's start-up in issue 38's `two` shape (docs/validation.md §9m,
 /// run 1 at 250 GiB/s): 14 MiB as its process appears, then its CUDA context and a first
 /// 256 MiB buffer, 866 MiB in all, within 50 ms.
-const START_UP: &[(f64, u64)] = &[
+const START_UP_STEPS: &[(f64, u64)] = &[
     (0.0, 14),
     (110.0, 16),
     (135.0, 24),
@@ -469,14 +469,14 @@ fn a_jobs_start_up_beside_a_returning_workspace_takes_nobody() {
                             "x",
                             Want::StartUp {
                                 start: start + 90.0,
-                                steps: START_UP,
+                                steps: START_UP_STEPS,
                             },
                         ),
                         proc_of(
                             "y",
                             Want::StartUp {
                                 start,
-                                steps: START_UP,
+                                steps: START_UP_STEPS,
                             },
                         ),
                     ]);
