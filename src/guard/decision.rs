@@ -25,6 +25,10 @@ pub enum Trigger {
     /// (a workspace that can no longer return): taken only on the pods that climbed into its
     /// room, above the most they held in the minute before (`guard::state::need`).
     SoftNeed,
+    /// Free memory is above `soft` but less than `hard` and what a pod gave back within
+    /// `horizon` while the GPU steps up: taken only on the pods still rising above the most
+    /// they held in the minute before (`guard::state::need`).
+    EarlyNeed,
     /// Not a decision of this process: an eviction in doubt or a cooldown carried over an
     /// agent restart (`guard::carry`), restored so the guard does not decide again on it.
     Restored,
@@ -39,6 +43,7 @@ impl Trigger {
             Trigger::SoftTrend => "soft_trend",
             Trigger::EarlyTrend => "early_trend",
             Trigger::SoftNeed => "soft_need",
+            Trigger::EarlyNeed => "early_need",
             Trigger::Restored => "restored",
         }
     }

@@ -402,6 +402,20 @@ impl PodGrowth {
         Some((use_at(latest), then.at, use_at(then)))
     }
 
+    /// Pod `uid`'s use on GPU `gpu` at the latest full poll taken at or before `at`, among the
+    /// recent polls and the window's, with when; `None` without such a poll. Why: a climb
+    /// from a plateau has no recent poll before it (nothing asked for one), only the regular
+    /// poll up to a second older.
+    pub fn use_at_or_before(&self, gpu: u32, uid: &str, at: Duration) -> Option<(Duration, u64)> {
+        let holder = Holder::pod(uid);
+        self.recent
+            .iter()
+            .chain(self.samples.iter())
+            .filter(|s| s.gpus.contains(&gpu) && s.at <= at)
+            .max_by_key(|s| s.at)
+            .map(|s| (s.at, s.use_of(gpu, &holder)))
+    }
+
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
     /// (0 if it had nothing there): the level a decision remembers, so that what comes
     /// after it is judged against the pod's peaks, not against one instant.

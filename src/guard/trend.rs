@@ -281,6 +281,25 @@ impl Trend {
         Some(last?.saturating_sub(first?))
     }
 
+    /// Whether the GPU stepped up at least twice over the last `window` before `now`: two
+    /// readings each [`EARLY_NOISE`] or more above the one before, and the latest that much
+    /// above the earliest. Why: `early_need` acts on a climb under way however short (a job's
+    /// second 2 GiB step, 10 ms after its first, is a rise the envelope's thirds do not show
+    /// yet), but not on one step: a workspace taking the room another had just left, or a job
+    /// stepping up once and holding, is left to `soft_need`'s hold and the hard trigger.
+    pub fn stepped_twice(&self, now: Duration, window: Duration) -> bool {
+        let pts = self.readings(now, window);
+        let steps = pts
+            .windows(2)
+            .filter(|w| w[1].1.saturating_sub(w[0].1) >= EARLY_NOISE)
+            .count();
+        let net = match (pts.first(), pts.last()) {
+            (Some(a), Some(b)) => b.1.saturating_sub(a.1),
+            _ => 0,
+        };
+        steps >= 2 && net >= EARLY_NOISE
+    }
+
     /// The readings of the last `window` before `now`, oldest first.
     fn readings(&self, now: Duration, window: Duration) -> Vec<(Duration, u64)> {
         let from = now.saturating_sub(window);
@@ -400,6 +419,84 @@ mod tests {
             t.push(ms(at_ms), mib * MIB);
         }
         t
+    }
+
+    /// `early_need`'s gate: two steps up across the window, not one, and not a dip and a step.
+    #[test]
+    fn stepped_twice_table() {
+        let w = ms(30);
+        type Case<'a> = (&'a str, &'a [(u64, u64)], bool);
+        let cases: [Case; 6] = [
+            (
+                "two 2 GiB steps 10 ms apart",
+                &[
+                    (100, 16000),
+                    (105, 16000),
+                    (110, 18048),
+                    (115, 18048),
+                    (121, 20096),
+                ],
+                true,
+            ),
+            (
+                "one step, held",
+                &[
+                    (100, 16000),
+                    (105, 16000),
+                    (110, 18048),
+                    (115, 18048),
+                    (121, 18048),
+                ],
+                false,
+            ),
+            (
+                "a workspace leaves and another takes its room",
+                &[
+                    (100, 18048),
+                    (105, 16000),
+                    (110, 16000),
+                    (115, 18048),
+                    (121, 18048),
+                ],
+                false,
+            ),
+            (
+                "a sawtooth at one height",
+                &[
+                    (100, 16000),
+                    (105, 18048),
+                    (110, 16000),
+                    (115, 18048),
+                    (121, 16000),
+                ],
+                false,
+            ),
+            (
+                "steps older than the window",
+                &[
+                    (60, 16000),
+                    (70, 18048),
+                    (80, 20096),
+                    (100, 20096),
+                    (121, 20096),
+                ],
+                false,
+            ),
+            (
+                "allocator noise",
+                &[
+                    (100, 16000),
+                    (105, 16030),
+                    (110, 16060),
+                    (115, 16090),
+                    (121, 16120),
+                ],
+                false,
+            ),
+        ];
+        for (what, points, want) in cases {
+            assert_eq!(trend(points).stepped_twice(ms(121), w), want, "{what}");
+        }
     }
 
     #[test]

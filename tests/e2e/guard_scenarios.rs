@@ -777,6 +777,59 @@ fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
     assert_eq!(evicted, Vec::new());
 }
 
+/// Issue 38's `runner` shape at an A10G's headroom, as the H100 lost it (docs/validation.md
+/// §9n): the declared job's 2 GiB workspace comes and goes every 150 ms, two steady CI jobs,
+/// and a job that has held its CUDA context for seconds climbs in 2 GiB allocations 10 ms
+/// apart, from 6.9 GiB free while the workspace is out. Its second allocation leaves 2.8 GiB,
+/// above soft; its third takes free past soft and hard at once, and the workspace then cannot
+/// return until the stopped job's memory is back, 50 ms after its kill. The guard takes the
+/// job alone at every phase of the workspace's cycle, and wherever the climb starts with the
+/// workspace out, by `early_need`, before the third allocation. (Without that trigger, those
+/// 5 of the 12 phases were decided by `hard` or `early_trend` after it. The simulator records
+/// an OOM only at a full poll, and none comes in the teardown, so the phase's trigger is what
+/// this test can see of the workspace's loss.)
+#[test]
+fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
+    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
+    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
+    // The declared job starts 1 ms after the others: memory goes to processes in the order
+    // they started, so the greedy job's allocations are held against its workspace.
+    let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 58482}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 4868, mib: 2048, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"8192\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 6754}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
+    let mut wrong = Vec::new();
+    let mut out_phases = 0;
+    for start in (4000..4300).step_by(25) {
+        let steps: String = (1..=6)
+            .map(|i| {
+                format!(
+                    ", {{at: {}ms, mib: {}}}",
+                    start + 10 * (i - 1),
+                    866 + 2048 * i
+                )
+            })
+            .collect();
+        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{{at: 0s, mib: 866}}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
+        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
+            .stepping(Duration::from_millis(5));
+        w.target.set_teardown(Duration::from_millis(50));
+        w.run_for(Duration::from_millis(5500));
+        // The workspace is in for the first 150 ms of each 300 of its own time: out here from
+        // the climb's start to its third allocation.
+        let out = (start - 1) % 300 >= 150 && (start + 19) % 300 >= 150;
+        out_phases += u32::from(out);
+        let by_early_need = w.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains("trigger=\"early_need\"")
+                && l.ends_with(" 1")
+        });
+        let ooms = neighbour_ooms(&w, &[104]);
+        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() || (out && !by_early_need) {
+            wrong.push((start, out, w.evicted_names(), ooms, by_early_need));
+        }
+    }
+    assert_eq!(out_phases, 5);
+    assert_eq!(wrong, Vec::new());
+}
+
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod

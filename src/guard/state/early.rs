@@ -53,15 +53,28 @@ pub(super) enum EarlyCarry {
     /// Too little of it is carried yet, or nothing to tell who carries it by: wait for the
     /// next full poll (why).
     NotYet(String),
-    /// The rise, who carries it, over what it was measured (for the reasons given), and
-    /// whether only the early trigger's short window shows it: a pod is then a climber only
-    /// where the full polls show it still rising ([`rising`]), not where they cannot tell.
+    /// The rise, who carries it, over what it was measured (for the reasons given), and how
+    /// the full polls must show a pod still rising for it to be a climber ([`Judged`]).
     Carried {
         rise: u64,
         carried: Carried,
         over: String,
-        short_only: bool,
+        judged: Judged,
     },
+}
+
+/// How [`climbing`] reads the full polls for a pod's rise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Judged {
+    /// Over each of the last two spans; a pod the polls cannot tell yet is climbing: a climb
+    /// the early trigger's 60-ms window shows has lasted most of it.
+    TwoSpans,
+    /// Over each of the last two spans; a pod the polls cannot tell yet, or one that had
+    /// nothing on the GPU a span ago, is not climbing: a climb only the short window shows.
+    TwoSpansStrict,
+    /// Over the last span, from something it held a span ago: a climb under way for as
+    /// little as two steps, which `early_need` acts on while a neighbour's workspace is out.
+    LastSpan,
 }
 
 /// Whether a fast reading should ask for a full poll though no trigger fired: memory in
@@ -104,22 +117,16 @@ pub(super) fn wants_reference(
 /// step rose as a climber does. A climb the early trigger sees as sustained has lasted most
 /// of its 60-ms window and rose in both.
 ///
-/// For a climb only the short window shows (`short_only`) the polls must tell: a pod they
-/// cannot judge yet, or one that had nothing on the GPU at the poll a span old (a single step
-/// of it reads as a rise in both spans), is not rising. Otherwise a CI job's 2 GiB step, 5 or
-/// 20 ms into a trainer's load, was taken for the load (unit
+/// For a climb only the short window shows ([`Judged::TwoSpansStrict`]) the polls must tell:
+/// a pod they cannot judge yet, or one that had nothing on the GPU at the poll a span old (a
+/// single step of it reads as a rise in both spans), is not rising. Otherwise a CI job's
+/// 2 GiB step, 5 or 20 ms into a trainer's load, was taken for the load (unit
 /// `state::a_steady_pod_is_not_taken_early_for_a_climb_it_had_no_part_in`).
-fn rising(
-    growth: &PodGrowth,
-    gpu: u32,
-    uid: &str,
-    now: Duration,
-    short_only: bool,
-) -> Option<bool> {
+fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration, strict: bool) -> Option<bool> {
     let Some((now_use, at, then)) = growth.recent_use(gpu, uid, now.saturating_sub(SPAN)) else {
-        return short_only.then_some(false);
+        return strict.then_some(false);
     };
-    if short_only && then == 0 {
+    if strict && then == 0 {
         return Some(false);
     }
     let before = growth
@@ -132,7 +139,10 @@ fn rising(
 }
 
 /// Whether candidate `v` on GPU `gpu` is climbing, for an early decision outside the soft
-/// band: not while it holds less than [`START_UP`]; otherwise as [`rising`] tells.
+/// band: not while it holds less than [`START_UP`]; otherwise as [`rising`] tells, or, for
+/// [`Judged::LastSpan`] (`early_need`), by [`STILL`] or more since the latest full poll at
+/// least [`SPAN`] old, which saw it on the GPU: a job's second 2 GiB step comes 10 ms after
+/// its first, and the room a neighbour's workspace needs is gone at its third.
 ///
 /// Why: a job's CUDA context arrives in one or two steps within 50 ms, as a neighbour's
 /// workspace comes back: together a climb of 60 GiB/s or more, and the job carries half of
@@ -146,12 +156,20 @@ pub(super) fn climbing(
     growth: &PodGrowth,
     gpu: u32,
     now: Duration,
-    short_only: bool,
+    judged: Judged,
 ) -> Option<bool> {
     if starting_up(v) {
         return Some(false);
     }
-    rising(growth, gpu, &v.uid, now, short_only)
+    match judged {
+        Judged::TwoSpans => rising(growth, gpu, &v.uid, now, false),
+        Judged::TwoSpansStrict => rising(growth, gpu, &v.uid, now, true),
+        Judged::LastSpan => Some(
+            growth
+                .use_at_or_before(gpu, &v.uid, now.saturating_sub(SPAN))
+                .is_some_and(|(_, then)| then > 0 && v.use_bytes.saturating_sub(then) >= STILL),
+        ),
+    }
 }
 
 /// Whether candidate `v` holds no more than a job's start-up ([`START_UP`]).
@@ -180,6 +198,7 @@ pub(super) fn climbers_only(
     carried: &Carried,
     rise: u64,
     over: &str,
+    judged: Judged,
     climbing: impl Fn(&rank::Victim) -> Option<bool>,
 ) -> Result<(), String> {
     // Only a pod's climb above its declared request is its own to answer for. Judged once
@@ -198,7 +217,7 @@ pub(super) fn climbers_only(
             "the pods the guard may evict carry {} of a climb of {} {over}, less than half ({}): left to the soft and hard triggers",
             rank::fmt_bytes(by_candidates),
             rank::fmt_bytes(rise),
-            carriers(ranking, carried, &climbing)
+            carriers(ranking, carried, judged, &climbing)
         ));
     }
     if let Some(first) = ranking.candidates.first().filter(|v| !a_climber(v)) {
@@ -221,6 +240,7 @@ pub(super) fn climbers_only(
 fn carriers(
     ranking: &rank::Ranking,
     carried: &Carried,
+    judged: Judged,
     climbing: &impl Fn(&rank::Victim) -> Option<bool>,
 ) -> String {
     let mut parts: Vec<(u64, String)> = carried
@@ -235,6 +255,13 @@ fn carriers(
                         v.namespace,
                         v.name,
                         rank::fmt_bytes(v.use_bytes)
+                    )
+                } else if not_climbing && judged == Judged::LastSpan {
+                    format!(
+                        "{}/{}, which did not rise over the last {} ms from what it held then",
+                        v.namespace,
+                        v.name,
+                        SPAN.as_millis()
                     )
                 } else if not_climbing {
                     format!(
@@ -318,7 +345,11 @@ impl Guard {
                 rise,
                 carried,
                 over,
-                short_only: climb.window < trend::EARLY_WINDOW,
+                judged: if climb.window < trend::EARLY_WINDOW {
+                    Judged::TwoSpansStrict
+                } else {
+                    Judged::TwoSpans
+                },
             },
         }
     }

@@ -9,8 +9,21 @@
 //! 60 ms the GPU rose by nothing, the workspace's fall and the step cancelling out; free sat
 //! between soft and hard, nothing projected the GPU full, and each of the workspace's returns
 //! failed for the 10 s of `grace`: 915 allocations lost.
+//!
+//! Its early form (`early_need`), above soft: a pod gave back memory within `horizon` and its
+//! return would take free memory below `hard`, while the GPU steps up twice within 30 ms and
+//! a pod that climbs above its marks fills the room. It acts at once, only on pods that rose
+//! over the last full-poll span (`state::early::climbing`, `Judged::LastSpan`).
+//!
+//! Why: on the H100 at an A10G's headroom a job climbing in 2 GiB steps 10 ms apart left
+//! 2.8 GiB free after its second step, above soft, with the declared job's 2 GiB workspace
+//! out; its third step took free past soft and hard at once. The guard decided on that
+//! reading, but the workspace's return then failed for the 50 ms the killed job's memory
+//! took to come back (docs/validation.md §9n: 5 of 15 runs, 15 allocations). Neither early
+//! window can show that climb before its third step. The workspace's return would have left
+//! less than hard after the second: the job was filling the room a neighbour had to have.
 
-use super::early::{EarlyCarry, CLIMB_NOISE};
+use super::early::{EarlyCarry, Judged, CLIMB_NOISE};
 use super::Guard;
 use crate::guard::growth::PodGrowth;
 use crate::guard::rank;
@@ -38,6 +51,25 @@ pub(super) fn unmet(growth: &PodGrowth, gpu: u32, free: u64) -> Option<(String, 
     growth
         .wanted_back(gpu)
         .filter(|(_, back)| *back >= CLIMB_NOISE && *back > free)
+}
+
+/// The pod on GPU `gpu` whose memory back would take free memory below `hard`: the most any
+/// pod gave back of what it used within the full polls' window (`PodGrowth::wanted_back`), if
+/// that is more than `free` less `hard` and not allocator noise ([`CLIMB_NOISE`]). The early
+/// form of [`unmet`]: the caller asks on a full poll while the GPU steps up, above `soft`.
+pub(super) fn ahead(growth: &PodGrowth, gpu: u32, free: u64, hard: u64) -> Option<(String, u64)> {
+    growth
+        .wanted_back(gpu)
+        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > free.saturating_sub(hard))
+}
+
+/// Which rule on a need asks who climbed into it ([`Guard::need_carry`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Need {
+    /// `soft_need`: the need has gone unmet since this instant.
+    Unmet { since: Duration },
+    /// `early_need`: the need would not fit above `hard` ([`ahead`]).
+    Ahead,
 }
 
 /// Since when the same pod's need has gone unmet, given the last answer (`since`) and this
@@ -90,31 +122,52 @@ pub(super) fn room_left(
 }
 
 impl Guard {
-    /// Who carries the climb that left pod `uid`'s `back` bytes no room on GPU `index`, its
-    /// need unmet since `since`: what each holds above the most it held at any full poll of
-    /// the last minute before then (`PodGrowth::carried_above_peaks`), so a workspace or an
-    /// evaluation's buffers back at a height they reached before, a steady pod and the pod
-    /// that wants its memory back carry nothing; nor does a pod that gave memory back at any
-    /// poll of the window (`PodGrowth::gave_back`): a workspace whose peak no poll caught
-    /// looks like a climb, but a climb gives nothing back. The polls after `since` are left
-    /// out: those of the hold see a job that took the room at the level it climbed to.
+    /// Who carries the climb that left pod `uid`'s `back` bytes no room on GPU `index`: what
+    /// each holds above the most it held at any full poll of the last minute
+    /// (`PodGrowth::carried_above_peaks`), so a workspace or an evaluation's buffers back at a
+    /// height they reached before, a steady pod and the pod that wants its memory back carry
+    /// nothing; nor does a pod that gave memory back at any poll of the window
+    /// (`PodGrowth::gave_back`): a workspace whose peak no poll caught looks like a climb, but
+    /// a climb gives nothing back. For a need unmet since `since` ([`Need::Unmet`]) the polls
+    /// after it are left out: those of the hold see a job that took the room at the level it
+    /// climbed to. For [`Need::Ahead`] the climb is under way: a pod is a climber only where
+    /// the full polls show it rising over the last span ([`Judged::LastSpan`]).
     ///
     /// Nothing to act on when nothing climbed so, or when the pod that wants memory back
     /// carried the climb itself (the guard protects a pod's neighbours, not a job from its own
     /// growth), or before the guard has watched the GPU for half of `horizon` (too few polls
-    /// to have seen anyone's peaks). Those are left to the soft trigger's `grace`.
+    /// to have seen anyone's peaks). Those are left to the other triggers (`soft_need`'s to
+    /// the soft trigger's `grace`).
     pub(super) fn need_carry(
         &self,
         index: u32,
         now: Duration,
         (uid, back): (&str, u64),
-        since: Duration,
+        need: Need,
     ) -> EarlyCarry {
         let window = self.policy.horizon;
         let who = self.seen.pods.get(uid).map_or_else(
             || format!("pod {uid}"),
             |p| format!("{}/{}", p.namespace, p.name),
         );
+        let (wants, left, before) = match need {
+            Need::Unmet { since } => (
+                format!(
+                    "{who} wants back {} that no longer fits",
+                    rank::fmt_bytes(back)
+                ),
+                "left to the soft trigger's grace",
+                since,
+            ),
+            Need::Ahead => (
+                format!(
+                    "{who} wants back {}, more than is free above hard",
+                    rank::fmt_bytes(back)
+                ),
+                "left to the other triggers",
+                now,
+            ),
+        };
         let watched = self
             .seen
             .growth
@@ -122,24 +175,20 @@ impl Guard {
             .map_or(Duration::ZERO, |since| now.saturating_sub(since));
         if watched < window / 2 {
             return EarlyCarry::NotYet(format!(
-                "{who} wants back {} that no longer fits, but the guard has watched this GPU for {} ms, less than half of `horizon`: too little to tell a climb from a workspace at the first peak it saw; left to the soft trigger's grace",
-                rank::fmt_bytes(back),
+                "{wants}, but the guard has watched this GPU for {} ms, less than half of `horizon`: too little to tell a climb from a workspace at the first peak it saw; {left}",
                 watched.as_millis()
             ));
         }
-        match self.seen.growth.carried_above_peaks(index, since) {
+        match self.seen.growth.carried_above_peaks(index, before) {
             None => EarlyCarry::NotYet(format!(
-                "{who} wants back {} that no longer fits: waiting for a second full poll to tell who climbed into it",
-                rank::fmt_bytes(back)
+                "{wants}: waiting for a second full poll to tell who climbed into it"
             )),
             Some(c) if c.total < CLIMB_NOISE => EarlyCarry::NotYet(format!(
-                "{who} wants back {} that no longer fits, but nobody holds more than they did in the minute before: left to the soft trigger's grace",
-                rank::fmt_bytes(back)
+                "{wants}, but nobody holds more than they did in the minute before: {left}"
             )),
-            Some(c) if c.by(uid) >= CLIMB_NOISE => EarlyCarry::NotYet(format!(
-                "{who} wants back {} of its own climb: left to the soft trigger's grace",
-                rank::fmt_bytes(back)
-            )),
+            Some(c) if c.by(uid) >= CLIMB_NOISE => {
+                EarlyCarry::NotYet(format!("{wants}, of its own climb: {left}"))
+            }
             Some(mut c) => {
                 // A pod that gave memory back within the window is a workspace at its
                 // height, however its peaks read: it carries nothing here.
@@ -150,7 +199,10 @@ impl Guard {
                     rise: c.total,
                     carried: c,
                     over: "above the peaks of the minute before".to_string(),
-                    short_only: false,
+                    judged: match need {
+                        Need::Unmet { .. } => Judged::TwoSpans,
+                        Need::Ahead => Judged::LastSpan,
+                    },
                 }
             }
         }

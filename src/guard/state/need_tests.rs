@@ -24,13 +24,14 @@ enum Want {
     /// The same all along.
     Steady(u64),
     /// `base` MiB, and from `from` ms on `ws` more for `turn` ms of every `2 × turn`, from
-    /// `phase` ms into the cycle.
+    /// `phase` ms into the cycle, coming `late` ms into its turn.
     Workspace {
         base: u64,
         ws: u64,
         turn: f64,
         phase: f64,
         from: f64,
+        late: f64,
     },
     /// A job starting up: from `start` ms, each step's MiB from its offset (ms) on, as NVML
     /// showed a CUDA context and a first buffer arrive on the H100 (then it holds).
@@ -57,11 +58,13 @@ impl Want {
             turn,
             phase,
             from,
+            late,
         } = *self
         else {
             return None;
         };
-        let inside = t >= from && (t + phase).rem_euclid(2.0 * turn) < turn;
+        let into = (t + phase).rem_euclid(2.0 * turn);
+        let inside = t >= from && into >= late && into < turn;
         Some(base + if inside { ws } else { 0 })
     }
 }
@@ -91,7 +94,15 @@ struct Outcome {
     /// Milliseconds a pod other than the greedy one wanted memory it could not get, before
     /// the first decision.
     starved_ms: u32,
+    /// Milliseconds a pod wanted memory it could not get after the first decision, while its
+    /// victims, stopped, still held theirs: [`TEARDOWN_MS`], as a kill's teardown takes.
+    starved_after_ms: u32,
 }
+
+/// How long a killed job's memory takes to come back after the decision that stopped it: its
+/// eviction, its kill and the driver's teardown (45–70 ms on the H100, docs/validation.md
+/// §9m–§9n).
+const TEARDOWN_MS: f64 = 50.0;
 
 /// Runs `procs` on an A10G-sized GPU until the first decision or `until_ms`; `pods_` are their
 /// pods (a declared request, a priority).
@@ -117,7 +128,13 @@ fn run_with(
     let mut clock = NodeClock::new();
     let until = (until_ms * 1000.0) as u64;
     let mut last_ms = u64::MAX;
-    while clock.us <= until && out.first.is_none() {
+    // After the first decision: its victims and when their memory comes back.
+    let mut stopped: Option<(Vec<String>, f64)> = None;
+    while clock.us <= until
+        && stopped
+            .as_ref()
+            .is_none_or(|(_, back)| (clock.us as f64) < back * 1000.0)
+    {
         let t = clock.us as f64 / 1000.0;
         // Frees first, then allocations in order: what is held stays held.
         let mut starved = false;
@@ -132,6 +149,12 @@ fn run_with(
             let used: u64 = procs.iter().map(|p| p.held).sum();
             let left = capacity.saturating_sub(used);
             let p = &mut procs[i];
+            if let Some((victims, _)) = &stopped {
+                // A stopped victim allocates nothing more; the memory comes back at the end.
+                if victims.iter().any(|v| v == p.uid) {
+                    continue;
+                }
+            }
             match p.want {
                 Want::Steady(mib) => p.held = mib.min(p.held + left),
                 Want::StartUp { start, steps } => {
@@ -170,8 +193,16 @@ fn run_with(
         }
         let ms = clock.us / 1000;
         if starved && ms != last_ms {
-            out.starved_ms += 1;
+            if stopped.is_some() {
+                out.starved_after_ms += 1;
+            } else {
+                out.starved_ms += 1;
+            }
             last_ms = ms;
+        }
+        if stopped.is_some() {
+            clock.us += 100;
+            continue;
         }
         let used: u64 = procs.iter().map(|p| p.held).sum();
         let listed: Vec<_> = procs
@@ -189,6 +220,10 @@ fn run_with(
             let victims = d.planned_victims().iter().map(|v| v.uid.clone()).collect();
             (d.at.as_secs_f64() * 1000.0, d.trigger, victims)
         });
+        stopped = out
+            .first
+            .as_ref()
+            .map(|(at, _, victims)| (victims.clone(), at + TEARDOWN_MS));
         clock.us += 100;
     }
     out
@@ -205,6 +240,7 @@ fn declared(phase: f64) -> Proc {
             turn: 150.0,
             phase,
             from: 0.0,
+            late: 0.0,
         },
     )
 }
@@ -268,6 +304,7 @@ fn turn_taker(uid: &'static str, turn: f64, phase: f64, from: f64) -> Proc {
             turn,
             phase,
             from,
+            late: 0.0,
         },
     )
 }
@@ -365,6 +402,24 @@ fn two_shape(steady: u64, base: u64, ws: u64, turn: f64, phase: f64) -> Vec<Proc
                 turn,
                 phase,
                 from: 0.0,
+                late: 0.0,
+            },
+        ),
+    ]
+}
+
+/// Job `x`: a CUDA context of `context` MiB held for seconds, then 2 GiB allocations every
+/// `period` ms from `start`, as the harness's greedy job at 250 GiB/s.
+fn climbing_job(context: u64, start: f64, period: f64) -> [Proc; 2] {
+    [
+        proc_of("x", Want::Steady(context)),
+        proc_of(
+            "x",
+            Want::Greedy {
+                start,
+                first: 2048,
+                chunk: 2048,
+                period,
             },
         ),
     ]
@@ -392,18 +447,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room() 
         for i in 0..20 {
             let start = 4100.0 + f64::from(i) * 7.3;
             let mut procs = two_shape(3572, 6644, 1024, 10.0, 0.0);
-            procs.extend([
-                proc_of("x", Want::Steady(766)),
-                proc_of(
-                    "x",
-                    Want::Greedy {
-                        start,
-                        first: 2048,
-                        chunk: 2048,
-                        period,
-                    },
-                ),
-            ]);
+            procs.extend(climbing_job(766, start, period));
             let pods_ = vec![
                 pod("steady"),
                 pod("steady2"),
@@ -501,4 +545,85 @@ fn a_jobs_start_up_beside_a_returning_workspace_takes_nobody() {
         }
     }
     assert!(taken.is_empty(), "{} of 288: {taken:#?}", taken.len());
+}
+
+/// Issue 38's `runner` shape at an A10G's headroom, the cell the GPU table lost most in
+/// (docs/validation.md §9n): the declared job's 2 GiB workspace comes and goes every 150 ms,
+/// two steady CI jobs, and a job that has held its CUDA context for seconds climbs in 2 GiB
+/// allocations every `period` ms, with 6.7 GiB free while the workspace is out. Its second
+/// allocation leaves 2.7 GiB free, above soft (2,303 MiB): the workspace's return would leave
+/// less than hard. Its third takes free past soft and hard at once, and then the workspace
+/// cannot return until the stopped job's memory is back ([`TEARDOWN_MS`]). The guard must
+/// stop the job before its third allocation whenever the workspace is out, and take nobody
+/// but the job, whatever the phase. (Without `early_need`, 10 of these 60 phases lost the
+/// workspace's return for the teardown, decided by `hard`.)
+#[test]
+fn a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
+    let mut lost = Vec::new();
+    for period in [10.4, 12.0] {
+        for i in 0..30 {
+            let start = 4100.0 + f64::from(i) * 10.3;
+            let mut procs = vec![
+                proc_of("steady", Want::Steady(6754)),
+                proc_of("steady2", Want::Steady(3682)),
+                proc_of(
+                    "declared",
+                    Want::Workspace {
+                        base: 4868,
+                        ws: 2048,
+                        turn: 150.0,
+                        phase: 0.0,
+                        from: 0.0,
+                        late: 0.0,
+                    },
+                ),
+            ];
+            procs.extend(climbing_job(866, start, period));
+            let pods_ = vec![
+                pod("steady"),
+                pod("steady2"),
+                pod("declared").request_mib(8192),
+                pod("x"),
+            ];
+            let o = run(pods_, procs, 6000.0);
+            let fine = o.first.as_ref().is_some_and(|f| f.2 == ["x"])
+                && o.starved_ms == 0
+                && o.starved_after_ms == 0;
+            if !fine {
+                lost.push((period, start, o));
+            }
+        }
+    }
+    assert!(lost.is_empty(), "{} of 60: {lost:#?}", lost.len());
+}
+
+/// `early_need`'s bystanders: two jobs' 2,112 MiB workspaces take turns in a room that holds
+/// one, above soft (3,000 MiB free during a turn, soft 2,303), so each one's return, while
+/// the other is in, would leave less than hard (1,151). The second job starts taking turns
+/// after six steady seconds, its first turn a level it never held, coming `gap` ms after the
+/// first job's workspace left (0 to 25 ms). A workspace that takes the room another left is
+/// one step up, not a climb: nobody is taken, at turns of 150 and 600 ms.
+#[test]
+fn a_workspace_taking_a_room_another_left_above_soft_is_no_climb() {
+    for turn in [150.0, 600.0] {
+        for gap in [0.0, 5.0, 12.0, 25.0] {
+            for from in [6000.0, 6037.0] {
+                let mut b = turn_taker("b", turn, turn, from);
+                if let Want::Workspace { late, .. } = &mut b.want {
+                    *late = gap;
+                }
+                let procs = vec![
+                    proc_of("steady", Want::Steady(1906)),
+                    turn_taker("a", turn, 0.0, 0.0),
+                    b,
+                ];
+                let o = run(vec![pod("steady"), pod("a"), pod("b")], procs, 9000.0);
+                assert!(
+                    o.first.is_none(),
+                    "turns of {turn} ms, {gap} ms late, from {from}: {o:?}"
+                );
+                assert_eq!(o.starved_ms, 0, "they fit in turn");
+            }
+        }
+    }
 }

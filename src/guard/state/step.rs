@@ -235,6 +235,20 @@ impl Guard {
         let unmet_since = st.unmet_since.as_ref().map(|(_, since)| *since);
         let unmet_held =
             unmet_since.is_some_and(|since| now.saturating_sub(since) >= need::NEED_HOLD);
+        // A pod's memory back would take free below hard while the GPU climbs, above soft
+        // (inside it `soft_need` holds 200 ms for workspaces taking turns): told by the
+        // full polls, on a full poll only. Not while cooling down (the escalation's rule
+        // judges growth then), nor unless the GPU stepped up twice over the early trigger's
+        // short window.
+        let ahead = if fresh
+            && cooling_from.is_none()
+            && memory.free >= levels.soft
+            && st.trend.stepped_twice(at, trend::EARLY_SHORT_WINDOW)
+        {
+            need::ahead(&self.seen.growth, index, memory.free, levels.hard)
+        } else {
+            None
+        };
         let trigger = if memory.free < levels.hard {
             Trigger::Hard
         } else if memory.free < levels.soft
@@ -247,6 +261,8 @@ impl Guard {
             && time_to_full.is_some_and(|t| t <= self.policy.horizon)
         {
             Trigger::SoftTrend
+        } else if ahead.is_some() {
+            Trigger::EarlyNeed
         } else if early.is_some() {
             Trigger::EarlyTrend
         } else if fresh && unmet_held {
@@ -277,10 +293,12 @@ impl Guard {
             }
             return None;
         };
-        let time_to_full = match trigger {
+        let mut trigger = trigger;
+        let mut time_to_full = match trigger {
             Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, at),
             _ => time_to_full,
         };
+        let early_time_to_full = st.trend.sustained_time_to(memory.free, at);
         // While cooling down, only the readings since: the climb before it was the victims'.
         let sustained = match &cooling_from {
             Some((.., since)) => st.trend.sustained_growth_lasting_since(at, *since),
@@ -301,13 +319,30 @@ impl Guard {
             self.refresh_wanted |= cooling_from.is_none() || stale || climbing;
             return None;
         }
-        let carry = match (trigger, &unmet) {
-            (Trigger::EarlyTrend, _) => self.early_carry(index, at),
-            (Trigger::SoftNeed, Some((uid, back))) => {
-                self.need_carry(index, now, (uid, *back), unmet_since.unwrap_or(now))
+        let carry = match (trigger, &unmet, &ahead) {
+            (Trigger::EarlyTrend, ..) => self.early_carry(index, at),
+            (Trigger::SoftNeed, Some((uid, back)), _) => self.need_carry(
+                index,
+                now,
+                (uid, *back),
+                need::Need::Unmet {
+                    since: unmet_since.unwrap_or(now),
+                },
+            ),
+            (Trigger::EarlyNeed, _, Some((uid, back))) => {
+                self.need_carry(index, now, (uid, *back), need::Need::Ahead)
             }
             _ => EarlyCarry::Unjudged,
         };
+        // `early_need` judges first a climb the early trigger sees too; where it holds back,
+        // the early trigger judges the climb as it would alone.
+        let early_too = trigger == Trigger::EarlyNeed && early.is_some();
+        let mut carry = carry;
+        if early_too && matches!(carry, EarlyCarry::NotYet(_)) {
+            trigger = Trigger::EarlyTrend;
+            time_to_full = early_time_to_full;
+            carry = self.early_carry(index, at);
+        }
         if let EarlyCarry::NotYet(why) = carry {
             self.hold_back(index, why, now);
             return None;
@@ -428,33 +463,23 @@ impl Guard {
         } else {
             None
         };
-        if let (
-            None,
-            EarlyCarry::Carried {
-                rise,
-                carried,
-                over,
-                short_only,
-            },
-        ) = (&escalated, &carry)
-        {
-            let growth = &self.seen.growth;
-            // Inside the soft band a climb that is over still leaves a neighbour no room: a
-            // pod that carried it is the climber whether or not it still rises. On the H100 a
-            // job's three 2 GiB allocations in 24 ms, all inside one span, left the GPU
-            // between soft and hard, and 917 of a neighbour's allocations failed with nobody
-            // evicted (docs/validation.md §9h).
+        if escalated.is_none() {
             let in_soft_band = memory.free < levels.soft;
-            let climbing = |v: &rank::Victim| {
-                if in_soft_band {
-                    None
-                } else {
-                    early::climbing(v, growth, index, now, *short_only)
+            if let Err(why) = self.keep_climbers(&mut ranking, &carry, index, now, in_soft_band) {
+                let fallback = (trigger == Trigger::EarlyNeed && early_too)
+                    .then(|| self.early_carry(index, at))
+                    .filter(|c| {
+                        matches!(c, EarlyCarry::Carried { .. })
+                            && self
+                                .keep_climbers(&mut ranking, c, index, now, in_soft_band)
+                                .is_ok()
+                    });
+                if fallback.is_none() {
+                    self.hold_back(index, why, now);
+                    return None;
                 }
-            };
-            if let Err(why) = early::climbers_only(&mut ranking, carried, *rise, over, climbing) {
-                self.hold_back(index, why, now);
-                return None;
+                trigger = Trigger::EarlyTrend;
+                time_to_full = early_time_to_full;
             }
         }
         // An early decision may come while free is still above the target: the plan then
@@ -471,7 +496,9 @@ impl Guard {
                 .target
                 .saturating_sub(memory.free.saturating_add(returning.bytes))
                 .max(1),
-            Trigger::EarlyTrend => levels.target.saturating_sub(memory.free).max(1),
+            Trigger::EarlyTrend | Trigger::EarlyNeed => {
+                levels.target.saturating_sub(memory.free).max(1)
+            }
             _ => levels
                 .target
                 .saturating_sub(memory.free.saturating_add(terminating_bytes)),
@@ -565,5 +592,41 @@ impl Guard {
         st.set_phase(next, now);
         st.last_decision = Some(decision.clone());
         Some(decision)
+    }
+
+    /// Keeps, of an early decision's candidates, the pods that carry its climb
+    /// (`early::climbers_only`), where `carry` says who carries it; why not otherwise.
+    ///
+    /// Inside the soft band a climb that is over still leaves a neighbour no room: a pod that
+    /// carried it is the climber whether or not it still rises. On the H100 a job's three
+    /// 2 GiB allocations in 24 ms, all inside one span, left the GPU between soft and hard,
+    /// and 917 of a neighbour's allocations failed with nobody evicted (docs/validation.md
+    /// §9h).
+    fn keep_climbers(
+        &self,
+        ranking: &mut rank::Ranking,
+        carry: &EarlyCarry,
+        index: u32,
+        now: Duration,
+        in_soft_band: bool,
+    ) -> Result<(), String> {
+        let EarlyCarry::Carried {
+            rise,
+            carried,
+            over,
+            judged,
+        } = carry
+        else {
+            return Ok(());
+        };
+        let growth = &self.seen.growth;
+        let climbing = |v: &rank::Victim| {
+            if in_soft_band {
+                None
+            } else {
+                early::climbing(v, growth, index, now, *judged)
+            }
+        };
+        early::climbers_only(ranking, carried, *rise, over, *judged, climbing)
     }
 }
