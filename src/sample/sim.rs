@@ -40,6 +40,8 @@ struct SimShared {
     stopped: HashMap<u32, Duration>,
     /// pid → number of polls at which it wanted more memory than was free.
     ooms: BTreeMap<u32, u64>,
+    /// Whether memory-only readings count OOMs too ([`SimHandle::count_ooms_at_every_reading`]).
+    every_reading: bool,
 }
 
 impl SimHandle {
@@ -75,6 +77,23 @@ impl SimHandle {
             .stopped
             .get(&pid)
             .copied()
+    }
+
+    /// Counts OOMs at memory-only readings too, not only at full polls. Why: a neighbour
+    /// whose allocation fails only for the 50 ms a killed job's memory takes to come back
+    /// fails between two full polls, and the guard asks for none then.
+    pub fn count_ooms_at_every_reading(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .every_reading = true;
+    }
+
+    fn counts_every_reading(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .every_reading
     }
 
     /// Processes that asked for more memory than the GPU had free, with how many polls
@@ -339,9 +358,10 @@ impl SimSource {
             .collect()
     }
 
-    fn memory_of(&self, gpu: &SimGpu, now: Duration) -> MemoryInfo {
+    /// The GPU's memory at `now`; `record`: count the OOMs it shows.
+    fn memory_of(&self, gpu: &SimGpu, now: Duration, record: bool) -> MemoryInfo {
         let procs: u64 = self
-            .allocations(gpu, now, false)
+            .allocations(gpu, now, record)
             .iter()
             .map(|(_, m)| m)
             .sum();
@@ -403,7 +423,7 @@ impl SimSource {
             * 100.0)
             .round()
             .min(100.0) as u64;
-        let memory = read(Field::Memory, Some(0)).map(|_| self.memory_of(gpu, now));
+        let memory = read(Field::Memory, Some(0)).map(|_| self.memory_of(gpu, now, false));
         let gpu_util = read(
             Field::Utilization,
             Some(s.gpu_util_pct.map_or(derived_util, u64::from)),
@@ -526,7 +546,7 @@ impl GpuSource for SimSource {
                 (
                     idx,
                     self.field_state(idx, Field::Memory, now)
-                        .map(|()| self.memory_of(g, now)),
+                        .map(|()| self.memory_of(g, now, self.handle.counts_every_reading())),
                 )
             })
             .collect()
@@ -613,6 +633,21 @@ faults:
             .unwrap();
         assert_eq!(m.used, 800 * MIB);
         assert_eq!(h.ooms().get(&11), Some(&1));
+    }
+
+    #[test]
+    fn memory_only_readings_count_ooms_only_when_asked() {
+        let mut s = source(TWO);
+        let h = s.handle();
+        // At t=11s the grower wants more than is free: a memory-only reading counts nothing...
+        s.memory(Duration::from_secs(11));
+        assert!(h.ooms().is_empty());
+        // ...until asked to, once per reading; a full poll still counts once.
+        h.count_ooms_at_every_reading();
+        s.memory(Duration::from_secs(11));
+        assert_eq!(h.ooms().get(&11), Some(&1));
+        s.poll(Duration::from_secs(11), ALL);
+        assert_eq!(h.ooms().get(&11), Some(&2));
     }
 
     #[test]

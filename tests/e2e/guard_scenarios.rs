@@ -783,11 +783,11 @@ fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
 /// apart, from 6.9 GiB free while the workspace is out. Its second allocation leaves 2.8 GiB,
 /// above soft; its third takes free past soft and hard at once, and the workspace then cannot
 /// return until the stopped job's memory is back, 50 ms after its kill. The guard takes the
-/// job alone at every phase of the workspace's cycle, and wherever the climb starts with the
-/// workspace out, by `early_need`, before the third allocation. (Without that trigger, those
-/// 5 of the 12 phases were decided by `hard` or `early_trend` after it. The simulator records
-/// an OOM only at a full poll, and none comes in the teardown, so the phase's trigger is what
-/// this test can see of the workspace's loss.)
+/// job alone at every phase of the workspace's cycle, and the workspace never fails (OOMs
+/// counted at every reading, as the teardown falls between full polls); wherever the climb
+/// starts with the workspace out, by `early_need`, before the third allocation. (Without that
+/// trigger, those 5 of the 12 phases were decided by `hard` or `early_trend` after it, and 2
+/// of them lost the workspace's return.)
 #[test]
 fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
     let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
@@ -811,6 +811,7 @@ fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_
         let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
             .stepping(Duration::from_millis(5));
         w.target.set_teardown(Duration::from_millis(50));
+        w.rig.sim.count_ooms_at_every_reading();
         w.run_for(Duration::from_millis(5500));
         // The workspace is in for the first 150 ms of each 300 of its own time: out here from
         // the climb's start to its third allocation.
