@@ -229,14 +229,14 @@ fn run_with(
     out
 }
 
-/// The declared job of the seed's runner shape: 4.8 GiB and a 2.1 GiB workspace that comes
-/// and goes every 150 ms, declared at 6 GiB.
-fn declared(phase: f64) -> Proc {
+/// The declared job of the seed's runner shape: 4.8 GiB and a `ws` MiB workspace (2.1 GiB in
+/// the H100's run of §9i, 2 GiB in §9n's) that comes and goes every 150 ms.
+fn declared(ws: u64, phase: f64) -> Proc {
     proc_of(
         "declared",
         Want::Workspace {
             base: 4868,
-            ws: 2112,
+            ws,
             turn: 150.0,
             phase,
             from: 0.0,
@@ -263,7 +263,7 @@ fn a_greedy_job_in_a_workspaces_room_is_taken_within_the_hold() {
         let procs = vec![
             proc_of("steady", Want::Steady(6004)),
             proc_of("steady2", Want::Steady(3682)),
-            declared(0.0),
+            declared(2112, 0.0),
             proc_of(
                 "x",
                 Want::Greedy {
@@ -354,7 +354,7 @@ fn a_need_filled_by_nobody_the_guard_may_take_waits_for_grace() {
         let procs = vec![
             proc_of("steady", Want::Steady(6004)),
             proc_of("steady2", Want::Steady(3682)),
-            declared(0.0),
+            declared(2112, 0.0),
             proc_of("x", greedy(4100.0)),
         ];
         let pods_ = vec![
@@ -566,17 +566,7 @@ fn a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it(
             let mut procs = vec![
                 proc_of("steady", Want::Steady(6754)),
                 proc_of("steady2", Want::Steady(3682)),
-                proc_of(
-                    "declared",
-                    Want::Workspace {
-                        base: 4868,
-                        ws: 2048,
-                        turn: 150.0,
-                        phase: 0.0,
-                        from: 0.0,
-                        late: 0.0,
-                    },
-                ),
+                declared(2048, 0.0),
             ];
             procs.extend(climbing_job(866, start, period));
             let pods_ = vec![

@@ -298,7 +298,13 @@ impl Guard {
             Trigger::EarlyTrend => st.trend.sustained_time_to(memory.free, at),
             _ => time_to_full,
         };
-        let early_time_to_full = st.trend.sustained_time_to(memory.free, at);
+        // The early trigger's projection, for an `early_need` that falls back to it: only
+        // then, not on every fast reading a trigger fires on.
+        let early_time_to_full = |g: &Guard| {
+            g.gpus
+                .get(&index)
+                .and_then(|st| st.trend.sustained_time_to(memory.free, at))
+        };
         // While cooling down, only the readings since: the climb before it was the victims'.
         let sustained = match &cooling_from {
             Some((.., since)) => st.trend.sustained_growth_lasting_since(at, *since),
@@ -340,7 +346,7 @@ impl Guard {
         let mut carry = carry;
         if early_too && matches!(carry, EarlyCarry::NotYet(_)) {
             trigger = Trigger::EarlyTrend;
-            time_to_full = early_time_to_full;
+            time_to_full = early_time_to_full(self);
             carry = self.early_carry(index, at);
         }
         if let EarlyCarry::NotYet(why) = carry {
@@ -479,7 +485,7 @@ impl Guard {
                     return None;
                 }
                 trigger = Trigger::EarlyTrend;
-                time_to_full = early_time_to_full;
+                time_to_full = early_time_to_full(self);
             }
         }
         // An early decision may come while free is still above the target: the plan then
