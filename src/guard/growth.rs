@@ -416,6 +416,25 @@ impl PodGrowth {
             .map(|s| (s.at, s.use_of(gpu, &holder)))
     }
 
+    /// Pod `uid`'s use on GPU `gpu` at the earliest of the recent full polls taken after
+    /// `from` and before `before` that saw it there, with when; `None` without one. Why: a job
+    /// whose CUDA context arrived between two regular polls is first seen by the poll its
+    /// climb asked for, and the poll a span before it never saw it there.
+    pub fn first_seen_between(
+        &self,
+        gpu: u32,
+        uid: &str,
+        from: Duration,
+        before: Duration,
+    ) -> Option<(Duration, u64)> {
+        let holder = Holder::pod(uid);
+        self.recent
+            .iter()
+            .filter(|s| s.gpus.contains(&gpu) && s.at > from && s.at < before)
+            .map(|s| (s.at, s.use_of(gpu, &holder)))
+            .find(|(_, used)| *used > 0)
+    }
+
     /// The most pod `uid` used on GPU `gpu` at any poll of the window, the latest included
     /// (0 if it had nothing there): the level a decision remembers, so that what comes
     /// after it is judged against the pod's peaks, not against one instant.

@@ -281,23 +281,30 @@ impl Trend {
         Some(last?.saturating_sub(first?))
     }
 
-    /// Whether the GPU stepped up at least twice over the last `window` before `now`: two
-    /// readings each [`EARLY_NOISE`] or more above the one before, and the latest that much
-    /// above the earliest. Why: `early_need` acts on a climb under way however short (a job's
-    /// second 2 GiB step, 10 ms after its first, is a rise the envelope's thirds do not show
-    /// yet), but not on one step: a workspace taking the room another had just left, or a job
-    /// stepping up once and holding, is left to `soft_need`'s hold and the hard trigger.
-    pub fn stepped_twice(&self, now: Duration, window: Duration) -> bool {
+    /// The largest step up of the last `window` before `now`, if the GPU stepped up at least
+    /// twice in it: two readings each [`EARLY_NOISE`] or more above the one before, and the
+    /// latest that much above the earliest. Why: `early_need` acts on a climb under way however
+    /// short (a job's second 2 GiB step, 10 ms after its first, is a rise the envelope's thirds
+    /// do not show yet), but not on one step: a workspace taking the room another had just
+    /// left, or a job stepping up once and holding, is left to `soft_need`'s hold and the hard
+    /// trigger. The largest step is how much the climb may take before a decision on this
+    /// reading can stop it: its next allocation.
+    pub fn stepped_twice(&self, now: Duration, window: Duration) -> Option<u64> {
         let pts = self.readings(now, window);
-        let steps = pts
+        let steps: Vec<u64> = pts
             .windows(2)
-            .filter(|w| w[1].1.saturating_sub(w[0].1) >= EARLY_NOISE)
-            .count();
+            .map(|w| w[1].1.saturating_sub(w[0].1))
+            .filter(|rise| *rise >= EARLY_NOISE)
+            .collect();
         let net = match (pts.first(), pts.last()) {
             (Some(a), Some(b)) => b.1.saturating_sub(a.1),
             _ => 0,
         };
-        steps >= 2 && net >= EARLY_NOISE
+        if steps.len() >= 2 && net >= EARLY_NOISE {
+            steps.into_iter().max()
+        } else {
+            None
+        }
     }
 
     /// The readings of the last `window` before `now`, oldest first.
@@ -421,12 +428,24 @@ mod tests {
         t
     }
 
-    /// `early_need`'s gate: two steps up across the window, not one, and not a dip and a step.
+    /// `early_need`'s gate: two steps up across the window, not one, and not a dip and a step;
+    /// the largest step when it holds.
     #[test]
     fn stepped_twice_table() {
         let w = ms(30);
-        type Case<'a> = (&'a str, &'a [(u64, u64)], bool);
-        let cases: [Case; 6] = [
+        type Case<'a> = (&'a str, &'a [(u64, u64)], Option<u64>);
+        let cases: [Case; 7] = [
+            (
+                "a 512 MiB step, then a 1 GiB one",
+                &[
+                    (100, 16000),
+                    (105, 16000),
+                    (110, 16512),
+                    (115, 16512),
+                    (121, 17536),
+                ],
+                Some(1024 * MIB),
+            ),
             (
                 "two 2 GiB steps 10 ms apart",
                 &[
@@ -436,7 +455,7 @@ mod tests {
                     (115, 18048),
                     (121, 20096),
                 ],
-                true,
+                Some(2048 * MIB),
             ),
             (
                 "one step, held",
@@ -447,7 +466,7 @@ mod tests {
                     (115, 18048),
                     (121, 18048),
                 ],
-                false,
+                None,
             ),
             (
                 "a workspace leaves and another takes its room",
@@ -458,7 +477,7 @@ mod tests {
                     (115, 18048),
                     (121, 18048),
                 ],
-                false,
+                None,
             ),
             (
                 "a sawtooth at one height",
@@ -469,7 +488,7 @@ mod tests {
                     (115, 18048),
                     (121, 16000),
                 ],
-                false,
+                None,
             ),
             (
                 "steps older than the window",
@@ -480,7 +499,7 @@ mod tests {
                     (100, 20096),
                     (121, 20096),
                 ],
-                false,
+                None,
             ),
             (
                 "allocator noise",
@@ -491,7 +510,7 @@ mod tests {
                     (115, 16090),
                     (121, 16120),
                 ],
-                false,
+                None,
             ),
         ];
         for (what, points, want) in cases {

@@ -831,6 +831,59 @@ fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_
     assert_eq!(wrong, Vec::new());
 }
 
+/// q3's shape at the alignment the H100 lost at next (docs/validation.md §9o), with the job
+/// as the harness starts it: 14 MiB for seconds, then its CUDA context 10 ms before its first
+/// 2 GiB allocation, with no regular poll between. From 7.4 GiB free while the workspace is
+/// out, the job's second allocation leaves 3.3 GiB: the workspace's 2 GiB still fits above
+/// hard; its third leaves 1.3 GiB, inside the soft band, and the workspace's return fails for
+/// the kill's teardown. `early_need` counts the climb's next step against the workspace: it
+/// decides before the third allocation wherever the workspace is out. (Without the step, those
+/// 5 of the 12 phases were decided by `early_trend` after it, and 2 of them lost the
+/// workspace's return.)
+#[test]
+fn q4_a_job_starting_and_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
+    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
+    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
+    let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 58482}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 4868, mib: 2048, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"8192\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 6132}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
+    let mut wrong = Vec::new();
+    let mut out_phases = 0;
+    for start in (4000..4300).step_by(25) {
+        let steps: String = (1..=6)
+            .map(|i| {
+                format!(
+                    ", {{at: {}ms, mib: {}}}",
+                    start + 10 * (i - 1),
+                    866 + 2048 * i
+                )
+            })
+            .collect();
+        let context = format!(
+            "{{at: 0s, mib: 14}}, {{at: {}ms, mib: 774}}, {{at: {}ms, mib: 866}}",
+            start - 12,
+            start - 10
+        );
+        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{context}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
+        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
+            .stepping(Duration::from_millis(5));
+        w.target.set_teardown(Duration::from_millis(50));
+        w.rig.sim.count_ooms_at_every_reading();
+        w.run_for(Duration::from_millis(5500));
+        let out = (start - 1) % 300 >= 150 && (start + 19) % 300 >= 150;
+        out_phases += u32::from(out);
+        let by_early_need = w.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains("trigger=\"early_need\"")
+                && l.ends_with(" 1")
+        });
+        let ooms = neighbour_ooms(&w, &[104]);
+        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() || (out && !by_early_need) {
+            wrong.push((start, out, w.evicted_names(), ooms, by_early_need));
+        }
+    }
+    assert_eq!(out_phases, 5);
+    assert_eq!(wrong, Vec::new());
+}
+
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod

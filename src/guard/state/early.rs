@@ -72,7 +72,8 @@ pub(super) enum Judged {
     /// Over each of the last two spans; a pod the polls cannot tell yet, or one that had
     /// nothing on the GPU a span ago, is not climbing: a climb only the short window shows.
     TwoSpansStrict,
-    /// Over the last span, from something it held a span ago: a climb under way for as
+    /// Over the last span, from something it held a span ago or, first seen since, when first
+    /// seen: a climb under way for as
     /// little as two steps, which `early_need` acts on while a neighbour's workspace is out.
     LastSpan,
 }
@@ -141,8 +142,11 @@ fn rising(growth: &PodGrowth, gpu: u32, uid: &str, now: Duration, strict: bool) 
 /// Whether candidate `v` on GPU `gpu` is climbing, for an early decision outside the soft
 /// band: not while it holds less than [`START_UP`]; otherwise as [`rising`] tells, or, for
 /// [`Judged::LastSpan`] (`early_need`), by [`STILL`] or more since the latest full poll at
-/// least [`SPAN`] old, which saw it on the GPU: a job's second 2 GiB step comes 10 ms after
-/// its first, and the room a neighbour's workspace needs is gone at its third.
+/// least [`SPAN`] old, which saw it on the GPU, or, where that poll did not, since the first
+/// poll after it that did: a job's second 2 GiB step comes 10 ms after its first, and the room
+/// a neighbour's workspace needs is gone at its third. A job whose CUDA context arrived
+/// between two regular polls is seen first by the poll its first step asked for, 10 ms before
+/// its second (unit `need_tests::a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at_any_alignment`).
 ///
 /// Why: a job's CUDA context arrives in one or two steps within 50 ms, as a neighbour's
 /// workspace comes back: together a climb of 60 GiB/s or more, and the job carries half of
@@ -164,11 +168,16 @@ pub(super) fn climbing(
     match judged {
         Judged::TwoSpans => rising(growth, gpu, &v.uid, now, false),
         Judged::TwoSpansStrict => rising(growth, gpu, &v.uid, now, true),
-        Judged::LastSpan => Some(
-            growth
-                .use_at_or_before(gpu, &v.uid, now.saturating_sub(SPAN))
-                .is_some_and(|(_, then)| then > 0 && v.use_bytes.saturating_sub(then) >= STILL),
-        ),
+        Judged::LastSpan => {
+            let span_ago = now.saturating_sub(SPAN);
+            Some(
+                growth
+                    .use_at_or_before(gpu, &v.uid, span_ago)
+                    .filter(|(_, then)| *then > 0)
+                    .or_else(|| growth.first_seen_between(gpu, &v.uid, span_ago, now))
+                    .is_some_and(|(_, then)| v.use_bytes.saturating_sub(then) >= STILL),
+            )
+        }
     }
 }
 

@@ -53,14 +53,29 @@ pub(super) fn unmet(growth: &PodGrowth, gpu: u32, free: u64) -> Option<(String, 
         .filter(|(_, back)| *back >= CLIMB_NOISE && *back > free)
 }
 
-/// The pod on GPU `gpu` whose memory back would take free memory below `hard`: the most any
-/// pod gave back of what it used within the full polls' window (`PodGrowth::wanted_back`), if
-/// that is more than `free` less `hard` and not allocator noise ([`CLIMB_NOISE`]). The early
-/// form of [`unmet`]: the caller asks on a full poll while the GPU steps up, above `soft`.
-pub(super) fn ahead(growth: &PodGrowth, gpu: u32, free: u64, hard: u64) -> Option<(String, u64)> {
+/// The pod on GPU `gpu` whose memory back would take free memory below `hard` once the climb
+/// has taken one more `step`: the most any pod gave back of what it used within the full
+/// polls' window (`PodGrowth::wanted_back`), if that is more than `free` less `hard` less
+/// `step`, and not allocator noise ([`CLIMB_NOISE`]). The early form of [`unmet`]: the caller
+/// asks on a full poll while the GPU steps up, above `soft`, with the largest of those steps.
+///
+/// Why the step: a decision on this reading stops the climb's next allocation at the
+/// earliest, not the one that may land while the decision is taken, and what the stopped job
+/// holds comes back only after its kill's teardown. On the H100 at an A10G's headroom a job
+/// climbing in 2 GiB steps left 3.4 GiB free after its second, room for the declared job's
+/// 2 GiB workspace above hard; its third left 1.4 GiB, and the workspace's return failed for
+/// the teardown (docs/validation.md §9o).
+pub(super) fn ahead(
+    growth: &PodGrowth,
+    gpu: u32,
+    free: u64,
+    hard: u64,
+    step: u64,
+) -> Option<(String, u64)> {
+    let room = free.saturating_sub(hard).saturating_sub(step);
     growth
         .wanted_back(gpu)
-        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > free.saturating_sub(hard))
+        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > room)
 }
 
 /// Which rule on a need asks who climbed into it ([`Guard::need_carry`]).

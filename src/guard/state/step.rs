@@ -235,17 +235,17 @@ impl Guard {
         let unmet_since = st.unmet_since.as_ref().map(|(_, since)| *since);
         let unmet_held =
             unmet_since.is_some_and(|since| now.saturating_sub(since) >= need::NEED_HOLD);
-        // A pod's memory back would take free below hard while the GPU climbs, above soft
-        // (inside it `soft_need` holds 200 ms for workspaces taking turns): told by the
-        // full polls, on a full poll only. Not while cooling down (the escalation's rule
-        // judges growth then), nor unless the GPU stepped up twice over the early trigger's
-        // short window.
-        let ahead = if fresh
-            && cooling_from.is_none()
-            && memory.free >= levels.soft
-            && st.trend.stepped_twice(at, trend::EARLY_SHORT_WINDOW)
-        {
-            need::ahead(&self.seen.growth, index, memory.free, levels.hard)
+        // A pod's memory back would take free below hard once the climb takes one more of
+        // its steps, above soft (inside it `soft_need` holds 200 ms for workspaces taking
+        // turns): told by the full polls, on a full poll only. Not while cooling down (the
+        // escalation's rule judges growth then), nor unless the GPU stepped up twice over the
+        // early trigger's short window.
+        let ahead = if fresh && cooling_from.is_none() && memory.free >= levels.soft {
+            st.trend
+                .stepped_twice(at, trend::EARLY_SHORT_WINDOW)
+                .and_then(|step| {
+                    need::ahead(&self.seen.growth, index, memory.free, levels.hard, step)
+                })
         } else {
             None
         };
