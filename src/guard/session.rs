@@ -60,6 +60,11 @@ impl GuardSession {
     ) -> Vec<Decision> {
         self.note_view(status, now);
         let decisions = self.guard.observe(snap, pods, now);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            for (gpu, why) in self.guard.held_back_at(now) {
+                tracing::debug!(gpu, "trigger held back: {why}");
+            }
+        }
         let restored = self.guard.take_restored();
         if let Some(e) = &self.executor {
             for d in &restored {

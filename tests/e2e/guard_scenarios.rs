@@ -884,6 +884,58 @@ fn q4_a_job_starting_and_climbing_into_a_declared_workspaces_room_is_stopped_bef
     assert_eq!(wrong, Vec::new());
 }
 
+/// Issue 38's `two` shape at the alignment the H100 lost at most (docs/validation.md §9o): a
+/// trainer whose 1 GiB workspace comes and goes every 20 ms, two steady CI jobs, and a job that
+/// starts as the harness's does and climbs in 2 GiB allocations 10 ms apart, from 7.1 GiB free
+/// while the workspace is out. Its second allocation leaves 2.9 GiB, above soft, room for the
+/// workspace above hard; its third leaves 0.9 GiB, below hard and below the workspace. On the
+/// H100 the guard decided on that reading and the trainer's next workspace failed until the
+/// killed job's memory came back. The guard takes the job alone at every phase of the
+/// workspace's cycle and the trainer never fails. Here `early_trend` decides after the second
+/// allocation, with or without `early_need`'s next step; on the H100 it held back there, for
+/// a reason the agent's info log does not show (a run with its debug log is outstanding). The
+/// scenario keeps the alignment the table lost at most.
+#[test]
+fn q5_a_job_climbing_past_hard_beside_a_trainers_workspace_is_stopped_before_it_takes_its_room() {
+    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
+    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
+    let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 59353}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 6916, mib: 1024, every: 20ms, holds: 10ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000000}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
+    let mut wrong = Vec::new();
+    let mut by_early_need = 0;
+    for start in (4000..4040).step_by(3) {
+        let steps: String = (1..=6)
+            .map(|i| {
+                format!(
+                    ", {{at: {}ms, mib: {}}}",
+                    start + 10 * (i - 1),
+                    866 + 2048 * i
+                )
+            })
+            .collect();
+        let context = format!(
+            "{{at: 0s, mib: 14}}, {{at: {}ms, mib: 774}}, {{at: {}ms, mib: 866}}",
+            start - 20,
+            start - 10
+        );
+        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{context}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
+        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
+            .stepping(Duration::from_millis(5));
+        w.target.set_teardown(Duration::from_millis(50));
+        w.rig.sim.count_ooms_at_every_reading();
+        w.run_for(Duration::from_millis(5500));
+        by_early_need += u32::from(w.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains("trigger=\"early_need\"")
+                && l.ends_with(" 1")
+        }));
+        let ooms = neighbour_ooms(&w, &[104]);
+        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() {
+            wrong.push((start, w.evicted_names(), ooms));
+        }
+    }
+    assert_eq!(wrong, Vec::new(), "{by_early_need} by early_need");
+}
+
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod

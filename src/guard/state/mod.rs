@@ -422,6 +422,17 @@ impl Guard {
         Some(wanted.min().unwrap_or(self.policy.fast_interval))
     }
 
+    /// The triggers held back on the full poll at `at`, by GPU, and why: for the shell's debug
+    /// log, where `/state` keeps only the latest and a climb's holds come every few ms.
+    pub fn held_back_at(&self, at: Duration) -> impl Iterator<Item = (u32, &str)> + '_ {
+        self.gpus.iter().filter_map(move |(&index, s)| {
+            s.early_held_back
+                .as_ref()
+                .filter(|h| h.at == at)
+                .map(|h| (index, h.reason.as_str()))
+        })
+    }
+
     /// The guard's state for /state.
     pub fn status(&self) -> GuardStatus {
         let gpus = self
@@ -1192,12 +1203,19 @@ mod tests {
             .map(|(_, d)| d)
             .collect();
         assert_eq!(decided(&ds), vec![], "an unreadable process");
-        // Kept in /state after the climb.
+        // Kept in /state after the climb, and told for the poll that held it back only.
         let held = w.guard.status().gpus[0].early_held_back.clone();
+        let at = held.as_ref().map(|h| h.at).unwrap_or_default();
         assert!(
             held.is_some_and(|h| h.reason.contains("by processes outside any pod")),
             "{:?}",
             w.guard.status().gpus[0]
+        );
+        let told: Vec<_> = w.guard.held_back_at(at).collect();
+        assert!(matches!(told[..], [(0, why)] if why.contains("by processes outside any pod")));
+        assert_eq!(
+            w.guard.held_back_at(at + Duration::from_millis(1)).count(),
+            0
         );
     }
 
