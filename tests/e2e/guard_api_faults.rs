@@ -404,6 +404,15 @@ fn a_stale_view_that_ranks_the_wrong_pod_first_is_caught_by_the_fresh_read() {
     let mut w = world(|s| {
         s.inject(Fault::new("/api/v1/pods", FaultAction::StallWatch).times(1));
     });
+    // The change must come after the view's list, into the stalled watch: made before the
+    // agent's first list (a loaded machine starts it late), the view has it from the start and
+    // nothing is stale.
+    w.wait("the pod watch to stall", Duration::from_secs(20), |w| {
+        w.server
+            .requests()
+            .iter()
+            .any(|r| r.is_watch() && r.path == "/api/v1/pods")
+    });
     w.server.update_pod("ci", "greedy", |p| {
         p["metadata"]["annotations"]["gpu-warden.io/vram-request-mib"] = serde_json::json!("20000");
     });

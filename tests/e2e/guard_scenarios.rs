@@ -777,6 +777,80 @@ fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
     assert_eq!(evicted, Vec::new());
 }
 
+/// One phase of issue 38's climb on an H100 at an A10G's thresholds: beside `base` (the
+/// neighbours' processes), a job whose memory takes the steps `context` (its start-up) and then
+/// climbs in 2 GiB allocations 10 ms apart from `start` ms, run through the kill's 50-ms
+/// teardown with OOMs counted at every reading (a neighbour's failure in the teardown falls
+/// between full polls). Returns who was evicted, the neighbours that hit OOM, and whether
+/// `early_need` decided.
+fn climb_phase(base: &str, context: &str, start: u32) -> (Vec<String>, Vec<u32>, bool) {
+    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
+    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
+    let steps: String = (1..=6)
+        .map(|i| {
+            format!(
+                ", {{at: {}ms, mib: {}}}",
+                start + 10 * (i - 1),
+                866 + 2048 * i
+            )
+        })
+        .collect();
+    let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{context}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
+    let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
+        .stepping(Duration::from_millis(5));
+    w.target.set_teardown(Duration::from_millis(50));
+    w.rig.sim.count_ooms_at_every_reading();
+    w.run_for(Duration::from_millis(5500));
+    let by_early_need = w.last_metrics.lines().any(|l| {
+        l.starts_with("gpu_warden_guard_decisions_total")
+            && l.contains("trigger=\"early_need\"")
+            && l.ends_with(" 1")
+    });
+    (w.evicted_names(), neighbour_ooms(&w, &[104]), by_early_need)
+}
+
+/// The runner shape's neighbours for [`climb_phase`], the second steady job of `steady` MiB.
+/// The declared job starts 1 ms after the others: memory goes to processes in the order they
+/// started, so the greedy job's allocations are held against its workspace.
+fn runner_neighbours(steady: u32) -> String {
+    format!("  - {{pid: 99, gpu: 0, name: holder, memory: {{constant: 58482}}}}\n  - {{pid: 101, gpu: 0, name: python, start: 1ms, memory: {{workspace: {{base: 4868, mib: 2048, every: 300ms, holds: 150ms}}}}, pod: {{namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {{gpu-warden.io/vram-request-mib: \"8192\"}}}}}}\n  - {{pid: 102, gpu: 0, name: python, memory: {{constant: {steady}}}, pod: {{namespace: ci, name: ci-steady, container: build, priority: 0}}}}\n  - {{pid: 103, gpu: 0, name: python, memory: {{constant: 3682}}, pod: {{namespace: ci, name: ci-steady-2, container: build, priority: 0}}}}\n")
+}
+
+/// A phase gone wrong: its start, whether the workspace was out, who was evicted, the
+/// neighbours' OOMs, whether `early_need` decided.
+type WrongPhase = (u32, bool, Vec<String>, Vec<u32>, bool);
+
+/// The runner shape's phases for q3 and q4: every 25 ms of the workspace's 300-ms cycle. The
+/// workspace is in for the first 150 ms of each 300 of its own time; a phase is `out` when it
+/// is out from the climb's start to its third allocation. Returns the phases gone wrong:
+/// anyone but the job evicted, a neighbour's OOM, or an `out` phase not decided by
+/// `early_need`.
+fn runner_phases(steady: u32, context: impl Fn(u32) -> String) -> Vec<WrongPhase> {
+    let base = runner_neighbours(steady);
+    let mut wrong = Vec::new();
+    let mut out_phases = 0;
+    for start in (4000..4300).step_by(25) {
+        let out = (start - 1) % 300 >= 150 && (start + 19) % 300 >= 150;
+        out_phases += u32::from(out);
+        let (evicted, ooms, by_early_need) = climb_phase(&base, &context(start), start);
+        if evicted != ["ci-greedy"] || !ooms.is_empty() || (out && !by_early_need) {
+            wrong.push((start, out, evicted, ooms, by_early_need));
+        }
+    }
+    assert_eq!(out_phases, 5);
+    wrong
+}
+
+/// The harness's job as it starts: 14 MiB for seconds, then its CUDA context, the last of
+/// it `lead` ms before its first 2 GiB allocation at `start` (§9o's timeline).
+fn fresh_context(start: u32, lead: u32) -> String {
+    format!(
+        "{{at: 0s, mib: 14}}, {{at: {}ms, mib: 774}}, {{at: {}ms, mib: 866}}",
+        start - lead - 10,
+        start - lead
+    )
+}
+
 /// Issue 38's `runner` shape at an A10G's headroom, as the H100 lost it (docs/validation.md
 /// §9n): the declared job's 2 GiB workspace comes and goes every 150 ms, two steady CI jobs,
 /// and a job that has held its CUDA context for seconds climbs in 2 GiB allocations 10 ms
@@ -790,45 +864,8 @@ fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
 /// of them lost the workspace's return.)
 #[test]
 fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
-    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
-    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
-    // The declared job starts 1 ms after the others: memory goes to processes in the order
-    // they started, so the greedy job's allocations are held against its workspace.
-    let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 58482}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 4868, mib: 2048, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"8192\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 6754}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
-    let mut wrong = Vec::new();
-    let mut out_phases = 0;
-    for start in (4000..4300).step_by(25) {
-        let steps: String = (1..=6)
-            .map(|i| {
-                format!(
-                    ", {{at: {}ms, mib: {}}}",
-                    start + 10 * (i - 1),
-                    866 + 2048 * i
-                )
-            })
-            .collect();
-        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{{at: 0s, mib: 866}}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
-        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
-            .stepping(Duration::from_millis(5));
-        w.target.set_teardown(Duration::from_millis(50));
-        w.rig.sim.count_ooms_at_every_reading();
-        w.run_for(Duration::from_millis(5500));
-        // The workspace is in for the first 150 ms of each 300 of its own time: out here from
-        // the climb's start to its third allocation.
-        let out = (start - 1) % 300 >= 150 && (start + 19) % 300 >= 150;
-        out_phases += u32::from(out);
-        let by_early_need = w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"early_need\"")
-                && l.ends_with(" 1")
-        });
-        let ooms = neighbour_ooms(&w, &[104]);
-        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() || (out && !by_early_need) {
-            wrong.push((start, out, w.evicted_names(), ooms, by_early_need));
-        }
-    }
-    assert_eq!(out_phases, 5);
-    assert_eq!(wrong, Vec::new());
+    let held = |_| "{at: 0s, mib: 866}".to_string();
+    assert_eq!(runner_phases(6754, held), Vec::new());
 }
 
 /// q3's shape at the alignment the H100 lost at next (docs/validation.md §9o), with the job
@@ -842,46 +879,11 @@ fn q3_a_job_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_
 /// workspace's return.)
 #[test]
 fn q4_a_job_starting_and_climbing_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
-    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
-    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
-    let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 58482}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 4868, mib: 2048, every: 300ms, holds: 150ms}}, pod: {namespace: ci, name: ci-declared, container: build, priority: 0, annotations: {gpu-warden.io/vram-request-mib: \"8192\"}}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 6132}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
-    let mut wrong = Vec::new();
-    let mut out_phases = 0;
-    for start in (4000..4300).step_by(25) {
-        let steps: String = (1..=6)
-            .map(|i| {
-                format!(
-                    ", {{at: {}ms, mib: {}}}",
-                    start + 10 * (i - 1),
-                    866 + 2048 * i
-                )
-            })
-            .collect();
-        let context = format!(
-            "{{at: 0s, mib: 14}}, {{at: {}ms, mib: 774}}, {{at: {}ms, mib: 866}}",
-            start - 12,
-            start - 10
-        );
-        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{context}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
-        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
-            .stepping(Duration::from_millis(5));
-        w.target.set_teardown(Duration::from_millis(50));
-        w.rig.sim.count_ooms_at_every_reading();
-        w.run_for(Duration::from_millis(5500));
-        let out = (start - 1) % 300 >= 150 && (start + 19) % 300 >= 150;
-        out_phases += u32::from(out);
-        let by_early_need = w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"early_need\"")
-                && l.ends_with(" 1")
-        });
-        let ooms = neighbour_ooms(&w, &[104]);
-        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() || (out && !by_early_need) {
-            wrong.push((start, out, w.evicted_names(), ooms, by_early_need));
-        }
-    }
-    assert_eq!(out_phases, 5);
-    assert_eq!(wrong, Vec::new());
+    // From 7.4 GiB free while the workspace is out (q3: 6.9).
+    assert_eq!(
+        runner_phases(6132, |start| fresh_context(start, 10)),
+        Vec::new()
+    );
 }
 
 /// Issue 38's `two` shape at the alignment the H100 lost at most (docs/validation.md §9o): a
@@ -897,43 +899,15 @@ fn q4_a_job_starting_and_climbing_into_a_declared_workspaces_room_is_stopped_bef
 /// scenario keeps the alignment the table lost at most.
 #[test]
 fn q5_a_job_climbing_past_hard_beside_a_trainers_workspace_is_stopped_before_it_takes_its_room() {
-    let gpu = "gpus:\n  - {model: NVIDIA H100, memory_mib: 81559, gpu_temp_c: 50, power_w: 100}\n";
-    let policy = format!("{STOP}hard: 1229Mi\nsoft: 2458Mi\n");
     let base = "  - {pid: 99, gpu: 0, name: holder, memory: {constant: 59353}}\n  - {pid: 101, gpu: 0, name: python, start: 1ms, memory: {workspace: {base: 6916, mib: 1024, every: 20ms, holds: 10ms}}, pod: {namespace: ml, name: train-0, container: trainer, priority: 1000000}}\n  - {pid: 102, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady, container: build, priority: 0}}\n  - {pid: 103, gpu: 0, name: python, memory: {constant: 3682}, pod: {namespace: ci, name: ci-steady-2, container: build, priority: 0}}\n";
     let mut wrong = Vec::new();
-    let mut by_early_need = 0;
     for start in (4000..4040).step_by(3) {
-        let steps: String = (1..=6)
-            .map(|i| {
-                format!(
-                    ", {{at: {}ms, mib: {}}}",
-                    start + 10 * (i - 1),
-                    866 + 2048 * i
-                )
-            })
-            .collect();
-        let context = format!(
-            "{{at: 0s, mib: 14}}, {{at: {}ms, mib: 774}}, {{at: {}ms, mib: 866}}",
-            start - 20,
-            start - 10
-        );
-        let greedy = format!("  - {{pid: 104, gpu: 0, name: python, memory: {{steps: [{context}{steps}]}}, pod: {{namespace: ci, name: ci-greedy, container: build, priority: 0}}}}\n");
-        let mut w = World::new(&format!("{gpu}processes:\n{base}{greedy}"), &policy)
-            .stepping(Duration::from_millis(5));
-        w.target.set_teardown(Duration::from_millis(50));
-        w.rig.sim.count_ooms_at_every_reading();
-        w.run_for(Duration::from_millis(5500));
-        by_early_need += u32::from(w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"early_need\"")
-                && l.ends_with(" 1")
-        }));
-        let ooms = neighbour_ooms(&w, &[104]);
-        if w.evicted_names() != ["ci-greedy"] || !ooms.is_empty() {
-            wrong.push((start, w.evicted_names(), ooms));
+        let (evicted, ooms, _) = climb_phase(base, &fresh_context(start, 10), start);
+        if evicted != ["ci-greedy"] || !ooms.is_empty() {
+            wrong.push((start, evicted, ooms));
         }
     }
-    assert_eq!(wrong, Vec::new(), "{by_early_need} by early_need");
+    assert_eq!(wrong, Vec::new());
 }
 
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that

@@ -86,6 +86,22 @@ fn proc_of(uid: &'static str, want: Want) -> Proc {
     }
 }
 
+/// Pod `uid`'s process: `base` MiB, and `ws` more for `turn` ms of every `2 × turn`, from
+/// `phase` ms into the cycle.
+fn workspace_job(uid: &'static str, base: u64, ws: u64, turn: f64, phase: f64) -> Proc {
+    proc_of(
+        uid,
+        Want::Workspace {
+            base,
+            ws,
+            turn,
+            phase,
+            from: 0.0,
+            late: 0.0,
+        },
+    )
+}
+
 /// What a run came to.
 #[derive(Debug, Default)]
 struct Outcome {
@@ -232,17 +248,7 @@ fn run_with(
 /// The declared job of the seed's runner shape: 4.8 GiB and a `ws` MiB workspace (2.1 GiB in
 /// the H100's run of §9i, 2 GiB in §9n's) that comes and goes every 150 ms.
 fn declared(ws: u64, phase: f64) -> Proc {
-    proc_of(
-        "declared",
-        Want::Workspace {
-            base: 4868,
-            ws,
-            turn: 150.0,
-            phase,
-            from: 0.0,
-            late: 0.0,
-        },
-    )
+    workspace_job("declared", 4868, ws, 150.0, phase)
 }
 
 /// A greedy job climbing in 2 GiB chunks every 8 ms from `start`, beside the declared job and
@@ -394,17 +400,7 @@ fn two_shape(steady: u64, base: u64, ws: u64, turn: f64, phase: f64) -> Vec<Proc
     vec![
         proc_of("steady", Want::Steady(steady)),
         proc_of("steady2", Want::Steady(steady)),
-        proc_of(
-            "trainer",
-            Want::Workspace {
-                base,
-                ws,
-                turn,
-                phase,
-                from: 0.0,
-                late: 0.0,
-            },
-        ),
+        workspace_job("trainer", base, ws, turn, phase),
     ]
 }
 
@@ -658,17 +654,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at
                     let mut procs = vec![
                         proc_of("steady", Want::Steady(steady)),
                         proc_of("steady2", Want::Steady(steady2)),
-                        proc_of(
-                            "n",
-                            Want::Workspace {
-                                base,
-                                ws,
-                                turn,
-                                phase: 0.0,
-                                from: 0.0,
-                                late: 0.0,
-                            },
-                        ),
+                        workspace_job("n", base, ws, turn, 0.0),
                     ];
                     procs.extend(climbing_job(context, start, period));
                     if fresh {
