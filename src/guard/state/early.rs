@@ -72,9 +72,9 @@ pub(super) enum Judged {
     /// Over each of the last two spans; a pod the polls cannot tell yet, or one that had
     /// nothing on the GPU a span ago, is not climbing: a climb only the short window shows.
     TwoSpansStrict,
-    /// Over the last span, from something it held a span ago or, first seen since, when first
-    /// seen: a climb under way for as
-    /// little as two steps, which `early_need` acts on while a neighbour's workspace is out.
+    /// Over the last span, from what it held a span ago or, first seen since, from what it
+    /// held when first seen: a climb under way for as little as two steps, which `early_need`
+    /// acts on while a neighbour's workspace is out.
     LastSpan,
 }
 
