@@ -113,6 +113,9 @@ struct Outcome {
     /// Milliseconds a pod wanted memory it could not get after the first decision, while its
     /// victims, stopped, still held theirs: [`TEARDOWN_MS`], as a kill's teardown takes.
     starved_after_ms: u32,
+    /// Why a trigger was held back, at each full poll that held one back (as the agent's
+    /// debug log tells it).
+    held_back: Vec<String>,
 }
 
 /// How long a killed job's memory takes to come back after the decision that stopped it: its
@@ -226,10 +229,14 @@ fn run_with(
             .filter(|p| p.held > 0)
             .map(|p| proc_in(p.uid, 0, p.held))
             .collect();
+        let held_back = &mut out.held_back;
         let full = |g: &mut Guard, at: u64| -> Vec<Decision> {
-            g.note_view_proof(Some(Duration::from_micros(at)));
+            let at = Duration::from_micros(at);
+            g.note_view_proof(Some(at));
             let s = snap(vec![gpu(0, A10G, used)], listed.clone());
-            g.observe(&Arc::new(s), &pods, Duration::from_micros(at))
+            let decided = g.observe(&Arc::new(s), &pods, at);
+            held_back.extend(g.held_back_at(at).map(|(_, why)| why.to_string()));
+            decided
         };
         let decided = clock.tick(&mut g, A10G, used, full);
         out.first = decided.first().map(|d| {
@@ -340,7 +347,7 @@ fn workspaces_that_take_turns_are_nobodys_climb() {
 
 /// The room a workspace left, taken by a pod the guard may not take or need not: one within
 /// its declared request, one annotated evict: never. The need goes unmet, but nobody the guard
-/// may take carries the climb: left to `grace`.
+/// may take carries the climb: left to `grace`, each hold-back saying why.
 #[test]
 fn a_need_filled_by_nobody_the_guard_may_take_waits_for_grace() {
     let greedy = |start| Want::Greedy {
@@ -372,6 +379,12 @@ fn a_need_filled_by_nobody_the_guard_may_take_waits_for_grace() {
         let o = run(pods_, procs, 9000.0);
         assert!(o.first.is_none(), "{what}: {o:?}");
         assert!(o.starved_ms > 1000, "{what}: the need did go unmet: {o:?}");
+        // The climb above soft fired `early_need` and the early trigger both: the hold-back
+        // the debug log tells says why neither acted, not only the early trigger's why.
+        let both = o.held_back.iter().any(|h| {
+            h.starts_with("early_need: ") && h.contains("; early_trend: ") && h.contains(what)
+        });
+        assert!(both, "{what}: {:#?}", o.held_back);
     }
 }
 

@@ -341,16 +341,21 @@ impl Guard {
             _ => EarlyCarry::Unjudged,
         };
         // `early_need` judges first a climb the early trigger sees too; where it holds back,
-        // the early trigger judges the climb as it would alone.
+        // the early trigger judges the climb as it would alone, and a hold-back then says both
+        // why nots (the H100's losses of §9o showed only the early trigger's).
         let early_too = trigger == Trigger::EarlyNeed && early.is_some();
         let mut carry = carry;
-        if early_too && matches!(carry, EarlyCarry::NotYet(_)) {
-            trigger = Trigger::EarlyTrend;
-            time_to_full = early_time_to_full(self);
-            carry = self.early_carry(index, at);
+        let mut need_why = None;
+        if early_too {
+            if let EarlyCarry::NotYet(why) = &carry {
+                need_why = Some(why.clone());
+                trigger = Trigger::EarlyTrend;
+                time_to_full = early_time_to_full(self);
+                carry = self.early_carry(index, at);
+            }
         }
         if let EarlyCarry::NotYet(why) = carry {
-            self.hold_back(index, why, now);
+            self.hold_back(index, both_why_nots(need_why.as_deref(), &why), now);
             return None;
         }
 
@@ -472,16 +477,19 @@ impl Guard {
         if escalated.is_none() {
             let in_soft_band = memory.free < levels.soft;
             if let Err(why) = self.keep_climbers(&mut ranking, &carry, index, now, in_soft_band) {
-                let fallback = (trigger == Trigger::EarlyNeed && early_too)
-                    .then(|| self.early_carry(index, at))
-                    .filter(|c| {
-                        matches!(c, EarlyCarry::Carried { .. })
-                            && self
-                                .keep_climbers(&mut ranking, c, index, now, in_soft_band)
-                                .is_ok()
-                    });
-                if fallback.is_none() {
-                    self.hold_back(index, why, now);
+                if !(trigger == Trigger::EarlyNeed && early_too) {
+                    self.hold_back(index, both_why_nots(need_why.as_deref(), &why), now);
+                    return None;
+                }
+                let fallback = match self.early_carry(index, at) {
+                    c @ EarlyCarry::Carried { .. } => {
+                        self.keep_climbers(&mut ranking, &c, index, now, in_soft_band)
+                    }
+                    EarlyCarry::NotYet(not_yet) => Err(not_yet),
+                    EarlyCarry::Unjudged => Err("no rise to judge".to_string()),
+                };
+                if let Err(not_early) = fallback {
+                    self.hold_back(index, both_why_nots(Some(&why), &not_early), now);
                     return None;
                 }
                 trigger = Trigger::EarlyTrend;
@@ -634,5 +642,14 @@ impl Guard {
             }
         };
         early::climbers_only(ranking, carried, *rise, over, *judged, climbing)
+    }
+}
+
+/// A hold-back's reason: the early trigger's (`early`), after `early_need`'s where that rule
+/// fired first and fell back to it.
+fn both_why_nots(need: Option<&str>, early: &str) -> String {
+    match need {
+        Some(need) => format!("early_need: {need}; early_trend: {early}"),
+        None => early.to_string(),
     }
 }
