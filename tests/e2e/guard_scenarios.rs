@@ -213,6 +213,16 @@ impl World {
             .collect()
     }
 
+    /// Whether the last metrics scrape counts exactly one decision, taken by `trigger`.
+    fn decided_once_by(&self, trigger: &str) -> bool {
+        let label = format!("trigger=\"{trigger}\"");
+        self.last_metrics.lines().any(|l| {
+            l.starts_with("gpu_warden_guard_decisions_total")
+                && l.contains(&label)
+                && l.ends_with(" 1")
+        })
+    }
+
     fn attempts(&self) -> Vec<(String, Answer)> {
         self.server
             .eviction_attempts()
@@ -731,11 +741,7 @@ fn q_a_job_starting_up_as_a_workspace_returns_is_not_a_climb() {
         w.run_for(Duration::from_secs(6));
         let ooms = neighbour_ooms(&w, &[104]);
         // By the early trigger: the wait for a carried rise must not leave it to hard.
-        let early = w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"early_trend\"")
-                && l.ends_with(" 1")
-        });
+        let early = w.decided_once_by("early_trend");
         if w.evicted_names() != ["ci-new"] || !ooms.is_empty() || !early {
             missed.push((start, w.evicted_names(), ooms, early));
         }
@@ -801,11 +807,7 @@ fn climb_phase(base: &str, context: &str, start: u32) -> (Vec<String>, Vec<u32>,
     w.target.set_teardown(Duration::from_millis(50));
     w.rig.sim.count_ooms_at_every_reading();
     w.run_for(Duration::from_millis(5500));
-    let by_early_need = w.last_metrics.lines().any(|l| {
-        l.starts_with("gpu_warden_guard_decisions_total")
-            && l.contains("trigger=\"early_need\"")
-            && l.ends_with(" 1")
-    });
+    let by_early_need = w.decided_once_by("early_need");
     (w.evicted_names(), neighbour_ooms(&w, &[104]), by_early_need)
 }
 
@@ -935,11 +937,7 @@ fn r_a_climb_no_pod_it_may_take_carries_evicts_nobody_early() {
         let yaml = format!("{gpu}processes:\n{base}{extra}{}", climber(pod, max));
         let mut w = World::new(&yaml, STOP).stepping(Duration::from_millis(5));
         w.run_for(Duration::from_secs(6));
-        let early = w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"early_trend\"")
-                && l.ends_with(" 1")
-        });
+        let early = w.decided_once_by("early_trend");
         (w.evicted_names(), w.rig.sim.ooms().len(), early)
     };
     let mut wrong = Vec::new();
@@ -1010,15 +1008,7 @@ fn s_a_job_that_fills_a_workspaces_room_is_taken_before_grace() {
     };
     let w = run("");
     assert_eq!(w.evicted_names(), vec!["ci-greedy"], "{:?}", w.attempts());
-    assert!(
-        w.last_metrics.lines().any(|l| {
-            l.starts_with("gpu_warden_guard_decisions_total")
-                && l.contains("trigger=\"soft_need\"")
-                && l.ends_with(" 1")
-        }),
-        "{}",
-        w.last_metrics
-    );
+    assert!(w.decided_once_by("soft_need"), "{}", w.last_metrics);
     // The workspace failed only until the decision: the polls that saw it short.
     let ooms = w.rig.sim.ooms();
     assert!(ooms.keys().all(|pid| *pid == 101), "{ooms:?}");
