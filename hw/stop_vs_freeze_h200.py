@@ -14,12 +14,21 @@ GitLab job is: under a PID-1 shell in its own PID namespace, in a container-shap
 
     OUT=/tmp/out python3 hw/stop_vs_freeze_h200.py --rates 16,64,250 --runs 3
 
+Acting just after NVML showed a step is one phase of the job's allocation cycle; the guard
+decides on whatever reading it has. `--delay-ms-max D` acts a random 0..D ms later instead,
+and records how long before the act the last step landed and whether (and when) a step landed
+after it: does an allocation the job is inside of when SIGSTOP comes still land?
+
+    python3 hw/stop_vs_freeze_h200.py --rates 250,128 --runs 15 --actions sigstop \
+        --delay-ms-max 12 --observe-s 0.3
+
 Writes stop-vs-freeze.json and stop-vs-freeze.md under --out. Needs root, cgroup v2 and a
 GPU; every cgroup it makes is killed (`cgroup.kill`) and removed at the end of each trial.
 """
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -85,8 +94,20 @@ def trial(args, h, action, rate, n):
         if wait_until(lambda: (vram_mib(h, pid) or 0) >= base + args.act_after_mib, 20, 0.001) is None:
             r["error"] = "the job did not grow"
             return r
+        # A random phase of the job's allocation cycle (--delay-ms-max): the guard decides on
+        # whatever reading it has, not only on the one just after a step landed. Sampled as
+        # fast as NVML answers meanwhile, to say how long before the act the last step landed.
+        delay = random.uniform(0, args.delay_ms_max) / 1000
+        last, last_at, t_seen = vram_mib(h, pid), time.perf_counter(), time.perf_counter()
+        while time.perf_counter() - t_seen < delay:
+            m = vram_mib(h, pid)
+            if m is not None and last is not None and m > last:
+                last_at = time.perf_counter()
+            last = m if m is not None else last
         before = vram_mib(h, pid)
         t_act = time.perf_counter()
+        r["delay_ms"] = round(delay * 1000, 2)
+        r["since_last_step_ms"] = round((t_act - last_at) * 1000, 2)
         if action == "sigstop":
             os.kill(pid, signal.SIGSTOP)
             took = wait_until(lambda: proc_state(pid) == "T", 2)
@@ -95,11 +116,14 @@ def trial(args, h, action, rate, n):
                 f.write("1")
             took = wait_until(lambda: frozen(cg), 2)
         r["act_to_stopped_ms"] = None if took is None else round(took * 1000, 3)
-        samples = []
-        while time.perf_counter() - t_act < 1.0:
+        samples, landed_at = [], None
+        while time.perf_counter() - t_act < args.observe_s:
             m = vram_mib(h, pid)
             if m is not None:
                 samples.append(m)
+                if landed_at is None and before is not None and m > before:
+                    landed_at = time.perf_counter() - t_act
+        r["landed_after_act_ms"] = None if landed_at is None else round(landed_at * 1000, 2)
         r["vram_before_mib"] = before
         r["growth_after_mib"] = max(0, max(samples, default=before) - before)
         r["samples"] = len(samples)
@@ -142,9 +166,10 @@ def table(results):
             v = [r[k] for r in ok if r.get(k) is not None]
             return "—" if not v else f"{statistics.median(v):.{digits}f}, {max(v):.{digits}f}"
         back = [r["resumed_growing_ms"] for r in ok if r.get("resumed_growing_ms") is not None]
+        grew = sum(1 for r in ok if (r.get("growth_after_mib") or 0) > 0)
         errors = "; ".join(r["error"] for r in rs if "error" in r) or "—"
         rows.append(f"| {action} | {rate:g} | {len(ok)} of {len(rs)} | {col('act_to_stopped_ms', 3)} | "
-                    f"{col('growth_after_mib', 0)} | {statistics.median(back) if back else float('nan'):.0f} | "
+                    f"{col('growth_after_mib', 0)} ({grew} of {len(ok)} grew) | {statistics.median(back) if back else float('nan'):.0f} | "
                     f"{errors} |")
     return "\n".join(rows) + "\n"
 
@@ -156,6 +181,10 @@ def main():
     ap.add_argument("--chunk-mib", default="auto")
     ap.add_argument("--act-after-mib", type=int, default=2048, help="act once the job grew this much")
     ap.add_argument("--grow-max-gib", type=float, default=40)
+    ap.add_argument("--delay-ms-max", type=float, default=0,
+                    help="act a random 0..this many ms after the job grew --act-after-mib (its allocation cycle's phase)")
+    ap.add_argument("--actions", default="sigstop,freeze")
+    ap.add_argument("--observe-s", type=float, default=1.0, help="how long to read the job's VRAM after the act")
     ap.add_argument("--budget", type=float, default=150, help="start no trial after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/stop-vs-freeze"))
     args = ap.parse_args()
@@ -169,7 +198,7 @@ def main():
     start, results = time.time(), []
     for rate in (float(x) for x in args.rates.split(",")):
         for n in range(args.runs):
-            for action in ("sigstop", "freeze"):
+            for action in args.actions.split(","):
                 if time.time() - start > args.budget:
                     print(f"budget spent: no {action} at {rate:g} GiB/s, run {n}", flush=True)
                     continue
@@ -179,7 +208,7 @@ def main():
     with open(os.path.join(args.out, "stop-vs-freeze.json"), "w") as f:
         json.dump(dict(pid_namespaces=g.PIDNS, results=results), f, indent=1)
     md = (f"PID namespaces: {g.PIDNS}; each job a PID-1 shell running hw/gpu_load.py in a cgroup of its own; "
-          f"acted once it had grown {args.act_after_mib} MiB.\n\n" + table(results))
+          f"acted a random 0–{args.delay_ms_max:g} ms after it had grown {args.act_after_mib} MiB.\n\n" + table(results))
     with open(os.path.join(args.out, "stop-vs-freeze.md"), "w") as f:
         f.write(md)
     print(md)
