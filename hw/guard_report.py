@@ -171,9 +171,13 @@ def decision_lines(lines, cap=400, width=4000, minor_cap=100):
     """The lines of an agent's JSON log (tracing's format) about decisions, bounded: those
     with a decision's fields or at WARN/ERROR first (at most `cap`), lines that only mention
     the guard's words at most `minor_cap` (so chatter cannot crowd out a late decision), each
-    cut at `width` characters, in log order. Returns (kept, how many matching were dropped)."""
-    kept, dropped, major, minor = [], 0, 0, 0
-    for line in lines:
+    cut at `width` characters, in log order. Of those minor lines (a trigger's hold-back at
+    debug level, on every full poll of a climb and of each workspace's return), the ones
+    nearest before a kept decision line, or before the log's end, are kept: they say why
+    nothing acted sooner, where the run's first ones say only what the base load did.
+    Returns (kept, how many matching were dropped)."""
+    major, minor = [], []
+    for i, line in enumerate(lines):
         try:
             e = json.loads(line)
             f = e.get("fields", {})
@@ -181,17 +185,20 @@ def decision_lines(lines, cap=400, width=4000, minor_cap=100):
             mentions = bool(DECISION_WORDS.search(str(f.get("message", ""))))
         except (ValueError, AttributeError):
             important, mentions = False, bool(DECISION_WORDS.search(line))  # not JSON (a panic)
-        if important and major < cap:
-            major += 1
-        elif mentions and not important and minor < minor_cap:
-            minor += 1
-        elif important or mentions:
-            dropped += 1
-            continue
-        else:
-            continue
-        kept.append(line[:width])
-    return kept, dropped
+        if important:
+            major.append(i)
+        elif mentions:
+            minor.append(i)
+    keep = set(major[:cap])
+    # Each minor line's distance, in lines, to the next kept decision line (or the log's end).
+    anchors, nearest, a = sorted(keep) + [len(lines)], [], 0
+    for i in minor:
+        while anchors[a] < i:
+            a += 1
+        nearest.append((anchors[a] - i, i))
+    keep.update(i for _, i in sorted(nearest)[:minor_cap])
+    dropped = len(major) + len(minor) - len(keep)
+    return [lines[i][:width] for i in sorted(keep)], dropped
 
 
 def append_run_log(path, record):

@@ -318,6 +318,19 @@ class DecisionLog(unittest.TestCase):
         self.assertEqual(kept[-1], self.LINES[0])
         self.assertEqual((len(kept), dropped), (101, 900))
 
+    def test_the_hold_backs_before_a_decision_are_kept(self):
+        # A trigger's hold-backs (debug) come on every full poll of each workspace's return all
+        # run long; the ones that explain a decision are those just before it.
+        def held(n):
+            return json.dumps({"level": "DEBUG", "fields": {"message": f"trigger held back: the guard {n}"}})
+        lines = [held(n) for n in range(300)] + [self.LINES[0]] + [held(n) for n in range(300, 320)]
+        kept, dropped = gr.decision_lines(lines, minor_cap=50)
+        self.assertEqual((len(kept), dropped), (51, 270))
+        # the 30 nearest before the decision and the 20 before the log's end, none of the first
+        self.assertEqual(kept[0], held(270))
+        self.assertEqual(kept[29:32], [held(299), self.LINES[0], held(300)])
+        self.assertEqual(kept[-1], held(319))
+
     def test_gzip_members_append(self):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
