@@ -47,7 +47,16 @@ enum Want {
         chunk: u64,
         period: f64,
     },
+    /// The harness's greedy job (`hw/gpu_load.py`): from `start` ms, one `chunk` each time
+    /// what it got falls a chunk behind `rate` MiB/ms, checked again at once after each
+    /// allocation and [`PACED_SLEEP_MS`] after a check that found none due; after a failed
+    /// one it sleeps 50 ms. At 256 MiB/ms (250 GiB/s) in 2 GiB chunks its steps come 6 and
+    /// 11 ms apart, as NVML showed them on the H100 (docs/validation.md §9p).
+    Paced { start: f64, chunk: u64, rate: f64 },
 }
+
+/// The harness's job sleeps 5 ms between checks; with Python's own time, about 5.1.
+const PACED_SLEEP_MS: f64 = 5.1;
 
 impl Want {
     /// What a workspace's process wants at `t` ms (`None` for the others).
@@ -75,6 +84,12 @@ struct Proc {
     held: u64,
     /// When the greedy job next tries a chunk.
     next_try: f64,
+    /// How long a greedy job's allocation is inside the driver before NVML shows it; a stop
+    /// that comes meanwhile does not keep it from landing (a signal is taken on the return
+    /// from the driver's call).
+    in_driver: f64,
+    /// When the chunk now inside the driver lands.
+    landing: Option<f64>,
 }
 
 fn proc_of(uid: &'static str, want: Want) -> Proc {
@@ -83,6 +98,8 @@ fn proc_of(uid: &'static str, want: Want) -> Proc {
         want,
         held: 0,
         next_try: 0.0,
+        in_driver: 0.0,
+        landing: None,
     }
 }
 
@@ -168,11 +185,13 @@ fn run_with(
             let used: u64 = procs.iter().map(|p| p.held).sum();
             let left = capacity.saturating_sub(used);
             let p = &mut procs[i];
-            if let Some((victims, _)) = &stopped {
-                // A stopped victim allocates nothing more; the memory comes back at the end.
-                if victims.iter().any(|v| v == p.uid) {
-                    continue;
-                }
+            // A stopped victim starts no allocation more (one inside the driver still lands);
+            // its memory comes back at the end.
+            let halted = stopped
+                .as_ref()
+                .is_some_and(|(victims, _)| victims.iter().any(|v| v == p.uid));
+            if halted && p.landing.is_none() {
+                continue;
             }
             match p.want {
                 Want::Steady(mib) => p.held = mib.min(p.held + left),
@@ -200,12 +219,34 @@ fn run_with(
                     chunk,
                     period,
                 } => {
-                    if t >= start && t >= p.next_try {
+                    if !halted && p.landing.is_none() && t >= start && t >= p.next_try {
+                        p.landing = Some(t + p.in_driver);
+                        p.next_try = t.max(start) + period;
+                    }
+                    if p.landing.is_some_and(|at| t >= at) {
                         let step = if p.held == 0 { first } else { chunk };
                         if step <= left {
                             p.held += step;
                         }
-                        p.next_try = t.max(start) + period;
+                        p.landing = None;
+                    }
+                }
+                Want::Paced { start, chunk, rate } => {
+                    if !halted && p.landing.is_none() && t >= start && t >= p.next_try {
+                        if (p.held + chunk) as f64 <= rate * (t - start) {
+                            p.landing = Some(t + p.in_driver);
+                        } else {
+                            p.next_try = t + PACED_SLEEP_MS;
+                        }
+                    }
+                    if p.landing.is_some_and(|at| t >= at) {
+                        p.landing = None;
+                        if chunk <= left {
+                            p.held += chunk;
+                            p.next_try = t;
+                        } else {
+                            p.next_try = t + 50.0 + PACED_SLEEP_MS;
+                        }
                     }
                 }
             }
@@ -690,4 +731,71 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at
         }
     }
     assert!(lost.is_empty(), "{} of {cases}: {lost:#?}", lost.len());
+}
+
+/// Issue 38's three shapes at an A10G's headroom beside the harness's own greedy job
+/// ([`Want::Paced`]: 250 GiB/s in 2 GiB chunks, each 1 ms inside the driver, which a stop
+/// does not hold back), started at every phase of the node's readings over 10 ms, with the
+/// neighbour's workspace coming back at three points of its cycle, 6.25 to 7.8 GiB free before
+/// the climb. The job's steps come 6 and 11 ms apart, as NVML showed them on the H100
+/// (docs/validation.md §9p). Only the job is ever taken, and the `runner` and `ws` shapes'
+/// 2 GiB workspaces never fail. The `two` shape's trainer, in and out every 10 ms, does lose
+/// its workspace's return during the kill's teardown where the job's three steps leave less
+/// than its 1 GiB (6 of the 18 cases at 6,400 MiB free and 6 of 18 at 7,060, decided 28–31 ms
+/// into the climb; on the H100 5 of 15 runs at 7,060, decided 27–30 ms in): the third step
+/// comes 11 ms after the second, and no rule acts in between (§9p). With 8,000 MiB free the
+/// same steps leave it room.
+#[test]
+fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
+    let mut wrong = Vec::new();
+    let mut two_lost = Vec::new();
+    let shapes: [(&str, u64, u64, f64, PodBuilder); 3] = [
+        ("two", 6916, 1024, 10.0, pod("n").priority(1_000_000)),
+        ("ws", 5892, 2048, 150.0, pod("n").priority(1_000_000)),
+        ("runner", 4868, 2048, 150.0, pod("n").request_mib(8192)),
+    ];
+    for (what, base, ws, turn, n) in shapes {
+        let cycle = 2.0 * turn;
+        let back = (4000.0 / cycle).ceil() * cycle + cycle;
+        for free_at_start in [6400u64, 7060, 8000] {
+            for j in 0..6 {
+                for d in [0.15, 0.3, 0.45] {
+                    let start = back - d * turn + f64::from(j) * 1.66;
+                    let (context, steady2) = (866, 3682);
+                    let steady = (A10G - 10) - free_at_start - base - context - steady2;
+                    let mut job = proc_of(
+                        "x",
+                        Want::Paced {
+                            start,
+                            chunk: 2048,
+                            rate: 256.0,
+                        },
+                    );
+                    job.in_driver = 1.0;
+                    let procs = vec![
+                        proc_of("steady", Want::Steady(steady)),
+                        proc_of("steady2", Want::Steady(steady2)),
+                        workspace_job("n", base, ws, turn, 0.0),
+                        proc_of("x", Want::Steady(context)),
+                        job,
+                    ];
+                    let pods_ = vec![pod("steady"), pod("steady2"), n.clone(), pod("x")];
+                    let o = run(pods_, procs, start + 2000.0);
+                    let lost = o.starved_ms > 0 || o.starved_after_ms > 0;
+                    if !o.first.as_ref().is_some_and(|f| f.2 == ["x"])
+                        || (lost && (what != "two" || free_at_start >= 8000))
+                    {
+                        wrong.push((what, free_at_start, j, d, o));
+                    } else if lost {
+                        two_lost.push((free_at_start, j, d));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{} of 162: {wrong:#?}", wrong.len());
+    // The simulation reproduces the loss the H100 showed: were it to vanish with no change to
+    // the guard, the model would no longer be the harness's job; with a change that ends it,
+    // this says so, and docs/guard.md with it.
+    assert!(!two_lost.is_empty());
 }
