@@ -782,7 +782,7 @@ fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
                     let pods_ = vec![pod("steady"), pod("steady2"), n.clone(), pod("x")];
                     let o = run(pods_, procs, start + 2000.0);
                     let lost = o.starved_ms > 0 || o.starved_after_ms > 0;
-                    if !o.first.as_ref().is_some_and(|f| f.2 == ["x"])
+                    if o.first.as_ref().is_none_or(|f| f.2 != ["x"])
                         || (lost && (what != "two" || free_at_start >= 8000))
                     {
                         wrong.push((what, free_at_start, j, d, o));
