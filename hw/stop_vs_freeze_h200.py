@@ -76,7 +76,7 @@ def wait_until(pred, timeout, step=0.0002):
 def trial(args, h, action, rate, n):
     cg = os.path.join(ROOT, f"{action}-{int(rate)}-{n}")
     os.makedirs(cg, exist_ok=True)
-    logpath = os.path.join(args.out, f"job-{action}-{int(rate)}-{n}.log")
+    logpath = os.path.join(args.job_logs, f"job-{action}-{int(rate)}-{n}.log")
     extra = ["--hold-gib", "0.5", "--grow-gib-per-s", str(rate), "--chunk-mib", str(g.chunk_for(args, rate)),
              "--grow-max-gib", str(args.grow_max_gib), "--seconds", "30"]
     p = g.load(0, extra, cg, logpath, pid1="shell")
@@ -187,8 +187,12 @@ def main():
     ap.add_argument("--observe-s", type=float, default=1.0, help="how long to read the job's VRAM after the act")
     ap.add_argument("--budget", type=float, default=150, help="start no trial after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/stop-vs-freeze"))
+    # Not under --out by default: the device tool brings back a bounded number of files, and
+    # 30 jobs' logs once crowded out the results (2026-12-06).
+    ap.add_argument("--job-logs", default="/tmp/stop-vs-freeze-jobs", help="where each job's log goes")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.job_logs, exist_ok=True)
     import pynvml
     g.nv = pynvml
     g.nv.nvmlInit()
