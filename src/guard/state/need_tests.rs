@@ -668,6 +668,18 @@ fn a_workspace_taking_a_room_another_left_above_soft_is_no_climb() {
     }
 }
 
+/// The neighbour of the climbing job in each of issue 38's three shapes, as the harness runs
+/// them: the shape, the neighbour's base and workspace MiB, its turn (ms), its pod. The `two`
+/// shape's trainer (1 GiB, in and out every 10 ms), the `ws` shape's (2 GiB every 150 ms), the
+/// `runner` shape's declared job (the same, within its request).
+fn table_neighbours() -> [(&'static str, u64, u64, f64, PodBuilder); 3] {
+    [
+        ("two", 6916, 1024, 10.0, pod("n").priority(1_000_000)),
+        ("ws", 5892, 2048, 150.0, pod("n").priority(1_000_000)),
+        ("runner", 4868, 2048, 150.0, pod("n").request_mib(8192)),
+    ]
+}
+
 /// Issue 38's three shapes at an A10G's headroom, with a job climbing in 2 GiB allocations
 /// every `period` ms — its CUDA context held for seconds, or arriving just before, as the
 /// harness's job starts — while a neighbour's workspace is out and comes back `d` × its turn
@@ -685,13 +697,7 @@ fn a_workspace_taking_a_room_another_left_above_soft_is_no_climb() {
 fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at_any_alignment() {
     let mut lost = Vec::new();
     let mut cases = 0;
-    // (what, the neighbour's base and workspace MiB, its turn, its pod)
-    let shapes: [(&str, u64, u64, f64, PodBuilder); 3] = [
-        ("two", 6916, 1024, 10.0, pod("n").priority(1_000_000)),
-        ("ws", 5892, 2048, 150.0, pod("n").priority(1_000_000)),
-        ("runner", 4868, 2048, 150.0, pod("n").request_mib(8192)),
-    ];
-    for (what, base, ws, turn, n) in shapes {
+    for (what, base, ws, turn, n) in table_neighbours() {
         let cycle = 2.0 * turn;
         let back = (4000.0 / cycle).ceil() * cycle + cycle;
         for k in 0..8u64 {
@@ -749,12 +755,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at
 fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
     let mut wrong = Vec::new();
     let mut two_lost = Vec::new();
-    let shapes: [(&str, u64, u64, f64, PodBuilder); 3] = [
-        ("two", 6916, 1024, 10.0, pod("n").priority(1_000_000)),
-        ("ws", 5892, 2048, 150.0, pod("n").priority(1_000_000)),
-        ("runner", 4868, 2048, 150.0, pod("n").request_mib(8192)),
-    ];
-    for (what, base, ws, turn, n) in shapes {
+    for (what, base, ws, turn, n) in table_neighbours() {
         let cycle = 2.0 * turn;
         let back = (4000.0 / cycle).ceil() * cycle + cycle;
         for free_at_start in [6400u64, 7060, 8000] {
