@@ -84,7 +84,7 @@ struct Proc {
     held: u64,
     /// When the greedy job next tries a chunk.
     next_try: f64,
-    /// How long a greedy job's allocation is inside the driver before NVML shows it; a stop
+    /// How long a paced job's allocation is inside the driver before NVML shows it; a stop
     /// that comes meanwhile does not keep it from landing (a signal is taken on the return
     /// from the driver's call).
     in_driver: f64,
@@ -219,16 +219,12 @@ fn run_with(
                     chunk,
                     period,
                 } => {
-                    if !halted && p.landing.is_none() && t >= start && t >= p.next_try {
-                        p.landing = Some(t + p.in_driver);
-                        p.next_try = t.max(start) + period;
-                    }
-                    if p.landing.is_some_and(|at| t >= at) {
+                    if t >= start && t >= p.next_try {
                         let step = if p.held == 0 { first } else { chunk };
                         if step <= left {
                             p.held += step;
                         }
-                        p.landing = None;
+                        p.next_try = t.max(start) + period;
                     }
                 }
                 Want::Paced { start, chunk, rate } => {
