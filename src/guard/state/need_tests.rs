@@ -746,7 +746,7 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at
 /// than its 1 GiB (6 of the 18 cases at 6,400 MiB free and 6 of 18 at 7,060, decided 28–31 ms
 /// into the climb; on the H100 5 of 15 runs at 7,060, decided 27–30 ms in): the third step
 /// comes 11 ms after the second, and no rule acts in between (§9p). With 8,000 MiB free the
-/// same steps leave it room.
+/// same steps leave it room. (Without `early_need`, 72 of the 162 cases fail.)
 #[test]
 fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
     let mut wrong = Vec::new();
