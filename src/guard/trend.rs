@@ -307,6 +307,37 @@ impl Trend {
         }
     }
 
+    /// The largest fall between two readings of the last `window` before `now` that a rise of
+    /// at least as much followed within it: a workspace that came and went (a job ending
+    /// leaves a fall nothing fills). `None` below [`EARLY_NOISE`].
+    pub fn cycled(&self, now: Duration, window: Duration) -> Option<u64> {
+        let pts = self.readings(now, window);
+        let mut best = 0u64;
+        for (i, w) in pts.windows(2).enumerate() {
+            let fall = w[0].1.saturating_sub(w[1].1);
+            if fall < EARLY_NOISE || fall <= best {
+                continue;
+            }
+            let back = pts[i + 1..]
+                .windows(2)
+                .any(|r| r[1].1.saturating_sub(r[0].1) + EARLY_NOISE >= fall);
+            if back {
+                best = fall;
+            }
+        }
+        (best > 0).then_some(best)
+    }
+
+    /// When the latest reading of the last `window` before `now` that rose [`EARLY_NOISE`] or
+    /// more above the one before was taken.
+    pub fn last_step_at(&self, now: Duration, window: Duration) -> Option<Duration> {
+        let pts = self.readings(now, window);
+        pts.windows(2)
+            .rev()
+            .find(|w| w[1].1.saturating_sub(w[0].1) >= EARLY_NOISE)
+            .map(|w| w[1].0)
+    }
+
     /// The readings of the last `window` before `now`, oldest first.
     fn readings(&self, now: Duration, window: Duration) -> Vec<(Duration, u64)> {
         let from = now.saturating_sub(window);
@@ -426,6 +457,65 @@ mod tests {
             t.push(ms(at_ms), mib * MIB);
         }
         t
+    }
+
+    /// A workspace that came and went: a fall a rise as large followed; not a job that ended
+    /// (a fall nothing filled), nor noise; the largest such fall.
+    #[test]
+    fn cycled_table() {
+        let w = ms(1000);
+        type Case<'a> = (&'a str, &'a [(u64, u64)], Option<u64>);
+        let cases: [Case; 5] = [
+            (
+                "a 1 GiB workspace out and back every 10 ms",
+                &[(100, 17024), (110, 16000), (120, 17024), (130, 16000)],
+                Some(1024 * MIB),
+            ),
+            (
+                "a job ended: 4 GiB gone, nothing back",
+                &[(100, 20096), (110, 16000), (120, 16000), (130, 16000)],
+                None,
+            ),
+            (
+                "back in two steps of half",
+                &[(100, 18048), (110, 16000), (120, 17024), (130, 18048)],
+                None,
+            ),
+            (
+                "a 2 GiB and a 512 MiB workspace: the larger",
+                &[
+                    (100, 18560),
+                    (110, 18048),
+                    (120, 18560),
+                    (130, 16512),
+                    (140, 18560),
+                ],
+                Some(2048 * MIB),
+            ),
+            (
+                "allocator noise",
+                &[(100, 16032), (110, 16000), (120, 16032), (130, 16000)],
+                None,
+            ),
+        ];
+        for (what, points, want) in cases {
+            assert_eq!(trend(points).cycled(ms(140), w), want, "{what}");
+        }
+    }
+
+    /// The latest reading that rose a step above the one before.
+    #[test]
+    fn last_step_at_is_the_latest_rise() {
+        let t = trend(&[
+            (100, 16000),
+            (105, 18048),
+            (110, 18048),
+            (115, 20096),
+            (121, 20096),
+        ]);
+        assert_eq!(t.last_step_at(ms(121), ms(30)), Some(ms(115)));
+        assert_eq!(t.last_step_at(ms(112), ms(30)), Some(ms(105)));
+        assert_eq!(t.last_step_at(ms(121), ms(5)), None);
     }
 
     /// `early_need`'s gate: two steps up across the window, not one, and not a dip and a step;

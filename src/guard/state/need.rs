@@ -27,6 +27,7 @@ use super::early::{EarlyCarry, Judged, CLIMB_NOISE};
 use super::Guard;
 use crate::guard::growth::PodGrowth;
 use crate::guard::rank;
+use crate::guard::trend::{Trend, EARLY_SHORT_WINDOW};
 use std::time::Duration;
 
 /// At most one full poll this often asked for by this rule on a fast reading ([`wants_poll`]).
@@ -36,6 +37,10 @@ use std::time::Duration;
 /// back (nobody the guard may take carries the climb), this bounds the extra polls to 20 a
 /// second, inside the soft band only.
 const NEED_POLL: Duration = Duration::from_millis(50);
+
+/// How far back the fast readings are searched for a workspace that came and went
+/// ([`ahead`]'s `cycled`): the harness's slowest turn (150 ms in, 150 out) several times.
+pub(super) const CYCLE_WINDOW: Duration = Duration::from_secs(1);
 
 /// How long the same pod's need must have gone unmet, at every reading, before the trigger
 /// acts: longer than the turn of two workspaces that cannot both be in at once and take turns
@@ -57,7 +62,12 @@ pub(super) fn unmet(growth: &PodGrowth, gpu: u32, free: u64) -> Option<(String, 
 /// has taken one more `step`: the most any pod gave back of what it used within the full
 /// polls' window (`PodGrowth::wanted_back`), if that is more than `free` less `hard` less
 /// `step`, and not allocator noise ([`CLIMB_NOISE`]). The early form of [`unmet`]: the caller
-/// asks on a full poll while the GPU steps up, above `soft`, with the largest of those steps.
+/// asks on a full poll while the GPU steps up, with the largest of those steps.
+///
+/// `cycled`: the largest workspace the GPU's fast readings saw come and go (`Trend::cycled`).
+/// The full polls, a second apart and on the climb's steps, seldom catch a workspace that
+/// comes and goes every 10 ms out; on the H100 the `two` shape's trainer lost its return in 5
+/// of 15 runs where the polls had seen it in (docs/validation.md §9p).
 ///
 /// Why the step: a decision on this reading stops the climb's next allocation at the
 /// earliest, not the one that may land while the decision is taken, and what the stopped job
@@ -71,11 +81,40 @@ pub(super) fn ahead(
     free: u64,
     hard: u64,
     step: u64,
+    cycled: Option<u64>,
 ) -> Option<(String, u64)> {
     let room = free.saturating_sub(hard).saturating_sub(step);
-    growth
+    let out = growth
         .wanted_back(gpu)
-        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > room)
+        .filter(|(_, back)| *back >= CLIMB_NOISE && *back > room);
+    // A workspace the fast readings saw come and go (`cycled`) that the full polls do not show
+    // out is taken to be in: it needs its room back once it leaves, and the climb's next step
+    // alone would take it, leaving less than hard. Whose it is the readings do not say; nobody
+    // is excluded from carrying the climb for it.
+    out.or_else(|| {
+        (cycled.is_some() && free < hard.saturating_add(step)).then(|| (String::new(), 0))
+    })
+}
+
+/// Whether a fast reading should ask for a full poll because the GPU just stepped up a second
+/// time over the early trigger's short window, with `free` within two of those steps of
+/// `hard` (where [`ahead`] may act), and no full poll (`last_full_poll`) has come since that
+/// step. Why: `early_need` decides on full polls only, and the reference polls' 10-ms spacing
+/// let the harness's job's third step, 11 ms after its second, land first (docs/validation.md
+/// §9p). At most one poll per step of a climb near hard.
+pub(super) fn wants_step_poll(
+    trend: &Trend,
+    at: Duration,
+    free: u64,
+    hard: u64,
+    last_full_poll: Option<Duration>,
+) -> bool {
+    trend
+        .stepped_twice(at, EARLY_SHORT_WINDOW)
+        .is_some_and(|step| free < hard.saturating_add(step.saturating_mul(2)))
+        && trend
+            .last_step_at(at, EARLY_SHORT_WINDOW)
+            .is_some_and(|step_at| last_full_poll.is_none_or(|p| p < step_at))
 }
 
 /// Which rule on a need asks who climbed into it ([`Guard::need_carry`]).

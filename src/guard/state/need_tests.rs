@@ -740,17 +740,20 @@ fn a_job_climbing_in_2_gib_steps_is_stopped_before_it_takes_a_workspaces_room_at
 /// does not hold back), started at every phase of the node's readings over 10 ms, with the
 /// neighbour's workspace coming back at three points of its cycle, 6.25 to 7.8 GiB free before
 /// the climb. The job's steps come 6 and 11 ms apart, as NVML showed them on the H100
-/// (docs/validation.md §9p). Only the job is ever taken, and the `runner` and `ws` shapes'
-/// 2 GiB workspaces never fail. The `two` shape's trainer, in and out every 10 ms, does lose
-/// its workspace's return during the kill's teardown where the job's three steps leave less
-/// than its 1 GiB (6 of the 18 cases at 6,400 MiB free and 6 of 18 at 7,060, decided 28–31 ms
-/// into the climb; on the H100 5 of 15 runs at 7,060, decided 27–30 ms in): the third step
-/// comes 11 ms after the second, and no rule acts in between (§9p). With 8,000 MiB free the
-/// same steps leave it room. (Without `early_need`, 72 of the 162 cases fail.)
+/// (docs/validation.md §9p). Only the job is ever taken, and no workspace's return fails.
+///
+/// The `two` shape's trainer, in and out every 10 ms, lost its return during the kill's
+/// teardown where the job's three steps leave less than its 1 GiB: 6 of the 18 cases at
+/// 6,400 MiB free and 6 of 18 at 7,060, decided 28–31 ms into the climb (on the H100 5 of 15
+/// runs at 7,060, decided 27–30 ms in). The third step comes 11 ms after the second; the full
+/// polls seldom caught the trainer's workspace out, and none came between the second step and
+/// the third. A workspace the fast readings saw come and go now counts while it is in
+/// (`Trend::cycled`), inside the soft band too, and a fast reading after a climb's second step
+/// near hard asks for a full poll: none lost. Without the workspace seen in the readings 12
+/// lose, without the soft band or without the poll 9. (Without `early_need`, 72 of the 162 cases fail.)
 #[test]
 fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
     let mut wrong = Vec::new();
-    let mut two_lost = Vec::new();
     for (what, base, ws, turn, n) in table_neighbours() {
         let cycle = 2.0 * turn;
         let back = (4000.0 / cycle).ceil() * cycle + cycle;
@@ -779,20 +782,12 @@ fn the_harness_job_is_taken_alone_and_before_a_2_gib_workspaces_room() {
                     let pods_ = vec![pod("steady"), pod("steady2"), n.clone(), pod("x")];
                     let o = run(pods_, procs, start + 2000.0);
                     let lost = o.starved_ms > 0 || o.starved_after_ms > 0;
-                    if o.first.as_ref().is_none_or(|f| f.2 != ["x"])
-                        || (lost && (what != "two" || free_at_start >= 8000))
-                    {
+                    if o.first.as_ref().is_none_or(|f| f.2 != ["x"]) || lost {
                         wrong.push((what, free_at_start, j, d, o));
-                    } else if lost {
-                        two_lost.push((free_at_start, j, d));
                     }
                 }
             }
         }
     }
     assert!(wrong.is_empty(), "{} of 162: {wrong:#?}", wrong.len());
-    // The simulation reproduces the loss the H100 showed: were it to vanish with no change to
-    // the guard, the model would no longer be the harness's job; with a change that ends it,
-    // this says so, and docs/guard.md with it.
-    assert!(!two_lost.is_empty());
 }

@@ -236,15 +236,25 @@ impl Guard {
         let unmet_held =
             unmet_since.is_some_and(|since| now.saturating_sub(since) >= need::NEED_HOLD);
         // A pod's memory back would take free below hard once the climb takes one more of
-        // its steps, above soft (inside it `soft_need` holds 200 ms for workspaces taking
-        // turns): told by the full polls, on a full poll only. Not while cooling down (the
-        // escalation's rule judges growth then), nor unless the GPU stepped up twice over the
-        // early trigger's short window.
-        let ahead = if fresh && cooling_from.is_none() && memory.free >= levels.soft {
+        // its steps: told by the full polls, and a workspace the fast readings saw come and
+        // go; on a full poll only. Inside the soft band too: a climb that stepped twice is no
+        // pair of workspaces taking turns (`soft_need`'s 200 ms hold is for those), and on the
+        // H100 the `two` shape's second step left free there with the trainer's workspace in.
+        // Not while cooling down (the escalation's rule judges growth then), nor unless the
+        // GPU stepped up twice over the early trigger's short window.
+        let ahead = if fresh && cooling_from.is_none() {
+            let cycled = st.trend.cycled(at, need::CYCLE_WINDOW);
             st.trend
                 .stepped_twice(at, trend::EARLY_SHORT_WINDOW)
                 .and_then(|step| {
-                    need::ahead(&self.seen.growth, index, memory.free, levels.hard, step)
+                    need::ahead(
+                        &self.seen.growth,
+                        index,
+                        memory.free,
+                        levels.hard,
+                        step,
+                        cycled,
+                    )
                 })
         } else {
             None
@@ -280,6 +290,7 @@ impl Guard {
                     now,
                 ) || unmet_since
                     .is_some_and(|since| need::wants_poll(since, self.seen.at, now))
+                    || need::wants_step_poll(&st.trend, at, memory.free, levels.hard, self.seen.at)
                     || need::room_left(
                         memory.used,
                         polled,
