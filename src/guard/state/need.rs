@@ -213,6 +213,14 @@ impl Guard {
                 "left to the soft trigger's grace",
                 since,
             ),
+            // `ahead`'s workspace from the fast readings: nobody's the polls can name.
+            Need::Ahead if uid.is_empty() => (
+                "a workspace the readings saw come and go would find its room taken by one more \
+                 step"
+                    .to_string(),
+                "left to the other triggers",
+                now,
+            ),
             Need::Ahead => (
                 format!(
                     "{who} wants back {}, more than is free above hard",
