@@ -291,11 +291,7 @@ impl Trend {
     /// reading can stop it: its next allocation.
     pub fn stepped_twice(&self, now: Duration, window: Duration) -> Option<u64> {
         let pts = self.readings(now, window);
-        let steps: Vec<u64> = pts
-            .windows(2)
-            .map(|w| w[1].1.saturating_sub(w[0].1))
-            .filter(|rise| *rise >= EARLY_NOISE)
-            .collect();
+        let steps: Vec<u64> = steps_up(&pts).map(|(_, rise)| rise).collect();
         let net = match (pts.first(), pts.last()) {
             (Some(a), Some(b)) => b.1.saturating_sub(a.1),
             _ => 0,
@@ -312,18 +308,15 @@ impl Trend {
     /// leaves a fall nothing fills). `None` below [`EARLY_NOISE`].
     pub fn cycled(&self, now: Duration, window: Duration) -> Option<u64> {
         let pts = self.readings(now, window);
-        let mut best = 0u64;
-        for (i, w) in pts.windows(2).enumerate() {
+        // Newest first, carrying the largest rise after each pair: one pass over the second's
+        // readings on every full poll, not one per fall.
+        let (mut best, mut rise_after) = (0u64, 0u64);
+        for w in pts.windows(2).rev() {
             let fall = w[0].1.saturating_sub(w[1].1);
-            if fall < EARLY_NOISE || fall <= best {
-                continue;
+            if fall >= EARLY_NOISE && rise_after + EARLY_NOISE >= fall {
+                best = best.max(fall);
             }
-            let back = pts[i + 1..]
-                .windows(2)
-                .any(|r| r[1].1.saturating_sub(r[0].1) + EARLY_NOISE >= fall);
-            if back {
-                best = fall;
-            }
+            rise_after = rise_after.max(w[1].1.saturating_sub(w[0].1));
         }
         (best > 0).then_some(best)
     }
@@ -331,11 +324,9 @@ impl Trend {
     /// When the latest reading of the last `window` before `now` that rose [`EARLY_NOISE`] or
     /// more above the one before was taken.
     pub fn last_step_at(&self, now: Duration, window: Duration) -> Option<Duration> {
-        let pts = self.readings(now, window);
-        pts.windows(2)
-            .rev()
-            .find(|w| w[1].1.saturating_sub(w[0].1) >= EARLY_NOISE)
-            .map(|w| w[1].0)
+        steps_up(&self.readings(now, window))
+            .next_back()
+            .map(|(at, _)| at)
     }
 
     /// The readings of the last `window` before `now`, oldest first.
@@ -440,6 +431,14 @@ fn project(free: u64, slope: f64) -> Option<Duration> {
         return None;
     }
     Duration::try_from_secs_f64(free as f64 / slope).ok()
+}
+
+/// Each reading of `pts` that rose [`EARLY_NOISE`] or more above the one before: when, and by
+/// how much. What `early_need` counts as a step of a climb.
+fn steps_up(pts: &[(Duration, u64)]) -> impl DoubleEndedIterator<Item = (Duration, u64)> + '_ {
+    pts.windows(2)
+        .map(|w| (w[1].0, w[1].1.saturating_sub(w[0].1)))
+        .filter(|(_, rise)| *rise >= EARLY_NOISE)
 }
 
 #[cfg(test)]

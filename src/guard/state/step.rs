@@ -243,7 +243,6 @@ impl Guard {
         // Not while cooling down (the escalation's rule judges growth then), nor unless the
         // GPU stepped up twice over the early trigger's short window.
         let ahead = if fresh && cooling_from.is_none() {
-            let cycled = st.trend.cycled(at, need::CYCLE_WINDOW);
             st.trend
                 .stepped_twice(at, trend::EARLY_SHORT_WINDOW)
                 .and_then(|step| {
@@ -253,7 +252,7 @@ impl Guard {
                         memory.free,
                         levels.hard,
                         step,
-                        cycled,
+                        st.trend.cycled(at, need::CYCLE_WINDOW),
                     )
                 })
         } else {
