@@ -946,12 +946,12 @@ fn two_neighbours(free: u32) -> String {
 /// cadence against regressions.
 #[test]
 fn q6_the_harness_jobs_cadence_beside_a_trainers_workspace_is_stopped_before_it_takes_its_room() {
-    let held = |_| "{at: 0s, mib: 866}".to_string();
-    let fresh = |start| fresh_context(start, 10);
-    let contexts: [(&str, &dyn Fn(u32) -> String, usize); 2] =
-        [("held", &held, 2), ("fresh", &fresh, 3)];
     let mut wrong = Vec::new();
-    for (what, context, every) in contexts {
+    for (what, every) in [("held", 2), ("fresh", 3)] {
+        let context = |start| match what {
+            "held" => "{at: 0s, mib: 866}".to_string(),
+            _ => fresh_context(start, 10),
+        };
         for free in [7060, 6400] {
             let base = two_neighbours(free);
             for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
