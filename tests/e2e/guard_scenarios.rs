@@ -968,6 +968,38 @@ fn q6_the_harness_jobs_cadence_beside_a_trainers_workspace_is_stopped_before_it_
     assert_eq!(wrong, Vec::new());
 }
 
+/// q3's and q4's `runner` shape with the job's allocations at the harness's own cadence (6 and
+/// 11 ms apart, either order), its context held for seconds or arriving 10 ms before its climb,
+/// from 6.9 and 7.5 GiB free while the declared job's 2 GiB workspace is out, at every 25 ms of
+/// the workspace's 300-ms cycle; an allocation 1 ms inside the driver lands despite the stop.
+/// On the H100 this shape lost the workspace's return in 2 of 15 runs at 250 GiB/s
+/// (docs/validation.md §9p): decided by `early_trend` or `hard` after the third allocation, with
+/// 1.4 and 0.7 GiB left. The guard takes the job alone and the workspace never fails. Without
+/// the readings' workspace, the soft band and the poll after the second step (e3c24a9), 8 of
+/// these 96 phases lost it.
+#[test]
+fn q7_the_harness_jobs_cadence_into_a_declared_workspaces_room_is_stopped_before_it_takes_it() {
+    let mut wrong = Vec::new();
+    for steady in [6754, 6132] {
+        let base = runner_neighbours(steady);
+        for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
+            for what in ["held", "fresh"] {
+                for start in (4000..4300).step_by(25) {
+                    let context = match what {
+                        "held" => "{at: 0s, mib: 866}".to_string(),
+                        _ => fresh_context(start, 10),
+                    };
+                    let (evicted, ooms, _) = climb_phase_at(&base, &context, start, &offsets);
+                    if evicted != ["ci-greedy"] || !ooms.is_empty() {
+                        wrong.push((steady, offsets[1], what, start, evicted, ooms));
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(wrong, Vec::new());
+}
+
 /// The early trigger acts before any pressure, to stop a climb, so it takes only a pod that
 /// carries the climb and that the guard may take first. A climb of a process outside any
 /// pod, of a pod annotated evict: never, of a pod inside its declared request or of a pod
