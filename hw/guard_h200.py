@@ -341,6 +341,24 @@ def wait_ready(logpath, timeout=60):
     return False
 
 
+def settled_free(device, timeout=10.0):
+    """GPU `device`'s free MiB once no compute process is on it (at most `timeout` s), and the
+    pids still there at the bound. Why: a headroom's holder is sized from this, and on the
+    H100 a process of 612 MiB that ended 60 ms after the harness's sampler began was counted, so the
+    first shape's emulated A10G had 621 MiB more free than the next ones' (7,682 MiB before
+    the climb in `two` instead of 7,060, docs/validation.md §9q)."""
+    h = nv.nvmlDeviceGetHandleByIndex(device)
+    deadline = time.time() + timeout
+    while True:
+        try:
+            pids = [p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
+        except nv.NVMLError:
+            pids = []
+        if not pids or time.time() >= deadline:
+            return nv.nvmlDeviceGetMemoryInfo(h).free // MIB, pids
+        time.sleep(0.05)
+
+
 def load(device, extra, cgroup, logpath, pid1=None):
     argv = [sys.executable, os.path.join(HERE, "gpu_load.py"), "--device", str(device)] + extra
     return spawn_in_cgroup(cgroup, as_job(argv, pid1) if pid1 else argv, logpath)
@@ -888,7 +906,10 @@ def main():
             for p in list(train.values()) + list(small.values()):
                 p.make_cgroup()
             base_pods = list(train.values()) + list(small.values())
-            setup = dict(free_before=nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(gpus[0])).free // MIB)
+            free_before, left_on = settled_free(gpus[0])
+            setup = dict(free_before=free_before)
+            if left_on:
+                setup["processes_at_setup"] = left_on
             if hr == "a10g":
                 # Hold all but an A10G's 23 028 usable MiB (the holder's own context included).
                 hlog = os.path.join(workdir, f"a10g-holder-{shape}.log")

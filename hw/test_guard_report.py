@@ -602,6 +602,43 @@ class BaseLoads(unittest.TestCase):
         self.assertEqual(gh.base_load(args, "today", "runner")[2], [24, 24])
 
 
+class SettledFree(unittest.TestCase):
+    """A headroom's setup reads free memory once the GPU holds no compute process: on the H100
+    a process that ended 60 ms into the harness was counted, and the first shape's emulated
+    A10G had 621 MiB more free than the next ones'."""
+
+    class Nv:
+        class NVMLError(Exception):
+            pass
+
+        def __init__(self, gone_after):
+            self.calls, self.gone_after = 0, gone_after
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def nvmlDeviceGetComputeRunningProcesses(self, h):
+            self.calls += 1
+            return [] if self.calls > self.gone_after else [type("P", (), dict(pid=584))()]
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            free = 81079 if self.calls > self.gone_after else 80458
+            return type("M", (), dict(free=free * gh.MIB))()
+
+    def setUp(self):
+        was = getattr(gh, "nv", None)
+        self.addCleanup(setattr, gh, "nv", was)
+
+    def test_waits_for_the_process_to_end(self):
+        gh.nv = self.Nv(gone_after=3)
+        self.assertEqual(gh.settled_free(0, timeout=30), (81079, []))
+        self.assertEqual(gh.nv.calls, 4)
+
+    def test_says_what_is_still_there_at_the_bound(self):
+        gh.nv = self.Nv(gone_after=10 ** 9)
+        self.assertEqual(gh.settled_free(0, timeout=0), (80458, [584]))
+
+
 class Cli(unittest.TestCase):
     def test_help_and_report_only_without_pynvml(self):
         for script in ("guard_h200.py", "guard_report.py"):
