@@ -788,8 +788,9 @@ fn q2_jobs_starting_beside_a_quick_workspace_are_not_climbers() {
 /// climbs in 2 GiB allocations 10 ms apart from `start` ms, run through the kill's 50-ms
 /// teardown with OOMs counted at every reading (a neighbour's failure in the teardown falls
 /// between full polls) and an allocation 1 ms inside the driver landing despite the stop
-/// (SIGSTOP is taken on the return to user space). Returns who was evicted, the neighbours that hit OOM, and whether
-/// `early_need` decided.
+/// (SIGSTOP is taken on the return to user space; added with q6, so the figures "without" in
+/// q3's and q4's notes were measured before it). Returns who was evicted, the neighbours that
+/// hit OOM, and whether `early_need` decided.
 fn climb_phase(base: &str, context: &str, start: u32) -> (Vec<String>, Vec<u32>, bool) {
     climb_phase_at(base, context, start, &[0, 10, 20, 30, 40, 50])
 }
@@ -848,6 +849,15 @@ fn runner_phases(steady: u32, context: impl Fn(u32) -> String) -> Vec<WrongPhase
     }
     assert_eq!(out_phases, 5);
     wrong
+}
+
+/// The job's start-up for [`climb_phase_at`]: `held`, its 866-MiB context held for seconds
+/// before the climb at `start`; otherwise arriving 10 ms before it ([`fresh_context`]).
+fn context_of(what: &str, start: u32) -> String {
+    match what {
+        "held" => "{at: 0s, mib: 866}".to_string(),
+        _ => fresh_context(start, 10),
+    }
 }
 
 /// The harness's job as it starts: 14 MiB for seconds, then its CUDA context, the last of
@@ -948,16 +958,12 @@ fn two_neighbours(free: u32) -> String {
 fn q6_the_harness_jobs_cadence_beside_a_trainers_workspace_is_stopped_before_it_takes_its_room() {
     let mut wrong = Vec::new();
     for (what, every) in [("held", 2), ("fresh", 3)] {
-        let context = |start| match what {
-            "held" => "{at: 0s, mib: 866}".to_string(),
-            _ => fresh_context(start, 10),
-        };
         for free in [7060, 6400] {
             let base = two_neighbours(free);
             for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
                 for start in (4000..4040).step_by(every) {
                     let (evicted, ooms, _) =
-                        climb_phase_at(&base, &context(start), start, &offsets);
+                        climb_phase_at(&base, &context_of(what, start), start, &offsets);
                     if evicted != ["ci-greedy"] || !ooms.is_empty() {
                         wrong.push((what, free, offsets[1], start, evicted, ooms));
                     }
@@ -985,11 +991,8 @@ fn q7_the_harness_jobs_cadence_into_a_declared_workspaces_room_is_stopped_before
         for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
             for what in ["held", "fresh"] {
                 for start in (4000..4300).step_by(25) {
-                    let context = match what {
-                        "held" => "{at: 0s, mib: 866}".to_string(),
-                        _ => fresh_context(start, 10),
-                    };
-                    let (evicted, ooms, _) = climb_phase_at(&base, &context, start, &offsets);
+                    let (evicted, ooms, _) =
+                        climb_phase_at(&base, &context_of(what, start), start, &offsets);
                     if evicted != ["ci-greedy"] || !ooms.is_empty() {
                         wrong.push((steady, offsets[1], what, start, evicted, ooms));
                     }
