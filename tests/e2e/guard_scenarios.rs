@@ -851,6 +851,11 @@ fn runner_phases(steady: u32, context: impl Fn(u32) -> String) -> Vec<WrongPhase
     wrong
 }
 
+/// The harness's job's 2 GiB allocations at 250 GiB/s, ms from its first, for
+/// [`climb_phase_at`]: 6 and 11 ms apart in either order (`hw/gpu_load.py` checks what is due
+/// every 5 ms; NVML showed it so on the H100, docs/validation.md §9p).
+const HARNESS_CADENCES: [[u32; 6]; 2] = [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]];
+
 /// The job's start-up for [`climb_phase_at`]: `held`, its 866-MiB context held for seconds
 /// before the climb at `start`; otherwise arriving 10 ms before it ([`fresh_context`]).
 fn context_of(what: &str, start: u32) -> String {
@@ -960,7 +965,7 @@ fn q6_the_harness_jobs_cadence_beside_a_trainers_workspace_is_stopped_before_it_
     for (what, every) in [("held", 2), ("fresh", 3)] {
         for free in [7060, 6400] {
             let base = two_neighbours(free);
-            for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
+            for offsets in HARNESS_CADENCES {
                 for start in (4000..4040).step_by(every) {
                     let (evicted, ooms, _) =
                         climb_phase_at(&base, &context_of(what, start), start, &offsets);
@@ -988,7 +993,7 @@ fn q7_the_harness_jobs_cadence_into_a_declared_workspaces_room_is_stopped_before
     let mut wrong = Vec::new();
     for steady in [6754, 6132] {
         let base = runner_neighbours(steady);
-        for offsets in [[0, 6, 17, 23, 34, 40], [0, 11, 17, 28, 34, 45]] {
+        for offsets in HARNESS_CADENCES {
             for what in ["held", "fresh"] {
                 for start in (4000..4300).step_by(25) {
                     let (evicted, ooms, _) =
