@@ -290,17 +290,25 @@ impl Trend {
     /// trigger. The largest step is how much the climb may take before a decision on this
     /// reading can stop it: its next allocation.
     pub fn stepped_twice(&self, now: Duration, window: Duration) -> Option<u64> {
+        self.stepped_twice_at(now, window)
+            .map(|(largest, _)| largest)
+    }
+
+    /// [`Trend::stepped_twice`] with when the latest of those steps was read: in one pass over
+    /// the window, as a fast reading asks both (`need::wants_step_poll`).
+    pub fn stepped_twice_at(&self, now: Duration, window: Duration) -> Option<(u64, Duration)> {
         let pts = self.readings(now, window);
-        let steps: Vec<u64> = steps_up(&pts).map(|(_, rise)| rise).collect();
+        let (mut count, mut largest, mut last_at) = (0, 0, Duration::ZERO);
+        for (at, rise) in steps_up(&pts) {
+            count += 1;
+            largest = largest.max(rise);
+            last_at = at;
+        }
         let net = match (pts.first(), pts.last()) {
             (Some(a), Some(b)) => b.1.saturating_sub(a.1),
             _ => 0,
         };
-        if steps.len() >= 2 && net >= EARLY_NOISE {
-            steps.into_iter().max()
-        } else {
-            None
-        }
+        (count >= 2 && net >= EARLY_NOISE).then_some((largest, last_at))
     }
 
     /// The largest fall between two readings of the last `window` before `now` that a rise of
@@ -319,14 +327,6 @@ impl Trend {
             rise_after = rise_after.max(w[1].1.saturating_sub(w[0].1));
         }
         (best > 0).then_some(best)
-    }
-
-    /// When the latest reading of the last `window` before `now` that rose [`EARLY_NOISE`] or
-    /// more above the one before was taken.
-    pub fn last_step_at(&self, now: Duration, window: Duration) -> Option<Duration> {
-        steps_up(&self.readings(now, window))
-            .next_back()
-            .map(|(at, _)| at)
     }
 
     /// The readings of the last `window` before `now`, oldest first.
@@ -435,7 +435,7 @@ fn project(free: u64, slope: f64) -> Option<Duration> {
 
 /// Each reading of `pts` that rose [`EARLY_NOISE`] or more above the one before: when, and by
 /// how much. What `early_need` counts as a step of a climb.
-fn steps_up(pts: &[(Duration, u64)]) -> impl DoubleEndedIterator<Item = (Duration, u64)> + '_ {
+fn steps_up(pts: &[(Duration, u64)]) -> impl Iterator<Item = (Duration, u64)> + '_ {
     pts.windows(2)
         .map(|w| (w[1].0, w[1].1.saturating_sub(w[0].1)))
         .filter(|(_, rise)| *rise >= EARLY_NOISE)
@@ -502,19 +502,23 @@ mod tests {
         }
     }
 
-    /// The latest reading that rose a step above the one before.
+    /// With the largest step, when the latest step was read (not the largest's instant).
     #[test]
-    fn last_step_at_is_the_latest_rise() {
+    fn stepped_twice_at_tells_the_latest_step() {
         let t = trend(&[
             (100, 16000),
             (105, 18048),
             (110, 18048),
-            (115, 20096),
-            (121, 20096),
+            (115, 19072),
+            (121, 19072),
         ]);
-        assert_eq!(t.last_step_at(ms(121), ms(30)), Some(ms(115)));
-        assert_eq!(t.last_step_at(ms(112), ms(30)), Some(ms(105)));
-        assert_eq!(t.last_step_at(ms(121), ms(5)), None);
+        assert_eq!(
+            t.stepped_twice_at(ms(121), ms(30)),
+            Some((2048 * MIB, ms(115)))
+        );
+        assert_eq!(t.stepped_twice(ms(121), ms(30)), Some(2048 * MIB));
+        // Only the 115-ms step in the window: one step is not twice.
+        assert_eq!(t.stepped_twice_at(ms(121), ms(12)), None);
     }
 
     /// `early_need`'s gate: two steps up across the window, not one, and not a dip and a step;

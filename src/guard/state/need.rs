@@ -64,7 +64,7 @@ pub(super) fn unmet(growth: &PodGrowth, gpu: u32, free: u64) -> Option<(String, 
 /// `step`, and not allocator noise ([`CLIMB_NOISE`]). The early form of [`unmet`]: the caller
 /// asks on a full poll while the GPU steps up, with the largest of those steps.
 ///
-/// `cycled`: the largest workspace the GPU's fast readings saw come and go (`Trend::cycled`).
+/// `cycled`: whether the GPU's fast readings saw a workspace come and go (`Trend::cycled`).
 /// The full polls, a second apart and on the climb's steps, seldom catch a workspace that
 /// comes and goes every 10 ms out; on the H100 the `two` shape's trainer lost its return in 5
 /// of 15 runs where the polls had seen it in (docs/validation.md §9p).
@@ -81,7 +81,7 @@ pub(super) fn ahead(
     free: u64,
     hard: u64,
     step: u64,
-    cycled: Option<u64>,
+    cycled: bool,
 ) -> Option<(String, u64)> {
     let room = free.saturating_sub(hard).saturating_sub(step);
     let out = growth
@@ -91,9 +91,7 @@ pub(super) fn ahead(
     // out is taken to be in: it needs its room back once it leaves, and the climb's next step
     // alone would take it, leaving less than hard. Whose it is the readings do not say; nobody
     // is excluded from carrying the climb for it.
-    out.or_else(|| {
-        (cycled.is_some() && free < hard.saturating_add(step)).then(|| (String::new(), 0))
-    })
+    out.or_else(|| (cycled && free < hard.saturating_add(step)).then(|| (String::new(), 0)))
 }
 
 /// Whether a fast reading should ask for a full poll because the GPU just stepped up a second
@@ -110,11 +108,11 @@ pub(super) fn wants_step_poll(
     last_full_poll: Option<Duration>,
 ) -> bool {
     trend
-        .stepped_twice(at, EARLY_SHORT_WINDOW)
-        .is_some_and(|step| free < hard.saturating_add(step.saturating_mul(2)))
-        && trend
-            .last_step_at(at, EARLY_SHORT_WINDOW)
-            .is_some_and(|step_at| last_full_poll.is_none_or(|p| p < step_at))
+        .stepped_twice_at(at, EARLY_SHORT_WINDOW)
+        .is_some_and(|(step, step_at)| {
+            free < hard.saturating_add(step.saturating_mul(2))
+                && last_full_poll.is_none_or(|p| p < step_at)
+        })
 }
 
 /// Which rule on a need asks who climbed into it ([`Guard::need_carry`]).

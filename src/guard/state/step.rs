@@ -252,7 +252,7 @@ impl Guard {
                         memory.free,
                         levels.hard,
                         step,
-                        st.trend.cycled(at, need::CYCLE_WINDOW),
+                        st.trend.cycled(at, need::CYCLE_WINDOW).is_some(),
                     )
                 })
         } else {
