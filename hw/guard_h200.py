@@ -314,16 +314,21 @@ def ready_pid(logpath):
         return None
 
 
+def compute_pids(h):
+    """The pids NVML lists as compute processes on handle `h`; none where it cannot say."""
+    try:
+        return [p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
+    except nv.NVMLError:
+        return []
+
+
 def nvml_lists(gpu, pid, timeout=3):
     """Whether NVML lists `pid` as a compute process of `gpu` within `timeout` s."""
     h = nv.nvmlDeviceGetHandleByIndex(gpu)
     deadline = time.time() + timeout
     while True:
-        try:
-            if any(p.pid == pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)):
-                return True
-        except nv.NVMLError:
-            pass
+        if pid in compute_pids(h):
+            return True
         if time.time() >= deadline:
             return False
         time.sleep(0.05)
@@ -350,10 +355,7 @@ def settled_free(device, timeout=10.0):
     h = nv.nvmlDeviceGetHandleByIndex(device)
     deadline = time.time() + timeout
     while True:
-        try:
-            pids = [p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
-        except nv.NVMLError:
-            pids = []
+        pids = compute_pids(h)
         if not pids or time.time() >= deadline:
             return nv.nvmlDeviceGetMemoryInfo(h).free // MIB, pids
         time.sleep(0.05)
