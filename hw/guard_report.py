@@ -307,7 +307,8 @@ def table(sweep, results):
              "processes stopped / resumed / killed (sum) | other stop results, evictions by result (sum) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
-    for label, *_ in sweep:
+    # A series named twice in the sweep (its rates split over two entries) is one series.
+    for label in dict.fromkeys(label for label, *_ in sweep):
         for rate in sorted({r["rate"] for r in results if r["label"] == label}):
             rs = [r for r in results if r["label"] == label and r["rate"] == rate]
             pg = [x for r in rs for x in r["per_gpu"].values()]

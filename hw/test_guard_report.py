@@ -382,6 +382,18 @@ class FirstVictim(unittest.TestCase):
                          ("ci-small", True))
 
 
+class SeriesNamedTwice(unittest.TestCase):
+    """A series whose rates the sweep splits over two entries (§9r: `runner` at the A10G's
+    headroom, 250 first, the other rates later) gets one row per rate, not one per entry."""
+
+    def test_one_row_per_series_and_rate(self):
+        d = evidence("guard-h200-issue38-table-fc39f4b-runs.json")
+        self.assertEqual(sum(1 for label, *_ in d["sweep"] if label == "guard*5%s=runner%h=a10g"), 2)
+        rows = [tuple(l.split(" | ")[i] for i in (0, 4)) for l in gr.table(d["sweep"], d["results"])[2:]]
+        self.assertEqual(len(rows), len(set(rows)), rows)
+        self.assertEqual(len(rows), len({(r["label"], r["rate"]) for r in d["results"]}))
+
+
 class OnDecision(unittest.TestCase):
     """Bug 5: the onDecision column is the agent's action, its default named."""
 
